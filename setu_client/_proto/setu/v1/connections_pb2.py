@@ -29,7 +29,7 @@ from setu_client._proto.setu.v1 import common_pb2 as setu_dot_v1_dot_common__pb2
 from setu_client._proto.setu.v1 import options_pb2 as setu_dot_v1_dot_options__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19setu/v1/connections.proto\x12\x07setu.v1\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14setu/v1/common.proto\x1a\x15setu/v1/options.proto\"\x90\x02\n\nConnection\x12\n\n\x02id\x18\x01 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x10\n\x08provider\x18\x04 \x01(\t\x12\'\n\x06\x63onfig\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12%\n\tplacement\x18\x06 \x01(\x0e\x32\x12.setu.v1.Placement\x12\x10\n\x08\x61gent_id\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xb8\x01\n\x17\x43reateConnectionRequest\x12\x17\n\x04name\x18\x01 \x01(\tB\t\xc2\xf3\x18\x05\x08\x01\x18\xc8\x01\x12\x1a\n\x08provider\x18\x02 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x18\x32\x12\'\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12%\n\tplacement\x18\x04 \x01(\x0e\x32\x12.setu.v1.Placement\x12\x18\n\x08\x61gent_id\x18\x05 \x01(\tB\x06\xc2\xf3\x18\x02\x10\x01\"7\n\x14GetConnectionRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"Z\n\x16ListConnectionsRequest\x12\x1a\n\tpage_size\x18\x01 \x01(\x05\x42\x07\xc2\xf3\x18\x03(\xf4\x03\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x10\n\x08provider\x18\x03 \x01(\t\"\\\n\x17ListConnectionsResponse\x12(\n\x0b\x63onnections\x18\x01 \x03(\x0b\x32\x13.setu.v1.Connection\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x9c\x01\n\x17UpdateConnectionRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12/\n\nconnection\x18\x02 \x01(\x0b\x32\x13.setu.v1.ConnectionB\x06\xc2\xf3\x18\x02\x08\x01\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\":\n\x17\x44\x65leteConnectionRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"\x1a\n\x18\x44\x65leteConnectionResponse\"Y\n\x15TestConnectionRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x1f\n\x0ftimeout_seconds\x18\x02 \x01(\x05\x42\x06\xc2\xf3\x18\x02(x\"V\n\x16TestConnectionResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0f\n\x07runtime\x18\x04 \x01(\t\"Z\n\x16\x44iscoverStreamsRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x1f\n\x0ftimeout_seconds\x18\x02 \x01(\x05\x42\x06\xc2\xf3\x18\x02(x\"c\n\x17\x44iscoverStreamsResponse\x12\'\n\x07streams\x18\x01 \x03(\x0b\x32\x16.setu.v1.CatalogStream\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0f\n\x07runtime\x18\x03 \x01(\t\"\x8b\x01\n\x14PreviewStreamRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x19\n\x06stream\x18\x02 \x01(\tB\t\xc2\xf3\x18\x05\x08\x01\x18\xf4\x03\x12\x16\n\x05limit\x18\x03 \x01(\x05\x42\x07\xc2\xf3\x18\x03(\xe8\x07\x12\x1f\n\x0ftimeout_seconds\x18\x04 \x01(\x05\x42\x06\xc2\xf3\x18\x02(x\"\x81\x01\n\x15PreviewStreamResponse\x12 \n\x07\x63olumns\x18\x01 \x03(\x0b\x32\x0f.setu.v1.Column\x12%\n\x04rows\x18\x02 \x03(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0f\n\x07runtime\x18\x04 \x01(\t2\x96\x05\n\x11\x43onnectionService\x12I\n\x10\x43reateConnection\x12 .setu.v1.CreateConnectionRequest\x1a\x13.setu.v1.Connection\x12\x43\n\rGetConnection\x12\x1d.setu.v1.GetConnectionRequest\x1a\x13.setu.v1.Connection\x12T\n\x0fListConnections\x12\x1f.setu.v1.ListConnectionsRequest\x1a .setu.v1.ListConnectionsResponse\x12I\n\x10UpdateConnection\x12 .setu.v1.UpdateConnectionRequest\x1a\x13.setu.v1.Connection\x12W\n\x10\x44\x65leteConnection\x12 .setu.v1.DeleteConnectionRequest\x1a!.setu.v1.DeleteConnectionResponse\x12Q\n\x0eTestConnection\x12\x1e.setu.v1.TestConnectionRequest\x1a\x1f.setu.v1.TestConnectionResponse\x12T\n\x0f\x44iscoverStreams\x12\x1f.setu.v1.DiscoverStreamsRequest\x1a .setu.v1.DiscoverStreamsResponse\x12N\n\rPreviewStream\x12\x1d.setu.v1.PreviewStreamRequest\x1a\x1e.setu.v1.PreviewStreamResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19setu/v1/connections.proto\x12\x07setu.v1\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14setu/v1/common.proto\x1a\x15setu/v1/options.proto\"\x90\x02\n\nConnection\x12\n\n\x02id\x18\x01 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x10\n\x08provider\x18\x04 \x01(\t\x12\'\n\x06\x63onfig\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12%\n\tplacement\x18\x06 \x01(\x0e\x32\x12.setu.v1.Placement\x12\x10\n\x08\x61gent_id\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xb8\x01\n\x17\x43reateConnectionRequest\x12\x17\n\x04name\x18\x01 \x01(\tB\t\xc2\xf3\x18\x05\x08\x01\x18\xc8\x01\x12\x1a\n\x08provider\x18\x02 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x18\x32\x12\'\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12%\n\tplacement\x18\x04 \x01(\x0e\x32\x12.setu.v1.Placement\x12\x18\n\x08\x61gent_id\x18\x05 \x01(\tB\x06\xc2\xf3\x18\x02\x10\x01\"7\n\x14GetConnectionRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"\\\n\x16ListConnectionsRequest\x12\x1c\n\tpage_size\x18\x01 \x01(\x05\x42\t\xc2\xf3\x18\x05 \x00(\xf4\x03\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x10\n\x08provider\x18\x03 \x01(\t\"\\\n\x17ListConnectionsResponse\x12(\n\x0b\x63onnections\x18\x01 \x03(\x0b\x32\x13.setu.v1.Connection\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x9c\x01\n\x17UpdateConnectionRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12/\n\nconnection\x18\x02 \x01(\x0b\x32\x13.setu.v1.ConnectionB\x06\xc2\xf3\x18\x02\x08\x01\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\":\n\x17\x44\x65leteConnectionRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"\x1a\n\x18\x44\x65leteConnectionResponse\"[\n\x15TestConnectionRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12!\n\x0ftimeout_seconds\x18\x02 \x01(\x05\x42\x08\xc2\xf3\x18\x04 \x00(x\"V\n\x16TestConnectionResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0f\n\x07runtime\x18\x04 \x01(\t\"\\\n\x16\x44iscoverStreamsRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12!\n\x0ftimeout_seconds\x18\x02 \x01(\x05\x42\x08\xc2\xf3\x18\x04 \x00(x\"c\n\x17\x44iscoverStreamsResponse\x12\'\n\x07streams\x18\x01 \x03(\x0b\x32\x16.setu.v1.CatalogStream\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0f\n\x07runtime\x18\x03 \x01(\t\"\x8f\x01\n\x14PreviewStreamRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x19\n\x06stream\x18\x02 \x01(\tB\t\xc2\xf3\x18\x05\x08\x01\x18\xf4\x03\x12\x18\n\x05limit\x18\x03 \x01(\x05\x42\t\xc2\xf3\x18\x05 \x00(\xe8\x07\x12!\n\x0ftimeout_seconds\x18\x04 \x01(\x05\x42\x08\xc2\xf3\x18\x04 \x00(x\"\x81\x01\n\x15PreviewStreamResponse\x12 \n\x07\x63olumns\x18\x01 \x03(\x0b\x32\x0f.setu.v1.Column\x12%\n\x04rows\x18\x02 \x03(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0f\n\x07runtime\x18\x04 \x01(\t2\x96\x05\n\x11\x43onnectionService\x12I\n\x10\x43reateConnection\x12 .setu.v1.CreateConnectionRequest\x1a\x13.setu.v1.Connection\x12\x43\n\rGetConnection\x12\x1d.setu.v1.GetConnectionRequest\x1a\x13.setu.v1.Connection\x12T\n\x0fListConnections\x12\x1f.setu.v1.ListConnectionsRequest\x1a .setu.v1.ListConnectionsResponse\x12I\n\x10UpdateConnection\x12 .setu.v1.UpdateConnectionRequest\x1a\x13.setu.v1.Connection\x12W\n\x10\x44\x65leteConnection\x12 .setu.v1.DeleteConnectionRequest\x1a!.setu.v1.DeleteConnectionResponse\x12Q\n\x0eTestConnection\x12\x1e.setu.v1.TestConnectionRequest\x1a\x1f.setu.v1.TestConnectionResponse\x12T\n\x0f\x44iscoverStreams\x12\x1f.setu.v1.DiscoverStreamsRequest\x1a .setu.v1.DiscoverStreamsResponse\x12N\n\rPreviewStream\x12\x1d.setu.v1.PreviewStreamRequest\x1a\x1e.setu.v1.PreviewStreamResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,7 +45,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETCONNECTIONREQUEST'].fields_by_name['connection_id']._loaded_options = None
   _globals['_GETCONNECTIONREQUEST'].fields_by_name['connection_id']._serialized_options = b'\302\363\030\004\010\001\020\001'
   _globals['_LISTCONNECTIONSREQUEST'].fields_by_name['page_size']._loaded_options = None
-  _globals['_LISTCONNECTIONSREQUEST'].fields_by_name['page_size']._serialized_options = b'\302\363\030\003(\364\003'
+  _globals['_LISTCONNECTIONSREQUEST'].fields_by_name['page_size']._serialized_options = b'\302\363\030\005 \000(\364\003'
   _globals['_UPDATECONNECTIONREQUEST'].fields_by_name['connection_id']._loaded_options = None
   _globals['_UPDATECONNECTIONREQUEST'].fields_by_name['connection_id']._serialized_options = b'\302\363\030\004\010\001\020\001'
   _globals['_UPDATECONNECTIONREQUEST'].fields_by_name['connection']._loaded_options = None
@@ -55,19 +55,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TESTCONNECTIONREQUEST'].fields_by_name['connection_id']._loaded_options = None
   _globals['_TESTCONNECTIONREQUEST'].fields_by_name['connection_id']._serialized_options = b'\302\363\030\004\010\001\020\001'
   _globals['_TESTCONNECTIONREQUEST'].fields_by_name['timeout_seconds']._loaded_options = None
-  _globals['_TESTCONNECTIONREQUEST'].fields_by_name['timeout_seconds']._serialized_options = b'\302\363\030\002(x'
+  _globals['_TESTCONNECTIONREQUEST'].fields_by_name['timeout_seconds']._serialized_options = b'\302\363\030\004 \000(x'
   _globals['_DISCOVERSTREAMSREQUEST'].fields_by_name['connection_id']._loaded_options = None
   _globals['_DISCOVERSTREAMSREQUEST'].fields_by_name['connection_id']._serialized_options = b'\302\363\030\004\010\001\020\001'
   _globals['_DISCOVERSTREAMSREQUEST'].fields_by_name['timeout_seconds']._loaded_options = None
-  _globals['_DISCOVERSTREAMSREQUEST'].fields_by_name['timeout_seconds']._serialized_options = b'\302\363\030\002(x'
+  _globals['_DISCOVERSTREAMSREQUEST'].fields_by_name['timeout_seconds']._serialized_options = b'\302\363\030\004 \000(x'
   _globals['_PREVIEWSTREAMREQUEST'].fields_by_name['connection_id']._loaded_options = None
   _globals['_PREVIEWSTREAMREQUEST'].fields_by_name['connection_id']._serialized_options = b'\302\363\030\004\010\001\020\001'
   _globals['_PREVIEWSTREAMREQUEST'].fields_by_name['stream']._loaded_options = None
   _globals['_PREVIEWSTREAMREQUEST'].fields_by_name['stream']._serialized_options = b'\302\363\030\005\010\001\030\364\003'
   _globals['_PREVIEWSTREAMREQUEST'].fields_by_name['limit']._loaded_options = None
-  _globals['_PREVIEWSTREAMREQUEST'].fields_by_name['limit']._serialized_options = b'\302\363\030\003(\350\007'
+  _globals['_PREVIEWSTREAMREQUEST'].fields_by_name['limit']._serialized_options = b'\302\363\030\005 \000(\350\007'
   _globals['_PREVIEWSTREAMREQUEST'].fields_by_name['timeout_seconds']._loaded_options = None
-  _globals['_PREVIEWSTREAMREQUEST'].fields_by_name['timeout_seconds']._serialized_options = b'\302\363\030\002(x'
+  _globals['_PREVIEWSTREAMREQUEST'].fields_by_name['timeout_seconds']._serialized_options = b'\302\363\030\004 \000(x'
   _globals['_CONNECTION']._serialized_start=181
   _globals['_CONNECTION']._serialized_end=453
   _globals['_CREATECONNECTIONREQUEST']._serialized_start=456
@@ -75,27 +75,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETCONNECTIONREQUEST']._serialized_start=642
   _globals['_GETCONNECTIONREQUEST']._serialized_end=697
   _globals['_LISTCONNECTIONSREQUEST']._serialized_start=699
-  _globals['_LISTCONNECTIONSREQUEST']._serialized_end=789
-  _globals['_LISTCONNECTIONSRESPONSE']._serialized_start=791
-  _globals['_LISTCONNECTIONSRESPONSE']._serialized_end=883
-  _globals['_UPDATECONNECTIONREQUEST']._serialized_start=886
-  _globals['_UPDATECONNECTIONREQUEST']._serialized_end=1042
-  _globals['_DELETECONNECTIONREQUEST']._serialized_start=1044
-  _globals['_DELETECONNECTIONREQUEST']._serialized_end=1102
-  _globals['_DELETECONNECTIONRESPONSE']._serialized_start=1104
-  _globals['_DELETECONNECTIONRESPONSE']._serialized_end=1130
-  _globals['_TESTCONNECTIONREQUEST']._serialized_start=1132
-  _globals['_TESTCONNECTIONREQUEST']._serialized_end=1221
-  _globals['_TESTCONNECTIONRESPONSE']._serialized_start=1223
-  _globals['_TESTCONNECTIONRESPONSE']._serialized_end=1309
-  _globals['_DISCOVERSTREAMSREQUEST']._serialized_start=1311
-  _globals['_DISCOVERSTREAMSREQUEST']._serialized_end=1401
-  _globals['_DISCOVERSTREAMSRESPONSE']._serialized_start=1403
-  _globals['_DISCOVERSTREAMSRESPONSE']._serialized_end=1502
-  _globals['_PREVIEWSTREAMREQUEST']._serialized_start=1505
-  _globals['_PREVIEWSTREAMREQUEST']._serialized_end=1644
-  _globals['_PREVIEWSTREAMRESPONSE']._serialized_start=1647
-  _globals['_PREVIEWSTREAMRESPONSE']._serialized_end=1776
-  _globals['_CONNECTIONSERVICE']._serialized_start=1779
-  _globals['_CONNECTIONSERVICE']._serialized_end=2441
+  _globals['_LISTCONNECTIONSREQUEST']._serialized_end=791
+  _globals['_LISTCONNECTIONSRESPONSE']._serialized_start=793
+  _globals['_LISTCONNECTIONSRESPONSE']._serialized_end=885
+  _globals['_UPDATECONNECTIONREQUEST']._serialized_start=888
+  _globals['_UPDATECONNECTIONREQUEST']._serialized_end=1044
+  _globals['_DELETECONNECTIONREQUEST']._serialized_start=1046
+  _globals['_DELETECONNECTIONREQUEST']._serialized_end=1104
+  _globals['_DELETECONNECTIONRESPONSE']._serialized_start=1106
+  _globals['_DELETECONNECTIONRESPONSE']._serialized_end=1132
+  _globals['_TESTCONNECTIONREQUEST']._serialized_start=1134
+  _globals['_TESTCONNECTIONREQUEST']._serialized_end=1225
+  _globals['_TESTCONNECTIONRESPONSE']._serialized_start=1227
+  _globals['_TESTCONNECTIONRESPONSE']._serialized_end=1313
+  _globals['_DISCOVERSTREAMSREQUEST']._serialized_start=1315
+  _globals['_DISCOVERSTREAMSREQUEST']._serialized_end=1407
+  _globals['_DISCOVERSTREAMSRESPONSE']._serialized_start=1409
+  _globals['_DISCOVERSTREAMSRESPONSE']._serialized_end=1508
+  _globals['_PREVIEWSTREAMREQUEST']._serialized_start=1511
+  _globals['_PREVIEWSTREAMREQUEST']._serialized_end=1654
+  _globals['_PREVIEWSTREAMRESPONSE']._serialized_start=1657
+  _globals['_PREVIEWSTREAMRESPONSE']._serialized_end=1786
+  _globals['_CONNECTIONSERVICE']._serialized_start=1789
+  _globals['_CONNECTIONSERVICE']._serialized_end=2451
 # @@protoc_insertion_point(module_scope)

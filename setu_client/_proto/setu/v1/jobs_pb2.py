@@ -27,7 +27,7 @@ from setu_client._proto.setu.v1 import common_pb2 as setu_dot_v1_dot_common__pb2
 from setu_client._proto.setu.v1 import options_pb2 as setu_dot_v1_dot_options__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12setu/v1/jobs.proto\x12\x07setu.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14setu/v1/common.proto\x1a\x15setu/v1/options.proto\"s\n\x10SubmitRunRequest\x12\x1d\n\x0bpipeline_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x0f\n\x07\x64ry_run\x18\x02 \x01(\x08\x12\r\n\x05start\x18\x03 \x01(\x08\x12 \n\x0fidempotency_key\x18\x04 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xc8\x01\".\n\x11SubmitRunResponse\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.setu.v1.Job\"+\n\x0fStartJobRequest\x12\x18\n\x06job_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"-\n\x10StartJobResponse\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.setu.v1.Job\")\n\rGetJobRequest\x12\x18\n\x06job_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"+\n\x0eGetJobResponse\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.setu.v1.Job\"*\n\x0eWaitJobRequest\x12\x18\n\x06job_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"}\n\x0fWaitJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12 \n\x05state\x18\x02 \x01(\x0e\x32\x11.setu.v1.JobState\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12\x10\n\x08terminal\x18\x05 \x01(\x08\"G\n\x0fWatchJobRequest\x12\x18\n\x06job_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x1a\n\x0c\x66rom_version\x18\x02 \x01(\x03\x42\x04\xc2\xf3\x18\x00\"-\n\x10WatchJobResponse\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.setu.v1.Job\"E\n\x10\x43\x61ncelJobRequest\x12\x18\n\x06job_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x17\n\x06reason\x18\x02 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xe8\x07\".\n\x11\x43\x61ncelJobResponse\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.setu.v1.Job\"\xa8\x02\n\x0fListJobsRequest\x12\x1a\n\tpage_size\x18\x01 \x01(\x05\x42\x07\xc2\xf3\x18\x03(\xf4\x03\x12\x12\n\npage_token\x18\x02 \x01(\t\x12!\n\x06states\x18\x03 \x03(\x0e\x32\x11.setu.v1.JobState\x12\x1f\n\x05kinds\x18\x04 \x03(\x0e\x32\x10.setu.v1.JobKind\x12\x1b\n\x0bpipeline_id\x18\x05 \x01(\tB\x06\xc2\xf3\x18\x02\x10\x01\x12\x1d\n\rconnection_id\x18\x06 \x01(\tB\x06\xc2\xf3\x18\x02\x10\x01\x12\x31\n\rcreated_after\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0e\x63reated_before\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"G\n\x10ListJobsResponse\x12\x1a\n\x04jobs\x18\x01 \x03(\x0b\x32\x0c.setu.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"~\n\x14ListJobEventsRequest\x12\x18\n\x06job_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x1a\n\tpage_size\x18\x02 \x01(\x05\x42\x07\xc2\xf3\x18\x03(\xe8\x07\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x1c\n\x0e\x61\x66ter_sequence\x18\x04 \x01(\x03\x42\x04\xc2\xf3\x18\x00\"S\n\x15ListJobEventsResponse\x12!\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x11.setu.v1.JobEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"0\n\x14GetJobOutputsRequest\x12\x18\n\x06job_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"]\n\x0cStreamOutput\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x16\n\x0erows_extracted\x18\x02 \x01(\x03\x12\x13\n\x0brows_loaded\x18\x03 \x01(\x03\x12\x10\n\x08\x63hecksum\x18\x04 \x01(\t\"r\n\x15GetJobOutputsResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12&\n\x07streams\x18\x02 \x03(\x0b\x32\x15.setu.v1.StreamOutput\x12!\n\x06totals\x18\x03 \x01(\x0b\x32\x11.setu.v1.Progress2\xff\x04\n\x17JobOrchestrationService\x12\x42\n\tSubmitRun\x12\x19.setu.v1.SubmitRunRequest\x1a\x1a.setu.v1.SubmitRunResponse\x12?\n\x08StartJob\x12\x18.setu.v1.StartJobRequest\x1a\x19.setu.v1.StartJobResponse\x12\x39\n\x06GetJob\x12\x16.setu.v1.GetJobRequest\x1a\x17.setu.v1.GetJobResponse\x12<\n\x07WaitJob\x12\x17.setu.v1.WaitJobRequest\x1a\x18.setu.v1.WaitJobResponse\x12\x41\n\x08WatchJob\x12\x18.setu.v1.WatchJobRequest\x1a\x19.setu.v1.WatchJobResponse0\x01\x12\x42\n\tCancelJob\x12\x19.setu.v1.CancelJobRequest\x1a\x1a.setu.v1.CancelJobResponse\x12?\n\x08ListJobs\x12\x18.setu.v1.ListJobsRequest\x1a\x19.setu.v1.ListJobsResponse\x12N\n\rListJobEvents\x12\x1d.setu.v1.ListJobEventsRequest\x1a\x1e.setu.v1.ListJobEventsResponse\x12N\n\rGetJobOutputs\x12\x1d.setu.v1.GetJobOutputsRequest\x1a\x1e.setu.v1.GetJobOutputsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12setu/v1/jobs.proto\x12\x07setu.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14setu/v1/common.proto\x1a\x15setu/v1/options.proto\"s\n\x10SubmitRunRequest\x12\x1d\n\x0bpipeline_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x0f\n\x07\x64ry_run\x18\x02 \x01(\x08\x12\r\n\x05start\x18\x03 \x01(\x08\x12 \n\x0fidempotency_key\x18\x04 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xc8\x01\".\n\x11SubmitRunResponse\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.setu.v1.Job\"+\n\x0fStartJobRequest\x12\x18\n\x06job_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"-\n\x10StartJobResponse\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.setu.v1.Job\")\n\rGetJobRequest\x12\x18\n\x06job_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"+\n\x0eGetJobResponse\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.setu.v1.Job\"*\n\x0eWaitJobRequest\x12\x18\n\x06job_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"}\n\x0fWaitJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12 \n\x05state\x18\x02 \x01(\x0e\x32\x11.setu.v1.JobState\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12\x10\n\x08terminal\x18\x05 \x01(\x08\"I\n\x0fWatchJobRequest\x12\x18\n\x06job_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x1c\n\x0c\x66rom_version\x18\x02 \x01(\x03\x42\x06\xc2\xf3\x18\x02 \x00\"-\n\x10WatchJobResponse\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.setu.v1.Job\"E\n\x10\x43\x61ncelJobRequest\x12\x18\n\x06job_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x17\n\x06reason\x18\x02 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xe8\x07\".\n\x11\x43\x61ncelJobResponse\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.setu.v1.Job\"\xaa\x02\n\x0fListJobsRequest\x12\x1c\n\tpage_size\x18\x01 \x01(\x05\x42\t\xc2\xf3\x18\x05 \x00(\xf4\x03\x12\x12\n\npage_token\x18\x02 \x01(\t\x12!\n\x06states\x18\x03 \x03(\x0e\x32\x11.setu.v1.JobState\x12\x1f\n\x05kinds\x18\x04 \x03(\x0e\x32\x10.setu.v1.JobKind\x12\x1b\n\x0bpipeline_id\x18\x05 \x01(\tB\x06\xc2\xf3\x18\x02\x10\x01\x12\x1d\n\rconnection_id\x18\x06 \x01(\tB\x06\xc2\xf3\x18\x02\x10\x01\x12\x31\n\rcreated_after\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0e\x63reated_before\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"G\n\x10ListJobsResponse\x12\x1a\n\x04jobs\x18\x01 \x03(\x0b\x32\x0c.setu.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x82\x01\n\x14ListJobEventsRequest\x12\x18\n\x06job_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x1c\n\tpage_size\x18\x02 \x01(\x05\x42\t\xc2\xf3\x18\x05 \x00(\xe8\x07\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x1e\n\x0e\x61\x66ter_sequence\x18\x04 \x01(\x03\x42\x06\xc2\xf3\x18\x02 \x00\"S\n\x15ListJobEventsResponse\x12!\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x11.setu.v1.JobEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"0\n\x14GetJobOutputsRequest\x12\x18\n\x06job_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"]\n\x0cStreamOutput\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x16\n\x0erows_extracted\x18\x02 \x01(\x03\x12\x13\n\x0brows_loaded\x18\x03 \x01(\x03\x12\x10\n\x08\x63hecksum\x18\x04 \x01(\t\"r\n\x15GetJobOutputsResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12&\n\x07streams\x18\x02 \x03(\x0b\x32\x15.setu.v1.StreamOutput\x12!\n\x06totals\x18\x03 \x01(\x0b\x32\x11.setu.v1.Progress2\xff\x04\n\x17JobOrchestrationService\x12\x42\n\tSubmitRun\x12\x19.setu.v1.SubmitRunRequest\x1a\x1a.setu.v1.SubmitRunResponse\x12?\n\x08StartJob\x12\x18.setu.v1.StartJobRequest\x1a\x19.setu.v1.StartJobResponse\x12\x39\n\x06GetJob\x12\x16.setu.v1.GetJobRequest\x1a\x17.setu.v1.GetJobResponse\x12<\n\x07WaitJob\x12\x17.setu.v1.WaitJobRequest\x1a\x18.setu.v1.WaitJobResponse\x12\x41\n\x08WatchJob\x12\x18.setu.v1.WatchJobRequest\x1a\x19.setu.v1.WatchJobResponse0\x01\x12\x42\n\tCancelJob\x12\x19.setu.v1.CancelJobRequest\x1a\x1a.setu.v1.CancelJobResponse\x12?\n\x08ListJobs\x12\x18.setu.v1.ListJobsRequest\x1a\x19.setu.v1.ListJobsResponse\x12N\n\rListJobEvents\x12\x1d.setu.v1.ListJobEventsRequest\x1a\x1e.setu.v1.ListJobEventsResponse\x12N\n\rGetJobOutputs\x12\x1d.setu.v1.GetJobOutputsRequest\x1a\x1e.setu.v1.GetJobOutputsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -47,13 +47,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WATCHJOBREQUEST'].fields_by_name['job_id']._loaded_options = None
   _globals['_WATCHJOBREQUEST'].fields_by_name['job_id']._serialized_options = b'\302\363\030\004\010\001\020\001'
   _globals['_WATCHJOBREQUEST'].fields_by_name['from_version']._loaded_options = None
-  _globals['_WATCHJOBREQUEST'].fields_by_name['from_version']._serialized_options = b'\302\363\030\000'
+  _globals['_WATCHJOBREQUEST'].fields_by_name['from_version']._serialized_options = b'\302\363\030\002 \000'
   _globals['_CANCELJOBREQUEST'].fields_by_name['job_id']._loaded_options = None
   _globals['_CANCELJOBREQUEST'].fields_by_name['job_id']._serialized_options = b'\302\363\030\004\010\001\020\001'
   _globals['_CANCELJOBREQUEST'].fields_by_name['reason']._loaded_options = None
   _globals['_CANCELJOBREQUEST'].fields_by_name['reason']._serialized_options = b'\302\363\030\003\030\350\007'
   _globals['_LISTJOBSREQUEST'].fields_by_name['page_size']._loaded_options = None
-  _globals['_LISTJOBSREQUEST'].fields_by_name['page_size']._serialized_options = b'\302\363\030\003(\364\003'
+  _globals['_LISTJOBSREQUEST'].fields_by_name['page_size']._serialized_options = b'\302\363\030\005 \000(\364\003'
   _globals['_LISTJOBSREQUEST'].fields_by_name['pipeline_id']._loaded_options = None
   _globals['_LISTJOBSREQUEST'].fields_by_name['pipeline_id']._serialized_options = b'\302\363\030\002\020\001'
   _globals['_LISTJOBSREQUEST'].fields_by_name['connection_id']._loaded_options = None
@@ -61,9 +61,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTJOBEVENTSREQUEST'].fields_by_name['job_id']._loaded_options = None
   _globals['_LISTJOBEVENTSREQUEST'].fields_by_name['job_id']._serialized_options = b'\302\363\030\004\010\001\020\001'
   _globals['_LISTJOBEVENTSREQUEST'].fields_by_name['page_size']._loaded_options = None
-  _globals['_LISTJOBEVENTSREQUEST'].fields_by_name['page_size']._serialized_options = b'\302\363\030\003(\350\007'
+  _globals['_LISTJOBEVENTSREQUEST'].fields_by_name['page_size']._serialized_options = b'\302\363\030\005 \000(\350\007'
   _globals['_LISTJOBEVENTSREQUEST'].fields_by_name['after_sequence']._loaded_options = None
-  _globals['_LISTJOBEVENTSREQUEST'].fields_by_name['after_sequence']._serialized_options = b'\302\363\030\000'
+  _globals['_LISTJOBEVENTSREQUEST'].fields_by_name['after_sequence']._serialized_options = b'\302\363\030\002 \000'
   _globals['_GETJOBOUTPUTSREQUEST'].fields_by_name['job_id']._loaded_options = None
   _globals['_GETJOBOUTPUTSREQUEST'].fields_by_name['job_id']._serialized_options = b'\302\363\030\004\010\001\020\001'
   _globals['_SUBMITRUNREQUEST']._serialized_start=109
@@ -83,27 +83,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WAITJOBRESPONSE']._serialized_start=498
   _globals['_WAITJOBRESPONSE']._serialized_end=623
   _globals['_WATCHJOBREQUEST']._serialized_start=625
-  _globals['_WATCHJOBREQUEST']._serialized_end=696
-  _globals['_WATCHJOBRESPONSE']._serialized_start=698
-  _globals['_WATCHJOBRESPONSE']._serialized_end=743
-  _globals['_CANCELJOBREQUEST']._serialized_start=745
-  _globals['_CANCELJOBREQUEST']._serialized_end=814
-  _globals['_CANCELJOBRESPONSE']._serialized_start=816
-  _globals['_CANCELJOBRESPONSE']._serialized_end=862
-  _globals['_LISTJOBSREQUEST']._serialized_start=865
-  _globals['_LISTJOBSREQUEST']._serialized_end=1161
-  _globals['_LISTJOBSRESPONSE']._serialized_start=1163
-  _globals['_LISTJOBSRESPONSE']._serialized_end=1234
-  _globals['_LISTJOBEVENTSREQUEST']._serialized_start=1236
-  _globals['_LISTJOBEVENTSREQUEST']._serialized_end=1362
-  _globals['_LISTJOBEVENTSRESPONSE']._serialized_start=1364
-  _globals['_LISTJOBEVENTSRESPONSE']._serialized_end=1447
-  _globals['_GETJOBOUTPUTSREQUEST']._serialized_start=1449
-  _globals['_GETJOBOUTPUTSREQUEST']._serialized_end=1497
-  _globals['_STREAMOUTPUT']._serialized_start=1499
-  _globals['_STREAMOUTPUT']._serialized_end=1592
-  _globals['_GETJOBOUTPUTSRESPONSE']._serialized_start=1594
-  _globals['_GETJOBOUTPUTSRESPONSE']._serialized_end=1708
-  _globals['_JOBORCHESTRATIONSERVICE']._serialized_start=1711
-  _globals['_JOBORCHESTRATIONSERVICE']._serialized_end=2350
+  _globals['_WATCHJOBREQUEST']._serialized_end=698
+  _globals['_WATCHJOBRESPONSE']._serialized_start=700
+  _globals['_WATCHJOBRESPONSE']._serialized_end=745
+  _globals['_CANCELJOBREQUEST']._serialized_start=747
+  _globals['_CANCELJOBREQUEST']._serialized_end=816
+  _globals['_CANCELJOBRESPONSE']._serialized_start=818
+  _globals['_CANCELJOBRESPONSE']._serialized_end=864
+  _globals['_LISTJOBSREQUEST']._serialized_start=867
+  _globals['_LISTJOBSREQUEST']._serialized_end=1165
+  _globals['_LISTJOBSRESPONSE']._serialized_start=1167
+  _globals['_LISTJOBSRESPONSE']._serialized_end=1238
+  _globals['_LISTJOBEVENTSREQUEST']._serialized_start=1241
+  _globals['_LISTJOBEVENTSREQUEST']._serialized_end=1371
+  _globals['_LISTJOBEVENTSRESPONSE']._serialized_start=1373
+  _globals['_LISTJOBEVENTSRESPONSE']._serialized_end=1456
+  _globals['_GETJOBOUTPUTSREQUEST']._serialized_start=1458
+  _globals['_GETJOBOUTPUTSREQUEST']._serialized_end=1506
+  _globals['_STREAMOUTPUT']._serialized_start=1508
+  _globals['_STREAMOUTPUT']._serialized_end=1601
+  _globals['_GETJOBOUTPUTSRESPONSE']._serialized_start=1603
+  _globals['_GETJOBOUTPUTSRESPONSE']._serialized_end=1717
+  _globals['_JOBORCHESTRATIONSERVICE']._serialized_start=1720
+  _globals['_JOBORCHESTRATIONSERVICE']._serialized_end=2359
 # @@protoc_insertion_point(module_scope)

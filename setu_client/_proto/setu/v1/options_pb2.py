@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import descriptor_pb2 as google_dot_protobuf_dot_descriptor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15setu/v1/options.proto\x12\x07setu.v1\x1a google/protobuf/descriptor.proto\"Z\n\nFieldRules\x12\x10\n\x08required\x18\x01 \x01(\x08\x12\x0c\n\x04uuid\x18\x02 \x01(\x08\x12\x12\n\nmax_length\x18\x03 \x01(\r\x12\x0b\n\x03min\x18\x04 \x01(\x03\x12\x0b\n\x03max\x18\x05 \x01(\x03:C\n\x05rules\x12\x1d.google.protobuf.FieldOptions\x18\xb8\x8e\x03 \x01(\x0b\x32\x13.setu.v1.FieldRulesb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15setu/v1/options.proto\x12\x07setu.v1\x1a google/protobuf/descriptor.proto\"t\n\nFieldRules\x12\x10\n\x08required\x18\x01 \x01(\x08\x12\x0c\n\x04uuid\x18\x02 \x01(\x08\x12\x12\n\nmax_length\x18\x03 \x01(\r\x12\x10\n\x03min\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x10\n\x03max\x18\x05 \x01(\x03H\x01\x88\x01\x01\x42\x06\n\x04_minB\x06\n\x04_max:C\n\x05rules\x12\x1d.google.protobuf.FieldOptions\x18\xb8\x8e\x03 \x01(\x0b\x32\x13.setu.v1.FieldRulesb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,5 +33,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'setu.v1.options_pb2', _glob
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_FIELDRULES']._serialized_start=68
-  _globals['_FIELDRULES']._serialized_end=158
+  _globals['_FIELDRULES']._serialized_end=184
 # @@protoc_insertion_point(module_scope)

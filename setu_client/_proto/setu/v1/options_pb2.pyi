@@ -11,10 +11,10 @@ import builtins as _builtins
 import sys
 import typing as _typing
 
-if sys.version_info >= (3, 11):
-    from typing import TypeAlias as _TypeAlias, Never as _Never
+if sys.version_info >= (3, 10):
+    from typing import TypeAlias as _TypeAlias
 else:
-    from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
+    from typing_extensions import TypeAlias as _TypeAlias
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -49,14 +49,21 @@ class FieldRules(_message.Message):
         required: _builtins.bool = ...,
         uuid: _builtins.bool = ...,
         max_length: _builtins.int = ...,
-        min: _builtins.int = ...,
-        max: _builtins.int = ...,
+        min: _builtins.int | None = ...,
+        max: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max", b"_max", "_min", b"_min", "max", b"max", "min", b"min"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max", b"max", "max_length", b"max_length", "min", b"min", "required", b"required", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max", b"_max", "_min", b"_min", "max", b"max", "max_length", b"max_length", "min", b"min", "required", b"required", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__max: _TypeAlias = _typing.Literal["max"]  # noqa: Y015
+    _WhichOneofArgType__max: _TypeAlias = _typing.Literal["_max", b"_max"]  # noqa: Y015
+    _WhichOneofReturnType__min: _TypeAlias = _typing.Literal["min"]  # noqa: Y015
+    _WhichOneofArgType__min: _TypeAlias = _typing.Literal["_min", b"_min"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max) -> _WhichOneofReturnType__max | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min) -> _WhichOneofReturnType__min | None: ...
 
 Global___FieldRules: _TypeAlias = FieldRules  # noqa: Y015
 

@@ -29,7 +29,7 @@ from setu_client._proto.setu.v1 import common_pb2 as setu_dot_v1_dot_common__pb2
 from setu_client._proto.setu.v1 import options_pb2 as setu_dot_v1_dot_options__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17setu/v1/pipelines.proto\x12\x07setu.v1\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14setu/v1/common.proto\x1a\x15setu/v1/options.proto\"\x8e\x03\n\x08Pipeline\x12\n\n\x02id\x18\x01 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x1c\n\x14source_connection_id\x18\x04 \x01(\t\x12!\n\x19\x64\x65stination_connection_id\x18\x05 \x01(\t\x12\x0f\n\x07streams\x18\x06 \x03(\t\x12%\n\x04spec\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x12&\n\nwrite_mode\x18\x08 \x01(\x0e\x32\x12.setu.v1.WriteMode\x12\x10\n\x08schedule\x18\t \x01(\t\x12\x0e\n\x06paused\x18\n \x01(\x08\x12/\n\x0bnext_run_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\ncreated_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x90\x02\n\x15\x43reatePipelineRequest\x12\x17\n\x04name\x18\x01 \x01(\tB\t\xc2\xf3\x18\x05\x08\x01\x18\xc8\x01\x12&\n\x14source_connection_id\x18\x02 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12+\n\x19\x64\x65stination_connection_id\x18\x03 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x0f\n\x07streams\x18\x04 \x03(\t\x12%\n\x04spec\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12&\n\nwrite_mode\x18\x06 \x01(\x0e\x32\x12.setu.v1.WriteMode\x12\x19\n\x08schedule\x18\x07 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xc8\x01\x12\x0e\n\x06paused\x18\x08 \x01(\x08\"3\n\x12GetPipelineRequest\x12\x1d\n\x0bpipeline_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"F\n\x14ListPipelinesRequest\x12\x1a\n\tpage_size\x18\x01 \x01(\x05\x42\x07\xc2\xf3\x18\x03(\xf4\x03\x12\x12\n\npage_token\x18\x02 \x01(\t\"V\n\x15ListPipelinesResponse\x12$\n\tpipelines\x18\x01 \x03(\x0b\x32\x11.setu.v1.Pipeline\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x94\x01\n\x15UpdatePipelineRequest\x12\x1d\n\x0bpipeline_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12+\n\x08pipeline\x18\x02 \x01(\x0b\x32\x11.setu.v1.PipelineB\x06\xc2\xf3\x18\x02\x08\x01\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"6\n\x15\x44\x65letePipelineRequest\x12\x1d\n\x0bpipeline_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"\x18\n\x16\x44\x65letePipelineResponse2\xfd\x02\n\x0fPipelineService\x12\x43\n\x0e\x43reatePipeline\x12\x1e.setu.v1.CreatePipelineRequest\x1a\x11.setu.v1.Pipeline\x12=\n\x0bGetPipeline\x12\x1b.setu.v1.GetPipelineRequest\x1a\x11.setu.v1.Pipeline\x12N\n\rListPipelines\x12\x1d.setu.v1.ListPipelinesRequest\x1a\x1e.setu.v1.ListPipelinesResponse\x12\x43\n\x0eUpdatePipeline\x12\x1e.setu.v1.UpdatePipelineRequest\x1a\x11.setu.v1.Pipeline\x12Q\n\x0e\x44\x65letePipeline\x12\x1e.setu.v1.DeletePipelineRequest\x1a\x1f.setu.v1.DeletePipelineResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17setu/v1/pipelines.proto\x12\x07setu.v1\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14setu/v1/common.proto\x1a\x15setu/v1/options.proto\"\x8e\x03\n\x08Pipeline\x12\n\n\x02id\x18\x01 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x1c\n\x14source_connection_id\x18\x04 \x01(\t\x12!\n\x19\x64\x65stination_connection_id\x18\x05 \x01(\t\x12\x0f\n\x07streams\x18\x06 \x03(\t\x12%\n\x04spec\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x12&\n\nwrite_mode\x18\x08 \x01(\x0e\x32\x12.setu.v1.WriteMode\x12\x10\n\x08schedule\x18\t \x01(\t\x12\x0e\n\x06paused\x18\n \x01(\x08\x12/\n\x0bnext_run_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\ncreated_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x90\x02\n\x15\x43reatePipelineRequest\x12\x17\n\x04name\x18\x01 \x01(\tB\t\xc2\xf3\x18\x05\x08\x01\x18\xc8\x01\x12&\n\x14source_connection_id\x18\x02 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12+\n\x19\x64\x65stination_connection_id\x18\x03 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x0f\n\x07streams\x18\x04 \x03(\t\x12%\n\x04spec\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12&\n\nwrite_mode\x18\x06 \x01(\x0e\x32\x12.setu.v1.WriteMode\x12\x19\n\x08schedule\x18\x07 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xc8\x01\x12\x0e\n\x06paused\x18\x08 \x01(\x08\"3\n\x12GetPipelineRequest\x12\x1d\n\x0bpipeline_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"H\n\x14ListPipelinesRequest\x12\x1c\n\tpage_size\x18\x01 \x01(\x05\x42\t\xc2\xf3\x18\x05 \x00(\xf4\x03\x12\x12\n\npage_token\x18\x02 \x01(\t\"V\n\x15ListPipelinesResponse\x12$\n\tpipelines\x18\x01 \x03(\x0b\x32\x11.setu.v1.Pipeline\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x94\x01\n\x15UpdatePipelineRequest\x12\x1d\n\x0bpipeline_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12+\n\x08pipeline\x18\x02 \x01(\x0b\x32\x11.setu.v1.PipelineB\x06\xc2\xf3\x18\x02\x08\x01\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"6\n\x15\x44\x65letePipelineRequest\x12\x1d\n\x0bpipeline_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"\x18\n\x16\x44\x65letePipelineResponse2\xfd\x02\n\x0fPipelineService\x12\x43\n\x0e\x43reatePipeline\x12\x1e.setu.v1.CreatePipelineRequest\x1a\x11.setu.v1.Pipeline\x12=\n\x0bGetPipeline\x12\x1b.setu.v1.GetPipelineRequest\x1a\x11.setu.v1.Pipeline\x12N\n\rListPipelines\x12\x1d.setu.v1.ListPipelinesRequest\x1a\x1e.setu.v1.ListPipelinesResponse\x12\x43\n\x0eUpdatePipeline\x12\x1e.setu.v1.UpdatePipelineRequest\x1a\x11.setu.v1.Pipeline\x12Q\n\x0e\x44\x65letePipeline\x12\x1e.setu.v1.DeletePipelineRequest\x1a\x1f.setu.v1.DeletePipelineResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -47,7 +47,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETPIPELINEREQUEST'].fields_by_name['pipeline_id']._loaded_options = None
   _globals['_GETPIPELINEREQUEST'].fields_by_name['pipeline_id']._serialized_options = b'\302\363\030\004\010\001\020\001'
   _globals['_LISTPIPELINESREQUEST'].fields_by_name['page_size']._loaded_options = None
-  _globals['_LISTPIPELINESREQUEST'].fields_by_name['page_size']._serialized_options = b'\302\363\030\003(\364\003'
+  _globals['_LISTPIPELINESREQUEST'].fields_by_name['page_size']._serialized_options = b'\302\363\030\005 \000(\364\003'
   _globals['_UPDATEPIPELINEREQUEST'].fields_by_name['pipeline_id']._loaded_options = None
   _globals['_UPDATEPIPELINEREQUEST'].fields_by_name['pipeline_id']._serialized_options = b'\302\363\030\004\010\001\020\001'
   _globals['_UPDATEPIPELINEREQUEST'].fields_by_name['pipeline']._loaded_options = None
@@ -61,15 +61,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETPIPELINEREQUEST']._serialized_start=854
   _globals['_GETPIPELINEREQUEST']._serialized_end=905
   _globals['_LISTPIPELINESREQUEST']._serialized_start=907
-  _globals['_LISTPIPELINESREQUEST']._serialized_end=977
-  _globals['_LISTPIPELINESRESPONSE']._serialized_start=979
-  _globals['_LISTPIPELINESRESPONSE']._serialized_end=1065
-  _globals['_UPDATEPIPELINEREQUEST']._serialized_start=1068
-  _globals['_UPDATEPIPELINEREQUEST']._serialized_end=1216
-  _globals['_DELETEPIPELINEREQUEST']._serialized_start=1218
-  _globals['_DELETEPIPELINEREQUEST']._serialized_end=1272
-  _globals['_DELETEPIPELINERESPONSE']._serialized_start=1274
-  _globals['_DELETEPIPELINERESPONSE']._serialized_end=1298
-  _globals['_PIPELINESERVICE']._serialized_start=1301
-  _globals['_PIPELINESERVICE']._serialized_end=1682
+  _globals['_LISTPIPELINESREQUEST']._serialized_end=979
+  _globals['_LISTPIPELINESRESPONSE']._serialized_start=981
+  _globals['_LISTPIPELINESRESPONSE']._serialized_end=1067
+  _globals['_UPDATEPIPELINEREQUEST']._serialized_start=1070
+  _globals['_UPDATEPIPELINEREQUEST']._serialized_end=1218
+  _globals['_DELETEPIPELINEREQUEST']._serialized_start=1220
+  _globals['_DELETEPIPELINEREQUEST']._serialized_end=1274
+  _globals['_DELETEPIPELINERESPONSE']._serialized_start=1276
+  _globals['_DELETEPIPELINERESPONSE']._serialized_end=1300
+  _globals['_PIPELINESERVICE']._serialized_start=1303
+  _globals['_PIPELINESERVICE']._serialized_end=1684
 # @@protoc_insertion_point(module_scope)

@@ -1,0 +1,58 @@
+"""Channels to setu-server: credentials on every call, HTTP/2 keepalive."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+
+# Ping an idle connection so a silently dead peer (a NAT that dropped the
+# flow, a crashed host) is noticed in seconds, not at the next call's timeout.
+KEEPALIVE_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+)
+
+
+class _BearerAuth(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
+    def __init__(self, token: str) -> None:
+        self._header = ("authorization", f"Bearer {token}")
+
+    def _with_auth(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        metadata = grpc.aio.Metadata(*(details.metadata or ()))
+        metadata.add(*self._header)
+        return grpc.aio.ClientCallDetails(
+            details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
+        )
+
+    async def intercept_unary_unary(
+        self, continuation: Callable[..., Any], details: grpc.aio.ClientCallDetails, request: Any
+    ) -> Any:
+        return await continuation(self._with_auth(details), request)
+
+    async def intercept_unary_stream(
+        self, continuation: Callable[..., Any], details: grpc.aio.ClientCallDetails, request: Any
+    ) -> Any:
+        return await continuation(self._with_auth(details), request)
+
+
+def open_channel(
+    target: str,
+    token: str | None = None,
+    *,
+    tls: bool = False,
+    root_certificates: bytes | None = None,
+    options: Sequence[tuple[str, Any]] = (),
+) -> grpc.aio.Channel:
+    """An asyncio channel that sends `authorization: Bearer <token>` on every call."""
+    interceptors = [_BearerAuth(token)] if token else None
+    all_options = [*KEEPALIVE_OPTIONS, *options]
+    if tls or root_certificates:
+        credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates)
+        return grpc.aio.secure_channel(
+            target, credentials, options=all_options, interceptors=interceptors
+        )
+    return grpc.aio.insecure_channel(target, options=all_options, interceptors=interceptors)

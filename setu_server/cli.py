@@ -1,0 +1,196 @@
+"""setu: the command line. `setu dev` runs a local server with dev credentials;
+`setu admin …` manages workspaces, API keys and agents on a running server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+
+from setu_client._proto.setu.v1 import admin_pb2 as apb
+from setu_client._proto.setu.v1 import admin_pb2_grpc
+from setu_client.channel import open_channel
+from setu_client.errors import SetuError, from_rpc_error
+from setu_server import logs
+from setu_server.config import Settings
+from setu_server.server import serving
+from setu_server.service.secrets import TokenKind, new_secret
+
+DEV_WORKSPACE = "dev"
+
+
+# ---------------------------------------------------------------- setu dev
+
+
+def _load_credentials(path: Path) -> dict[str, str]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _save_credentials(path: Path, credentials: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600, exist_ok=True)
+    path.write_text(json.dumps(credentials, indent=2) + "\n")
+
+
+async def _ensure_dev_tenant(
+    admin: admin_pb2_grpc.AdminServiceStub, credentials: dict[str, str]
+) -> dict[str, str]:
+    """The dev workspace and its API key, created on first run only."""
+    listed = await admin.ListWorkspaces(apb.ListWorkspacesRequest())
+    workspace = next((w for w in listed.workspaces if w.name == DEV_WORKSPACE), None)
+    if workspace is None:
+        workspace = await admin.CreateWorkspace(apb.CreateWorkspaceRequest(name=DEV_WORKSPACE))
+    if credentials.get("workspace_id") != workspace.id or not credentials.get("api_key"):
+        key = await admin.CreateApiKey(
+            apb.CreateApiKeyRequest(workspace_id=workspace.id, name="dev")
+        )
+        credentials = credentials | {"workspace_id": workspace.id, "api_key": key.secret}
+    return credentials
+
+
+def _banner(address: str, credentials: dict[str, str], credentials_path: Path) -> str:
+    key = credentials["api_key"]
+    return f"""
+Setu dev server on {address}   (Ctrl-C stops it; data in {credentials_path.parent})
+
+  workspace  {credentials["workspace_id"]}
+  API key    {key}
+  admin      {credentials["admin_token"]}
+  (saved in {credentials_path})
+
+Try it:
+  grpcurl -plaintext {address} list
+  grpcurl -plaintext {address} grpc.health.v1.Health/Check
+  grpcurl -plaintext -H 'authorization: Bearer {key}' \\
+      -d '{{"job_id": "00000000-0000-0000-0000-000000000000"}}' \\
+      {address} setu.v1.JobOrchestrationService/GetJob
+  grpcurl -plaintext -H 'authorization: Bearer {credentials["admin_token"]}' \\
+      {address} setu.v1.AdminService/ListWorkspaces
+"""
+
+
+async def _dev(args: argparse.Namespace) -> None:
+    data_dir = Path(args.data_dir).resolve()
+    credentials_path = data_dir / "credentials.json"
+    credentials = _load_credentials(credentials_path)
+    if not credentials.get("admin_token"):
+        credentials["admin_token"] = new_secret(TokenKind.ADMIN).token
+        _save_credentials(credentials_path, credentials)
+    settings = replace(
+        Settings.from_env(),
+        listen=args.listen,
+        data_dir=data_dir,
+        admin_token=credentials["admin_token"],
+        database_url=os.environ.get("SETU_DATABASE_URL", ""),
+    )
+    logs.configure(settings.log_level, "text")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with serving(settings) as running:
+        host = settings.listen.rsplit(":", 1)[0]
+        address = f"{host}:{running.port}"
+        async with open_channel(address, credentials["admin_token"]) as channel:
+            credentials = await _ensure_dev_tenant(
+                admin_pb2_grpc.AdminServiceStub(channel), credentials
+            )
+        _save_credentials(credentials_path, credentials)
+        print(_banner(address, credentials, credentials_path), flush=True)
+        await stop.wait()
+
+
+# ---------------------------------------------------------------- setu admin
+
+
+def _print(message: Message) -> None:
+    print(json.dumps(MessageToDict(message), indent=2))
+
+
+async def _admin_call(
+    args: argparse.Namespace,
+    call: Callable[[admin_pb2_grpc.AdminServiceStub], Awaitable[Message]],
+) -> None:
+    token = args.admin_token or os.environ.get("SETU_ADMIN_TOKEN", "")
+    if not token:
+        raise SystemExit("an admin token is required (--admin-token or SETU_ADMIN_TOKEN)")
+    async with open_channel(args.server, token, tls=args.tls) as channel:
+        try:
+            _print(await call(admin_pb2_grpc.AdminServiceStub(channel)))
+        except grpc.aio.AioRpcError as exc:
+            error = from_rpc_error(exc)
+            raise SystemExit(f"error: {error.code.name}: {error.message}") from None
+
+
+_ADMIN_ACTIONS: dict[tuple[str, str], Callable[[Any, argparse.Namespace], Awaitable[Message]]] = {
+    ("workspace", "create"): lambda s, a: s.CreateWorkspace(
+        apb.CreateWorkspaceRequest(name=a.name)
+    ),
+    ("workspace", "list"): lambda s, a: s.ListWorkspaces(apb.ListWorkspacesRequest()),
+    ("api-key", "create"): lambda s, a: s.CreateApiKey(
+        apb.CreateApiKeyRequest(workspace_id=a.workspace, name=a.name)
+    ),
+    ("api-key", "list"): lambda s, a: s.ListApiKeys(
+        apb.ListApiKeysRequest(workspace_id=a.workspace)
+    ),
+    ("api-key", "revoke"): lambda s, a: s.RevokeApiKey(apb.RevokeApiKeyRequest(api_key_id=a.id)),
+    ("agent", "create"): lambda s, a: s.CreateAgent(
+        apb.CreateAgentRequest(workspace_id=a.workspace, name=a.name)
+    ),
+    ("agent", "list"): lambda s, a: s.ListAgents(apb.ListAgentsRequest(workspace_id=a.workspace)),
+    ("agent", "deactivate"): lambda s, a: s.DeactivateAgent(
+        apb.DeactivateAgentRequest(agent_id=a.id)
+    ),
+}
+
+
+def _admin_parser(sub: Any) -> None:
+    admin = sub.add_parser("admin", help="manage workspaces, API keys and agents")
+    admin.add_argument("--server", default=os.environ.get("SETU_SERVER", "127.0.0.1:50051"))
+    admin.add_argument("--admin-token", default="")
+    admin.add_argument("--tls", action="store_true")
+    objects = admin.add_subparsers(dest="object", required=True)
+    ws = objects.add_parser("workspace").add_subparsers(dest="action", required=True)
+    ws.add_parser("create").add_argument("name")
+    ws.add_parser("list")
+    for name in ("api-key", "agent"):
+        actions = objects.add_parser(name).add_subparsers(dest="action", required=True)
+        create = actions.add_parser("create")
+        create.add_argument("--workspace", required=True, help="workspace id")
+        create.add_argument("name")
+        actions.add_parser("list").add_argument("--workspace", required=True)
+        verb = "revoke" if name == "api-key" else "deactivate"
+        actions.add_parser(verb).add_argument("id")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="setu", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    dev = sub.add_parser("dev", help="run a local server with dev credentials")
+    dev.add_argument("--data-dir", default=os.environ.get("SETU_DATA_DIR", ".setu/dev"))
+    dev.add_argument("--listen", default=os.environ.get("SETU_LISTEN", "127.0.0.1:50051"))
+    _admin_parser(sub)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "dev":
+            asyncio.run(_dev(args))
+        elif args.command == "admin":
+            action = _ADMIN_ACTIONS[(args.object, args.action)]
+            asyncio.run(_admin_call(args, lambda stub: action(stub, args)))
+    except SetuError as exc:
+        sys.exit(f"error: {exc.code.name}: {exc.message}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Server settings: environment variables (SETU_*), overridden by flags.
+
+Every setting is listed in the README's configuration table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DATA_DIR = Path(".setu")
+
+
+@dataclass(frozen=True)
+class Settings:
+    listen: str = field(default="127.0.0.1:50051", metadata={"help": "host:port to serve on"})
+    database_url: str = field(
+        default="", metadata={"help": "PostgreSQL URL; empty starts an embedded server"}
+    )
+    data_dir: Path = field(
+        default=DEFAULT_DATA_DIR,
+        metadata={"help": "folder for the embedded database and local blobs"},
+    )
+    blob_url: str = field(
+        default="", metadata={"help": "where staged data goes: a folder or s3://bucket/prefix"}
+    )
+    s3_endpoint_url: str = field(default="", metadata={"help": "S3 endpoint, for non-AWS S3"})
+    admin_token: str = field(
+        default="", metadata={"help": "token for AdminService; empty disables admin calls"}
+    )
+    tls_cert: str = field(default="", metadata={"help": "PEM certificate file; enables TLS"})
+    tls_key: str = field(default="", metadata={"help": "PEM private key file"})
+    grace_seconds: float = field(
+        default=10.0, metadata={"help": "how long in-flight calls may finish on shutdown"}
+    )
+    wait_cap_seconds: float = field(default=60.0, metadata={"help": "WaitJob's long-poll cap"})
+    lease_wait_cap_seconds: float = field(
+        default=30.0, metadata={"help": "LeaseTask's long-poll cap"}
+    )
+    db_pool_size: int = field(default=10, metadata={"help": "database connections per server"})
+    log_level: str = field(default="info", metadata={"help": "debug, info, warning, error"})
+    log_format: str = field(default="json", metadata={"help": "json or text (key=value)"})
+
+    @property
+    def embedded_pg_dir(self) -> Path:
+        return self.data_dir / "pg"
+
+    @property
+    def blob_root(self) -> str:
+        return self.blob_url or str(self.data_dir / "blobs")
+
+    @classmethod
+    def env_name(cls, name: str) -> str:
+        return "SETU_" + name.upper()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(cls.env_name(f.name))
+            if raw is not None and raw != "":
+                values[f.name] = _coerce(f.type, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        for f in fields(cls):
+            parser.add_argument(
+                "--" + f.name.replace("_", "-"),
+                dest=f.name,
+                default=None,
+                type=lambda raw, t=f.type: _coerce(t, raw),
+                help=f"{f.metadata['help']} (env {cls.env_name(f.name)}, default {f.default!s:.40})",
+            )
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
+        return cls.from_env(env, **{f.name: getattr(args, f.name, None) for f in fields(cls)})
+
+
+def _coerce(type_name: Any, raw: str) -> Any:
+    kind = str(type_name)
+    if kind == "float":
+        return float(raw)
+    if kind == "int":
+        return int(raw)
+    if kind == "Path":
+        return Path(raw)
+    return raw

@@ -1,0 +1,123 @@
+"""Domain records shared by the store, the services and the servicers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+from uuid import UUID
+
+# An agent is online when active and seen this recently (DESIGN §5).
+ONLINE_WINDOW = timedelta(seconds=90)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    id: UUID
+    name: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    id: UUID
+    workspace_id: UUID
+    name: str
+    prefix: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Agent:
+    id: UUID
+    workspace_id: UUID
+    name: str
+    active: bool
+    version: str
+    capabilities: list[str]
+    hostname: str
+    last_seen_at: datetime | None
+    created_at: datetime
+
+    def online(self, now: datetime) -> bool:
+        return (
+            self.active
+            and self.last_seen_at is not None
+            and now - self.last_seen_at <= ONLINE_WINDOW
+        )
+
+
+class Role(StrEnum):
+    CLIENT = "client"
+    AGENT = "agent"
+    ADMIN = "admin"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a workspace's client, one agent, or an operator."""
+
+    role: Role
+    workspace_id: UUID | None = None
+    agent_id: UUID | None = None
+    credential_id: UUID | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class JobKind(StrEnum):
+    RUN = "run"
+    TEST = "test"
+    DISCOVER = "discover"
+    PREVIEW = "preview"
+
+
+class JobState(StrEnum):
+    READY = "ready"
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_JOB_STATES
+
+
+TERMINAL_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+
+class Phase(StrEnum):
+    EXTRACT = "extract"
+    LOAD = "load"
+    DIRECT = "direct"
+
+
+@dataclass(frozen=True)
+class Job:
+    id: UUID
+    workspace_id: UUID
+    kind: JobKind
+    state: JobState
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    pipeline_id: UUID | None = None
+    connection_id: UUID | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    phase: Phase | None = None
+    dry_run: bool = False
+    cancel_requested: bool = False
+    error_message: str = ""
+    rows_extracted: int = 0
+    rows_loaded: int = 0
+    rows_total: int = 0
+    extract_runtime: str = ""
+    load_runtime: str = ""
+    result: dict[str, Any] | None = None
+    idempotency_key: str | None = None
+    scheduled_for: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None

@@ -1,0 +1,91 @@
+"""Domain records to protos and back. Only servicers use this."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from setu_client._proto.setu.v1 import admin_pb2, common_pb2
+from setu_server.models import Agent, ApiKey, Job, JobKind, JobState, Phase, Workspace
+
+JOB_KINDS = {k: getattr(common_pb2, f"JOB_KIND_{k.name}") for k in JobKind}
+JOB_STATES = {s: getattr(common_pb2, f"JOB_STATE_{s.name}") for s in JobState}
+PHASES = {p: getattr(common_pb2, f"PHASE_{p.name}") for p in Phase}
+
+
+def ts(value: datetime | None) -> Timestamp | None:
+    if value is None:
+        return None
+    stamp = Timestamp()
+    stamp.FromDatetime(value)
+    return stamp
+
+
+def uid(value: str) -> UUID:
+    """An id the validator already checked."""
+    return UUID(value)
+
+
+def workspace(w: Workspace) -> admin_pb2.Workspace:
+    return admin_pb2.Workspace(id=str(w.id), name=w.name, created_at=ts(w.created_at))
+
+
+def api_key(k: ApiKey) -> admin_pb2.ApiKey:
+    return admin_pb2.ApiKey(
+        id=str(k.id),
+        workspace_id=str(k.workspace_id),
+        name=k.name,
+        prefix=k.prefix,
+        created_at=ts(k.created_at),
+        revoked_at=ts(k.revoked_at),
+    )
+
+
+def agent(a: Agent, now: datetime) -> admin_pb2.Agent:
+    return admin_pb2.Agent(
+        id=str(a.id),
+        workspace_id=str(a.workspace_id),
+        name=a.name,
+        active=a.active,
+        online=a.online(now),
+        version=a.version,
+        capabilities=a.capabilities,
+        hostname=a.hostname,
+        last_seen_at=ts(a.last_seen_at),
+        created_at=ts(a.created_at),
+    )
+
+
+def _id(value: UUID | None) -> str:
+    return str(value) if value else ""
+
+
+def job(j: Job) -> common_pb2.Job:
+    message = common_pb2.Job(
+        id=str(j.id),
+        workspace_id=str(j.workspace_id),
+        kind=JOB_KINDS[j.kind],
+        state=JOB_STATES[j.state],
+        version=j.version,
+        pipeline_id=_id(j.pipeline_id),
+        connection_id=_id(j.connection_id),
+        phase=PHASES[j.phase] if j.phase else common_pb2.PHASE_UNSPECIFIED,
+        dry_run=j.dry_run,
+        cancel_requested=j.cancel_requested,
+        error_message=j.error_message,
+        progress=common_pb2.Progress(
+            rows_extracted=j.rows_extracted, rows_loaded=j.rows_loaded, rows_total=j.rows_total
+        ),
+        extract_runtime=j.extract_runtime,
+        load_runtime=j.load_runtime,
+        created_at=ts(j.created_at),
+        started_at=ts(j.started_at),
+        finished_at=ts(j.finished_at),
+        updated_at=ts(j.updated_at),
+        scheduled_for=ts(j.scheduled_for),
+    )
+    if j.result is not None:
+        message.result.update(j.result)
+    return message

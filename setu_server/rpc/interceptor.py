@@ -1,0 +1,169 @@
+"""The one place every call passes through: request id, authentication,
+validation, error mapping and the access log line.
+
+Servicers stay "proto in, domain call, proto out": they raise domain errors
+(setu_client.errors) and read the caller from `principal()`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import Message
+
+from setu_client.errors import SetuError, Unimplemented, status_of
+from setu_server.logs import request_id
+from setu_server.models import Principal, Role
+from setu_server.rpc.validation import validate
+from setu_server.service.auth import Authenticator
+
+log = logging.getLogger("setu.rpc")
+
+REQUEST_ID_KEY = "x-request-id"
+
+_principal: contextvars.ContextVar[Principal] = contextvars.ContextVar("principal")
+
+# Which credential each service takes; services not listed (health,
+# reflection) are public.
+SERVICE_ROLES: dict[str, Role] = {
+    "setu.v1.JobOrchestrationService": Role.CLIENT,
+    "setu.v1.ConnectionService": Role.CLIENT,
+    "setu.v1.PipelineService": Role.CLIENT,
+    "setu.v1.AgentService": Role.AGENT,
+    "setu.v1.AdminService": Role.ADMIN,
+}
+
+
+def principal() -> Principal:
+    """The authenticated caller of the call being served."""
+    return _principal.get()
+
+
+class CallInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, authenticator: Authenticator) -> None:
+        self._auth = authenticator
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        method: str = details.method  # type: ignore[attr-defined]
+        service = method.lstrip("/").split("/")[0]
+        role = SERVICE_ROLES.get(service)
+        if handler is None or role is None:
+            return handler
+        metadata = dict(details.invocation_metadata or ())  # type: ignore[attr-defined]
+        call = _Call(self._auth, method, role, metadata)
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                call.unary(handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                call.stream(handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+
+class _Call:
+    def __init__(
+        self, auth: Authenticator, method: str, role: Role, metadata: dict[str, Any]
+    ) -> None:
+        self.auth = auth
+        self.method = method
+        self.role = role
+        self.metadata = metadata
+
+    def unary(self, behavior: Callable[..., Awaitable[Message]]) -> Callable[..., Awaitable[Any]]:
+        async def handle(request: Message, context: grpc.aio.ServicerContext) -> Any:
+            started = self._begin(context)
+            try:
+                await self._admit(request)
+                response = await behavior(request, context)
+            except BaseException as exc:
+                await self._fail(exc, context, started)
+                raise
+            self._log(grpc.StatusCode.OK, started)
+            return response
+
+        return handle
+
+    def stream(self, behavior: Callable[..., AsyncIterator[Message]]) -> Callable[..., Any]:
+        async def handle(request: Message, context: grpc.aio.ServicerContext) -> Any:
+            started = self._begin(context)
+            try:
+                await self._admit(request)
+                async for response in behavior(request, context):
+                    yield response
+            except BaseException as exc:
+                await self._fail(exc, context, started)
+                raise
+            self._log(grpc.StatusCode.OK, started)
+
+        return handle
+
+    def _begin(self, context: grpc.aio.ServicerContext) -> float:
+        rid = str(self.metadata.get(REQUEST_ID_KEY) or uuid.uuid4().hex)[:64]
+        request_id.set(rid)
+        context.set_trailing_metadata(((REQUEST_ID_KEY, rid),))
+        # Durations are measured on the host's monotonic clock, not domain time.
+        return time.monotonic()
+
+    async def _admit(self, request: Message) -> None:
+        who = await self.auth.authenticate(self.metadata.get("authorization"), self.role)
+        _principal.set(who)
+        validate(request)
+
+    async def _fail(
+        self, exc: BaseException, context: grpc.aio.ServicerContext, started: float
+    ) -> None:
+        if isinstance(exc, NotImplementedError):
+            exc = Unimplemented(f"{self.method} is not implemented yet")
+        if isinstance(exc, SetuError):
+            code, message, trailers = status_of(exc)
+            self._log(code, started, error=message)
+            rid = request_id.get()
+            await context.abort(code, message, ((REQUEST_ID_KEY, rid), *trailers))
+        elif isinstance(exc, Exception) and not _is_abort(exc):
+            log.exception("unexpected error", extra=self._fields(started))
+            await context.abort(
+                grpc.StatusCode.INTERNAL,
+                f"internal error (request id {request_id.get()}); see the server log",
+            )
+
+    def _fields(self, started: float) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "method": self.method,
+            "duration_ms": round((time.monotonic() - started) * 1000, 2),
+        }
+        who = _principal.get(None)
+        if who is not None:
+            fields["role"] = who.role.value
+            if who.workspace_id:
+                fields["workspace_id"] = str(who.workspace_id)
+            if who.agent_id:
+                fields["agent_id"] = str(who.agent_id)
+        return fields
+
+    def _log(self, code: grpc.StatusCode, started: float, error: str = "") -> None:
+        fields = self._fields(started) | {"code": code.name}
+        if error:
+            fields["error"] = error
+        log.info("call", extra=fields)
+
+
+def _is_abort(exc: BaseException) -> bool:
+    # context.abort() raises this to unwind the handler; it is already a status.
+    return type(exc).__name__ == "AbortError"

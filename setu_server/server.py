@@ -1,0 +1,172 @@
+"""Assemble and run setu-server: database, services, gRPC server, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from setu_client._proto.setu.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    agents_pb2,
+    agents_pb2_grpc,
+    connections_pb2,
+    connections_pb2_grpc,
+    jobs_pb2,
+    jobs_pb2_grpc,
+    pipelines_pb2,
+    pipelines_pb2_grpc,
+)
+from setu_client.clock import Clock, SystemClock
+from setu_server.config import Settings
+from setu_server.rpc import reflection
+from setu_server.rpc.admin import AdminServicer
+from setu_server.rpc.agents import AgentServicer
+from setu_server.rpc.interceptor import CallInterceptor
+from setu_server.rpc.jobs import JobServicer
+from setu_server.service.admin import AdminService
+from setu_server.service.agents import AgentPresence
+from setu_server.service.auth import Authenticator
+from setu_server.service.jobs import JobService
+from setu_server.service.secrets import digest
+from setu_server.store import db
+from setu_server.store.embedded import EmbeddedPostgres
+from setu_server.store.migrate import migrate
+
+log = logging.getLogger("setu.server")
+
+SERVICE_NAMES = (
+    jobs_pb2.DESCRIPTOR.services_by_name["JobOrchestrationService"].full_name,
+    connections_pb2.DESCRIPTOR.services_by_name["ConnectionService"].full_name,
+    pipelines_pb2.DESCRIPTOR.services_by_name["PipelineService"].full_name,
+    agents_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
+    admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+)
+
+# DESIGN §4: long-polls park many calls on one connection, so no stream limit;
+# clients ping to detect dead peers, so permit their pings.
+GRPC_OPTIONS = (
+    ("grpc.max_concurrent_streams", 2**31 - 1),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.so_reuseport", 0),
+)
+
+
+@dataclass
+class Running:
+    """A started server: its bound port and how to stop it."""
+
+    server: grpc.aio.Server
+    port: int
+    pool: asyncpg.Pool
+    health: health.aio.HealthServicer
+    settings: Settings
+
+    async def stop(self, grace: float | None = None) -> None:
+        grace = self.settings.grace_seconds if grace is None else grace
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+        await self.pool.close()
+
+
+async def database_url(settings: Settings, stack: contextlib.AsyncExitStack) -> str:
+    """The configured database, or an embedded server started for this process."""
+    if settings.database_url:
+        return settings.database_url
+    embedded = EmbeddedPostgres(settings.embedded_pg_dir.resolve())
+    url = await embedded.start()
+    stack.push_async_callback(embedded.stop)
+    return url
+
+
+async def start(settings: Settings, url: str, clock: Clock | None = None) -> Running:
+    """Migrate, then serve on settings.listen (port 0 picks a free one)."""
+    clock = clock or SystemClock()
+    conn = await db.connect(url)
+    try:
+        await migrate(conn)
+    finally:
+        await conn.close()
+    pool = await db.create_pool(url, max_size=settings.db_pool_size)
+
+    admin_digest = digest(settings.admin_token) if settings.admin_token else None
+    auth = Authenticator(pool, clock, admin_digest)
+    server = grpc.aio.server(interceptors=[CallInterceptor(auth)], options=GRPC_OPTIONS)
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(
+        AdminServicer(AdminService(pool, clock)), server
+    )
+    agents_pb2_grpc.add_AgentServiceServicer_to_server(
+        AgentServicer(AgentPresence(pool, clock), settings), server
+    )
+    jobs_pb2_grpc.add_JobOrchestrationServiceServicer_to_server(
+        JobServicer(JobService(pool, clock)), server
+    )
+    connections_pb2_grpc.add_ConnectionServiceServicer_to_server(
+        connections_pb2_grpc.ConnectionServiceServicer(), server
+    )
+    pipelines_pb2_grpc.add_PipelineServiceServicer_to_server(
+        pipelines_pb2_grpc.PipelineServiceServicer(), server
+    )
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in SERVICE_NAMES:
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable(server, SERVICE_NAMES)
+
+    port = _bind(server, settings)
+    await server.start()
+    log.info(
+        "serving", extra={"address": settings.listen, "port": port, "tls": bool(settings.tls_cert)}
+    )
+    return Running(server, port, pool, health_servicer, settings)
+
+
+def _bind(server: grpc.aio.Server, settings: Settings) -> int:
+    if settings.tls_cert:
+        if not settings.tls_key:
+            raise SystemExit("SETU_TLS_CERT is set but SETU_TLS_KEY is not")
+        key = Path(settings.tls_key).read_bytes()
+        cert = Path(settings.tls_cert).read_bytes()
+        credentials = grpc.ssl_server_credentials([(key, cert)])
+        port = server.add_secure_port(settings.listen, credentials)
+    else:
+        port = server.add_insecure_port(settings.listen)
+    if port == 0:
+        raise SystemExit(f"cannot listen on {settings.listen}")
+    return port
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Settings, clock: Clock | None = None) -> AsyncIterator[Running]:
+    """The whole server for the length of a `with` block."""
+    async with contextlib.AsyncExitStack() as stack:
+        url = await database_url(settings, stack)
+        running = await start(settings, url, clock)
+        try:
+            yield running
+        finally:
+            await running.stop()
+
+
+async def serve_until_signalled(settings: Settings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with serving(settings) as running:
+        print(f"setu-server listening on port {running.port}", flush=True)
+        await stop.wait()
+        log.info("shutting down", extra={"grace_seconds": settings.grace_seconds})

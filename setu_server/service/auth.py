@@ -1,0 +1,68 @@
+"""Who is calling, and may they call this service?"""
+
+from __future__ import annotations
+
+import asyncpg
+
+from setu_client.clock import Clock
+from setu_client.errors import PermissionDenied, Unauthenticated
+from setu_server.models import Principal, Role
+from setu_server.service.secrets import TokenKind, digest, kind_of, same_digest
+from setu_server.store import tenancy
+
+_ROLE_OF_KIND = {
+    TokenKind.API_KEY: Role.CLIENT,
+    TokenKind.AGENT: Role.AGENT,
+    TokenKind.ADMIN: Role.ADMIN,
+}
+
+_WRONG_ROLE = {
+    Role.CLIENT: "this service takes a workspace API key, not {what}",
+    Role.AGENT: "this service takes an agent token, not {what}",
+    Role.ADMIN: "this service takes the admin token, not {what}",
+}
+
+_WHAT = {Role.CLIENT: "an API key", Role.AGENT: "an agent token", Role.ADMIN: "the admin token"}
+
+
+class Authenticator:
+    def __init__(self, pool: asyncpg.Pool, clock: Clock, admin_token_digest: bytes | None) -> None:
+        self._pool = pool
+        self._clock = clock
+        self._admin_digest = admin_token_digest
+
+    async def authenticate(self, authorization: str | None, required: Role) -> Principal:
+        """The principal behind an `authorization` header, checked against the role
+        the service requires. Never logs or echoes the credential."""
+        token = _bearer(authorization)
+        principal = await self._identify(token)
+        if principal.role is not required:
+            raise PermissionDenied(_WRONG_ROLE[required].format(what=_WHAT[principal.role]))
+        return principal
+
+    async def _identify(self, token: str) -> Principal:
+        kind = kind_of(token)
+        if kind is None:
+            raise Unauthenticated("unknown credential")
+        token_digest = digest(token)
+        now = self._clock.sql_now()
+        if kind is TokenKind.API_KEY:
+            found = await tenancy.authenticate_api_key(self._pool, token_digest, now)
+            if found:
+                return Principal(Role.CLIENT, workspace_id=found[1], credential_id=found[0])
+        elif kind is TokenKind.AGENT:
+            found = await tenancy.authenticate_agent(self._pool, token_digest, now)
+            if found:
+                return Principal(Role.AGENT, workspace_id=found[1], agent_id=found[0])
+        elif self._admin_digest is not None and same_digest(token_digest, self._admin_digest):
+            return Principal(Role.ADMIN)
+        raise Unauthenticated(f"unknown or revoked {_WHAT[_ROLE_OF_KIND[kind]]}")
+
+
+def _bearer(authorization: str | None) -> str:
+    if not authorization:
+        raise Unauthenticated("missing credential: send 'authorization: Bearer <token>'")
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthenticated("malformed authorization header: expected 'Bearer <token>'")
+    return token.strip()

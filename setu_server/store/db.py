@@ -1,0 +1,73 @@
+"""Connection pool and the translation of database errors into domain errors."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import asyncpg
+
+from setu_client.errors import AlreadyExists, FailedPrecondition, Unavailable
+
+# What store functions run on: the pool, or one connection when the caller
+# wants several store calls in one transaction.
+Executor = asyncpg.Pool | asyncpg.Connection
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    for type_name in ("json", "jsonb"):
+        await conn.set_type_codec(
+            type_name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
+        )
+
+
+async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+    with translate_errors():
+        pool: asyncpg.Pool = await asyncpg.create_pool(
+            url, min_size=min_size, max_size=max_size, init=_init_connection
+        )
+    return pool
+
+
+async def connect(url: str) -> asyncpg.Connection:
+    """A connection outside the pool (migrations, LISTEN)."""
+    with translate_errors():
+        conn: asyncpg.Connection = await asyncpg.connect(url)
+    await _init_connection(conn)
+    return conn
+
+
+@contextlib.contextmanager
+def translate_errors() -> Iterator[None]:
+    """Database errors leave the store as domain errors."""
+    try:
+        yield
+    except asyncpg.UniqueViolationError as exc:
+        raise AlreadyExists(_constraint_message(exc, "already exists")) from exc
+    except asyncpg.ForeignKeyViolationError as exc:
+        raise FailedPrecondition(_constraint_message(exc, "is still referenced")) from exc
+    except (asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError, OSError) as exc:
+        raise Unavailable("the database is unreachable; try again shortly") from exc
+    except asyncpg.InterfaceError as exc:
+        if "closed" in str(exc) or "connection" in str(exc):
+            raise Unavailable("the database connection was lost; try again shortly") from exc
+        raise
+
+
+def _constraint_message(exc: asyncpg.IntegrityConstraintViolationError, what: str) -> str:
+    table = getattr(exc, "table_name", None) or "object"
+    return f"{table.replace('_', ' ')} {what}"
+
+
+@contextlib.asynccontextmanager
+async def transaction(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+    """One connection in one transaction, errors translated."""
+    with translate_errors():
+        async with pool.acquire() as conn, conn.transaction():
+            yield conn
+
+
+def row_dict(record: Any) -> dict[str, Any]:
+    return dict(record) if record is not None else {}

@@ -1,0 +1,153 @@
+"""Workspaces, API keys and agents."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+import asyncpg
+
+from setu_server.models import Agent, ApiKey, Workspace
+from setu_server.store.db import Executor, translate_errors
+from setu_server.store.queries import QUERIES
+
+
+def _workspace(r: asyncpg.Record) -> Workspace:
+    return Workspace(id=r["id"], name=r["name"], created_at=r["created_at"])
+
+
+def _api_key(r: asyncpg.Record) -> ApiKey:
+    return ApiKey(
+        id=r["id"],
+        workspace_id=r["workspace_id"],
+        name=r["name"],
+        prefix=r["prefix"],
+        created_at=r["created_at"],
+        revoked_at=r["revoked_at"],
+    )
+
+
+def _agent(r: asyncpg.Record) -> Agent:
+    return Agent(
+        id=r["id"],
+        workspace_id=r["workspace_id"],
+        name=r["name"],
+        active=r["active"],
+        version=r["version"],
+        capabilities=list(r["capabilities"]),
+        hostname=r["hostname"],
+        last_seen_at=r["last_seen_at"],
+        created_at=r["created_at"],
+    )
+
+
+async def insert_workspace(db: Executor, id: UUID, name: str, now: datetime | None) -> Workspace:
+    with translate_errors():
+        return _workspace(await db.fetchrow(QUERIES.insert_workspace, id, name, now))
+
+
+async def get_workspace(db: Executor, id: UUID) -> Workspace | None:
+    with translate_errors():
+        row = await db.fetchrow(QUERIES.get_workspace, id)
+    return _workspace(row) if row else None
+
+
+async def get_workspace_by_name(db: Executor, name: str) -> Workspace | None:
+    with translate_errors():
+        row = await db.fetchrow(QUERIES.get_workspace_by_name, name)
+    return _workspace(row) if row else None
+
+
+async def list_workspaces(db: Executor) -> list[Workspace]:
+    with translate_errors():
+        return [_workspace(r) for r in await db.fetch(QUERIES.list_workspaces)]
+
+
+async def insert_api_key(
+    db: Executor,
+    id: UUID,
+    workspace_id: UUID,
+    name: str,
+    prefix: str,
+    token_hash: bytes,
+    now: datetime | None,
+) -> ApiKey:
+    with translate_errors():
+        row = await db.fetchrow(
+            QUERIES.insert_api_key, id, workspace_id, name, prefix, token_hash, now
+        )
+    return _api_key(row)
+
+
+async def list_api_keys(db: Executor, workspace_id: UUID) -> list[ApiKey]:
+    with translate_errors():
+        return [_api_key(r) for r in await db.fetch(QUERIES.list_api_keys, workspace_id)]
+
+
+async def revoke_api_key(db: Executor, id: UUID, now: datetime | None) -> ApiKey | None:
+    with translate_errors():
+        row = await db.fetchrow(QUERIES.revoke_api_key, id, now)
+    return _api_key(row) if row else None
+
+
+async def authenticate_api_key(
+    db: Executor, token_hash: bytes, now: datetime | None
+) -> tuple[UUID, UUID] | None:
+    """(key id, workspace id) of a live key with this hash."""
+    with translate_errors():
+        row = await db.fetchrow(QUERIES.authenticate_api_key, token_hash, now)
+    return (row["id"], row["workspace_id"]) if row else None
+
+
+async def insert_agent(
+    db: Executor, id: UUID, workspace_id: UUID, name: str, token_hash: bytes, now: datetime | None
+) -> Agent:
+    with translate_errors():
+        return _agent(
+            await db.fetchrow(QUERIES.insert_agent, id, workspace_id, name, token_hash, now)
+        )
+
+
+async def get_agent(db: Executor, id: UUID) -> Agent | None:
+    with translate_errors():
+        row = await db.fetchrow(QUERIES.get_agent, id)
+    return _agent(row) if row else None
+
+
+async def list_agents(db: Executor, workspace_id: UUID) -> list[Agent]:
+    with translate_errors():
+        return [_agent(r) for r in await db.fetch(QUERIES.list_agents, workspace_id)]
+
+
+async def deactivate_agent(db: Executor, id: UUID) -> Agent | None:
+    with translate_errors():
+        row = await db.fetchrow(QUERIES.deactivate_agent, id)
+    return _agent(row) if row else None
+
+
+async def authenticate_agent(
+    db: Executor, token_hash: bytes, now: datetime | None
+) -> tuple[UUID, UUID] | None:
+    """(agent id, workspace id) of an active agent with this token hash."""
+    with translate_errors():
+        row = await db.fetchrow(QUERIES.authenticate_agent, token_hash, now)
+    return (row["id"], row["workspace_id"]) if row else None
+
+
+async def check_in_agent(
+    db: Executor,
+    id: UUID,
+    version: str,
+    capabilities: list[str],
+    hostname: str,
+    now: datetime | None,
+) -> Agent:
+    with translate_errors():
+        row = await db.fetchrow(QUERIES.check_in_agent, id, version, capabilities, hostname, now)
+    return _agent(row)
+
+
+async def database_now(db: Executor, now: datetime | None) -> datetime:
+    with translate_errors():
+        value: datetime = await db.fetchval(QUERIES.database_now, now)
+    return value

@@ -24,9 +24,10 @@ async def check_in(server: str, token: str, tls: bool) -> agents_pb2.CheckInResp
     async with open_channel(server, token, tls=tls) as channel:
         stub = agents_pb2_grpc.AgentServiceStub(channel)
         try:
-            return await stub.CheckIn(
+            answer: agents_pb2.CheckInResponse = await stub.CheckIn(
                 agents_pb2.CheckInRequest(version=VERSION, hostname=platform.node()), timeout=15
             )
+            return answer
         except grpc.aio.AioRpcError as exc:
             raise from_rpc_error(exc) from exc
 

@@ -17,26 +17,34 @@ KEEPALIVE_OPTIONS: tuple[tuple[str, int], ...] = (
 )
 
 
-class _BearerAuth(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
+def _with_auth(details: grpc.aio.ClientCallDetails, header: tuple[str, str]) -> Any:
+    metadata = grpc.aio.Metadata(*(details.metadata or ()))
+    metadata.add(*header)
+    return grpc.aio.ClientCallDetails(
+        details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
+    )
+
+
+# grpc.aio files each interceptor under its first matching kind only, so
+# unary and streaming calls need an interceptor object each.
+class _UnaryAuth(grpc.aio.UnaryUnaryClientInterceptor):
     def __init__(self, token: str) -> None:
         self._header = ("authorization", f"Bearer {token}")
-
-    def _with_auth(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
-        metadata = grpc.aio.Metadata(*(details.metadata or ()))
-        metadata.add(*self._header)
-        return grpc.aio.ClientCallDetails(
-            details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
-        )
 
     async def intercept_unary_unary(
         self, continuation: Callable[..., Any], details: grpc.aio.ClientCallDetails, request: Any
     ) -> Any:
-        return await continuation(self._with_auth(details), request)
+        return await continuation(_with_auth(details, self._header), request)
+
+
+class _StreamAuth(grpc.aio.UnaryStreamClientInterceptor):
+    def __init__(self, token: str) -> None:
+        self._header = ("authorization", f"Bearer {token}")
 
     async def intercept_unary_stream(
         self, continuation: Callable[..., Any], details: grpc.aio.ClientCallDetails, request: Any
     ) -> Any:
-        return await continuation(self._with_auth(details), request)
+        return await continuation(_with_auth(details, self._header), request)
 
 
 def open_channel(
@@ -48,7 +56,7 @@ def open_channel(
     options: Sequence[tuple[str, Any]] = (),
 ) -> grpc.aio.Channel:
     """An asyncio channel that sends `authorization: Bearer <token>` on every call."""
-    interceptors = [_BearerAuth(token)] if token else None
+    interceptors: Any = [_UnaryAuth(token), _StreamAuth(token)] if token else None
     all_options = [*KEEPALIVE_OPTIONS, *options]
     if tls or root_certificates:
         credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates)

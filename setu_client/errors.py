@@ -152,7 +152,7 @@ def from_rpc_error(error: grpc.aio.AioRpcError | grpc.RpcError) -> SetuError:
     details = error.details() if hasattr(error, "details") else str(error)
     trailers: dict[str, str] = {}
     metadata = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
-    for key, value in metadata or ():
+    for key, value in metadata or ():  # type: ignore[misc]  # stubs mistype the pairs
         if isinstance(value, str):
             trailers[key] = value
     return from_status(code, details or "", trailers)

@@ -44,7 +44,7 @@ def _save_credentials(path: Path, credentials: dict[str, str]) -> None:
 
 
 async def _ensure_dev_tenant(
-    admin: admin_pb2_grpc.AdminServiceStub, credentials: dict[str, str]
+    admin: admin_pb2_grpc.AdminServiceAsyncStub, credentials: dict[str, str]
 ) -> dict[str, str]:
     """The dev workspace and its API key, created on first run only."""
     listed = await admin.ListWorkspaces(apb.ListWorkspacesRequest())
@@ -80,8 +80,7 @@ Try it:
 """
 
 
-async def _dev(args: argparse.Namespace) -> None:
-    data_dir = Path(args.data_dir).resolve()
+async def _dev(args: argparse.Namespace, data_dir: Path) -> None:
     credentials_path = data_dir / "credentials.json"
     credentials = _load_credentials(credentials_path)
     if not credentials.get("admin_token"):
@@ -120,7 +119,7 @@ def _print(message: Message) -> None:
 
 async def _admin_call(
     args: argparse.Namespace,
-    call: Callable[[admin_pb2_grpc.AdminServiceStub], Awaitable[Message]],
+    call: Callable[[admin_pb2_grpc.AdminServiceAsyncStub], Awaitable[Message]],
 ) -> None:
     token = args.admin_token or os.environ.get("SETU_ADMIN_TOKEN", "")
     if not token:
@@ -184,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         if args.command == "dev":
-            asyncio.run(_dev(args))
+            asyncio.run(_dev(args, Path(args.data_dir).resolve()))
         elif args.command == "admin":
             action = _ADMIN_ACTIONS[(args.object, args.action)]
             asyncio.run(_admin_call(args, lambda stub: action(stub, args)))

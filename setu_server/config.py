@@ -6,6 +6,7 @@ Every setting is listed in the README's configuration table.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -75,8 +76,8 @@ class Settings:
                 "--" + f.name.replace("_", "-"),
                 dest=f.name,
                 default=None,
-                type=lambda raw, t=f.type: _coerce(t, raw),
-                help=f"{f.metadata['help']} (env {cls.env_name(f.name)}, default {f.default!s:.40})",
+                type=functools.partial(_coerce, f.type),
+                help=f"{f.metadata['help']} (env {cls.env_name(f.name)}, default {f.default})",
             )
 
     @classmethod

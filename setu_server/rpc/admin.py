@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import grpc
-
 from setu_client._proto.setu.v1 import admin_pb2 as pb
 from setu_client._proto.setu.v1 import admin_pb2_grpc
 from setu_server.rpc import convert
 from setu_server.rpc.convert import uid
+from setu_server.rpc.types import Ctx
 from setu_server.service.admin import AdminService
-
-Ctx = grpc.aio.ServicerContext
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):

@@ -6,16 +6,13 @@ answer UNIMPLEMENTED through the generated base class.
 
 from __future__ import annotations
 
-import grpc
-
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client._proto.setu.v1 import agents_pb2_grpc
 from setu_server.config import Settings
 from setu_server.rpc import convert
 from setu_server.rpc.interceptor import principal
+from setu_server.rpc.types import Ctx
 from setu_server.service.agents import AgentPresence
-
-Ctx = grpc.aio.ServicerContext
 
 # A lease lasts this long without a heartbeat (DESIGN §5).
 LEASE_TTL_SECONDS = 60

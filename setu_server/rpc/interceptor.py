@@ -20,6 +20,7 @@ from google.protobuf.message import Message
 from setu_client.errors import SetuError, Unimplemented, status_of
 from setu_server.logs import request_id
 from setu_server.models import Principal, Role
+from setu_server.rpc.types import Ctx
 from setu_server.rpc.validation import validate
 from setu_server.service.auth import Authenticator
 
@@ -51,16 +52,18 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+        ],
         details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(details)
-        method: str = details.method  # type: ignore[attr-defined]
+        method: str = details.method
         service = method.lstrip("/").split("/")[0]
         role = SERVICE_ROLES.get(service)
         if handler is None or role is None:
             return handler
-        metadata = dict(details.invocation_metadata or ())  # type: ignore[attr-defined]
+        metadata = dict(details.invocation_metadata or ())
         call = _Call(self._auth, method, role, metadata)
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
@@ -70,7 +73,7 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
             )
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
-                call.stream(handler.unary_stream),
+                call.stream(handler.unary_stream),  # type: ignore[arg-type]  # async in grpc.aio
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
@@ -87,7 +90,7 @@ class _Call:
         self.metadata = metadata
 
     def unary(self, behavior: Callable[..., Awaitable[Message]]) -> Callable[..., Awaitable[Any]]:
-        async def handle(request: Message, context: grpc.aio.ServicerContext) -> Any:
+        async def handle(request: Message, context: Ctx) -> Any:
             started = self._begin(context)
             try:
                 await self._admit(request)
@@ -101,7 +104,7 @@ class _Call:
         return handle
 
     def stream(self, behavior: Callable[..., AsyncIterator[Message]]) -> Callable[..., Any]:
-        async def handle(request: Message, context: grpc.aio.ServicerContext) -> Any:
+        async def handle(request: Message, context: Ctx) -> Any:
             started = self._begin(context)
             try:
                 await self._admit(request)
@@ -114,7 +117,7 @@ class _Call:
 
         return handle
 
-    def _begin(self, context: grpc.aio.ServicerContext) -> float:
+    def _begin(self, context: Ctx) -> float:
         rid = str(self.metadata.get(REQUEST_ID_KEY) or uuid.uuid4().hex)[:64]
         request_id.set(rid)
         context.set_trailing_metadata(((REQUEST_ID_KEY, rid),))
@@ -126,9 +129,7 @@ class _Call:
         _principal.set(who)
         validate(request)
 
-    async def _fail(
-        self, exc: BaseException, context: grpc.aio.ServicerContext, started: float
-    ) -> None:
+    async def _fail(self, exc: BaseException, context: Ctx, started: float) -> None:
         if isinstance(exc, NotImplementedError):
             exc = Unimplemented(f"{self.method} is not implemented yet")
         if isinstance(exc, SetuError):

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from uuid import UUID
 
-import grpc
-
 from setu_client._proto.setu.v1 import jobs_pb2 as pb
 from setu_client._proto.setu.v1 import jobs_pb2_grpc
 from setu_server.rpc import convert
 from setu_server.rpc.convert import uid
 from setu_server.rpc.interceptor import principal
+from setu_server.rpc.types import Ctx
 from setu_server.service.jobs import JobService
-
-Ctx = grpc.aio.ServicerContext
 
 
 class JobServicer(jobs_pb2_grpc.JobOrchestrationServiceServicer):

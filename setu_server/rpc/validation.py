@@ -29,13 +29,16 @@ def _rules_of(descriptor: Descriptor) -> tuple[_Rule, ...]:
             if options.HasExtension(options_pb2.rules)
             else None
         )
-        is_setu_message = (
-            field.type == FieldDescriptor.TYPE_MESSAGE
-            and field.message_type.full_name.startswith("setu.")
-        )
-        if rules is not None or is_setu_message:
+        if rules is not None or _setu_message(field):
             found.append((field, rules))
     return tuple(found)
+
+
+def _setu_message(field: FieldDescriptor) -> Descriptor | None:
+    """The field's message type, when it is one of ours (worth descending into)."""
+    if field.type != FieldDescriptor.TYPE_MESSAGE or field.message_type is None:
+        return None
+    return field.message_type if field.message_type.full_name.startswith("setu.") else None
 
 
 def validate(message: Message, path: str = "") -> None:
@@ -46,10 +49,9 @@ def validate(message: Message, path: str = "") -> None:
         value = getattr(message, field.name)
         if rules is not None:
             _check(name, field, rules, value, message, repeated)
-        if field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.full_name.startswith(
-            "setu."
-        ):
-            if repeated and not field.message_type.GetOptions().map_entry:
+        message_type = _setu_message(field)
+        if message_type is not None:
+            if repeated and not message_type.GetOptions().map_entry:
                 for i, item in enumerate(value):
                     validate(item, f"{name}[{i}].")
             elif not repeated and message.HasField(field.name):

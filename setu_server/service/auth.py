@@ -41,10 +41,13 @@ class Authenticator:
         return principal
 
     async def _identify(self, token: str) -> Principal:
+        token_digest = digest(token)
+        # The operator chooses the admin token, so it need not carry a prefix.
+        if self._admin_digest is not None and same_digest(token_digest, self._admin_digest):
+            return Principal(Role.ADMIN)
         kind = kind_of(token)
         if kind is None:
             raise Unauthenticated("unknown credential")
-        token_digest = digest(token)
         now = self._clock.sql_now()
         if kind is TokenKind.API_KEY:
             found = await tenancy.authenticate_api_key(self._pool, token_digest, now)
@@ -54,8 +57,6 @@ class Authenticator:
             found = await tenancy.authenticate_agent(self._pool, token_digest, now)
             if found:
                 return Principal(Role.AGENT, workspace_id=found[1], agent_id=found[0])
-        elif self._admin_digest is not None and same_digest(token_digest, self._admin_digest):
-            return Principal(Role.ADMIN)
         raise Unauthenticated(f"unknown or revoked {_WHAT[_ROLE_OF_KIND[kind]]}")
 
 

@@ -33,10 +33,12 @@ class EmbeddedPostgres:
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset; /tmp is fine here.
             warnings.simplefilter("ignore")
-            import pgserver
+            import pgserver  # type: ignore[attr-defined,unused-ignore]
 
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
-        self._server = pgserver.get_server(self.data_dir, cleanup_mode="stop")
+        self._server = pgserver.get_server(  # type: ignore[attr-defined]
+            self.data_dir, cleanup_mode="stop"
+        )
         exists = self._server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}';")
         if "(0 rows)" in exists:
             # Two processes may race here; the loser's error is harmless.

@@ -1,0 +1,108 @@
+"""Shared test plumbing: one PostgreSQL per session, a fresh database per test.
+
+The PostgreSQL is the embedded one from `pgserver` (deleted at the end of the
+session), or the server named by SETU_TEST_DATABASE_URL. Each test gets its
+own database cloned from a migrated template, so tests never see each
+other's rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import uuid
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from setu_server.store import db
+from setu_server.store.migrate import migrate
+
+TEMPLATE = "setu_test_template"
+
+
+def with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+async def _admin_execute(url: str, *statements: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+async def _build_template(server_url: str) -> None:
+    await _admin_execute(
+        server_url,
+        f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)",
+        f"CREATE DATABASE {TEMPLATE}",
+    )
+    conn = await db.connect(with_database(server_url, TEMPLATE))
+    try:
+        await migrate(conn)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> Iterator[str]:
+    """URL of a maintenance database on the session's PostgreSQL server."""
+    configured = os.environ.get("SETU_TEST_DATABASE_URL")
+    if configured:
+        yield configured
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+    folder = Path(tempfile.mkdtemp(prefix="setu-test-pg-"))
+    server = pgserver.get_server(folder / "pg", cleanup_mode="delete")
+    try:
+        yield server.get_uri("postgres")
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def template_url(pg_server_url: str) -> str:
+    asyncio.run(_build_template(pg_server_url))
+    return with_database(pg_server_url, TEMPLATE)
+
+
+@pytest.fixture
+async def database_url(pg_server_url: str, template_url: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for this test alone."""
+    name = f"setu_test_{uuid.uuid4().hex[:12]}"
+    await _admin_execute(pg_server_url, f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+    try:
+        yield with_database(pg_server_url, name)
+    finally:
+        await _admin_execute(pg_server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+async def empty_database_url(pg_server_url: str) -> AsyncIterator[str]:
+    """A fresh database with no schema at all."""
+    name = f"setu_empty_{uuid.uuid4().hex[:12]}"
+    await _admin_execute(pg_server_url, f"CREATE DATABASE {name}")
+    try:
+        yield with_database(pg_server_url, name)
+    finally:
+        await _admin_execute(pg_server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await db.create_pool(database_url, max_size=4)
+    try:
+        yield pool
+    finally:
+        await pool.close()

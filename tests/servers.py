@@ -1,0 +1,87 @@
+"""Real setu-server instances for tests: in-process on port 0, or as processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from setu_client.clock import Clock
+from setu_server.config import Settings
+from setu_server.server import Running, start
+from setu_server.service.secrets import TokenKind, new_secret
+
+ADMIN_TOKEN = new_secret(TokenKind.ADMIN).token
+
+
+def server_settings(**overrides: object) -> Settings:
+    return replace(
+        Settings(listen="127.0.0.1:0", admin_token=ADMIN_TOKEN, grace_seconds=1.0),
+        **overrides,  # type: ignore[arg-type]
+    )
+
+
+@contextlib.asynccontextmanager
+async def in_process(
+    database_url: str, clock: Clock | None = None, **overrides: object
+) -> AsyncIterator[Running]:
+    running = await start(server_settings(**overrides), database_url, clock)
+    try:
+        yield running
+    finally:
+        await running.stop(grace=0.5)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def server_process(
+    env: dict[str, str], log_path: Path, port: int | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """A real `setu-server` process; killed (and reaped) on exit."""
+    port = port or free_port()
+    full_env = (
+        os.environ
+        | {
+            "SETU_LISTEN": f"127.0.0.1:{port}",
+            "SETU_ADMIN_TOKEN": ADMIN_TOKEN,
+            "SETU_GRACE_SECONDS": "1",
+        }
+        | env
+    )
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "setu_server.main"], env=full_env, stdout=log, stderr=log
+        )
+    try:
+        yield proc, port
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+async def wait_healthy(port: int, within: float = 30.0) -> None:
+    """Until the server answers SERVING; the channel waits for it to come up."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        answer = await stub.Check(
+            health_pb2.HealthCheckRequest(), timeout=within, wait_for_ready=True
+        )
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING

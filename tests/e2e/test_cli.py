@@ -1,0 +1,44 @@
+"""`setu admin …` against a running server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+from tests.servers import ADMIN_TOKEN, in_process
+
+
+async def _setu(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "setu_server.cli",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_admin_commands_create_and_list(database_url: str) -> None:
+    async with in_process(database_url) as server:
+        common = ("admin", "--server", f"127.0.0.1:{server.port}", "--admin-token", ADMIN_TOKEN)
+        code, out, _ = await _setu(*common, "workspace", "create", "acme")
+        assert code == 0
+        workspace = json.loads(out)
+        assert workspace["name"] == "acme"
+
+        code, out, _ = await _setu(*common, "agent", "create", "--workspace", workspace["id"], "e1")
+        assert code == 0 and json.loads(out)["token"].startswith("setu_ag_")
+
+        code, out, _ = await _setu(*common, "agent", "list", "--workspace", workspace["id"])
+        assert [a["name"] for a in json.loads(out)["agents"]] == ["e1"]
+
+        code, _, err = await _setu(*common, "workspace", "create", "acme")
+        assert code == 1 and "ALREADY_EXISTS" in err
+
+        code, _, err = await _setu(*common, "api-key", "create", "--workspace", "nope", "k")
+        assert code == 1 and "INVALID_ARGUMENT: workspace_id: must be a UUID" in err

@@ -106,6 +106,12 @@ class AgentOffline(FailedPrecondition):
     reason = "agent_offline"
 
 
+class ClientClosed(Cancelled):
+    """The SDK client was closed while the call was in flight."""
+
+    reason = "client_closed"
+
+
 ERRORS: tuple[type[SetuError], ...] = (
     InvalidArgument,
     NotFound,
@@ -125,6 +131,7 @@ ERRORS: tuple[type[SetuError], ...] = (
     IllegalTransition,
     LeaseLost,
     AgentOffline,
+    ClientClosed,
 )
 
 _BY_CODE: dict[grpc.StatusCode, type[SetuError]] = {e.code: e for e in ERRORS if not e.reason}

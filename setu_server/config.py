@@ -42,6 +42,9 @@ class Settings:
     lease_wait_cap_seconds: float = field(
         default=30.0, metadata={"help": "LeaseTask's long-poll cap"}
     )
+    watch_recheck_seconds: float = field(
+        default=30.0, metadata={"help": "how often watched jobs are re-read as a safety net"}
+    )
     db_pool_size: int = field(default=10, metadata={"help": "database connections per server"})
     log_level: str = field(default="info", metadata={"help": "debug, info, warning, error"})
     log_format: str = field(default="json", metadata={"help": "json or text (key=value)"})

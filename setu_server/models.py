@@ -88,6 +88,28 @@ class JobState(StrEnum):
 
 TERMINAL_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 
+# DESIGN §3. Terminal states never change; cancel is allowed before the end.
+JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.READY: frozenset({JobState.PENDING, JobState.CANCELLED}),
+    JobState.PENDING: frozenset({JobState.RUNNING, JobState.FAILED, JobState.CANCELLED}),
+    JobState.RUNNING: frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
+
+
+def job_states_into(target: JobState) -> frozenset[JobState]:
+    """The states a job may move to `target` from."""
+    return frozenset(s for s, targets in JOB_TRANSITIONS.items() if target in targets)
+
+
+class EventLevel(StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
 
 class Phase(StrEnum):
     EXTRACT = "extract"
@@ -121,3 +143,31 @@ class Job:
     scheduled_for: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    sequence: int
+    job_id: UUID
+    level: EventLevel
+    stream: str
+    message: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class StreamOutput:
+    stream: str
+    rows_extracted: int
+    rows_loaded: int
+    checksum: str
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    states: frozenset[JobState] = frozenset()
+    kinds: frozenset[JobKind] = frozenset()
+    pipeline_id: UUID | None = None
+    connection_id: UUID | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None

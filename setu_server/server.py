@@ -37,12 +37,18 @@ from setu_server.service.admin import AdminService
 from setu_server.service.agents import AgentPresence
 from setu_server.service.auth import Authenticator
 from setu_server.service.jobs import JobService
+from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.secrets import digest
-from setu_server.store import db
+from setu_server.service.watch import WatchHub
+from setu_server.store import db, jobs
 from setu_server.store.embedded import EmbeddedPostgres
+from setu_server.store.listener import Listener
 from setu_server.store.migrate import migrate
 
 log = logging.getLogger("setu.server")
+
+# The channel every job transition notifies (store/queries/jobs.sql).
+JOB_CHANNEL = "setu_job"
 
 SERVICE_NAMES = (
     jobs_pb2.DESCRIPTOR.services_by_name["JobOrchestrationService"].full_name,
@@ -67,18 +73,26 @@ GRPC_OPTIONS = (
 
 @dataclass
 class Running:
-    """A started server: its bound port and how to stop it."""
+    """A started server: its port, its parts (for tests), and how to stop it."""
 
     server: grpc.aio.Server
     port: int
     pool: asyncpg.Pool
     health: health.aio.HealthServicer
     settings: Settings
+    hub: WatchHub
+    listener: Listener
+    jobs: JobService
+    lifecycle: JobLifecycle
 
     async def stop(self, grace: float | None = None) -> None:
         grace = self.settings.grace_seconds if grace is None else grace
+        # Parked long-polls answer at once with what they have, then the
+        # server refuses new calls and gives short in-flight ones the grace.
+        await self.hub.close()
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
+        await self.listener.close()
         await self.pool.close()
 
 
@@ -107,6 +121,15 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
     admin_digest = digest(settings.admin_token) if settings.admin_token else None
     auth = Authenticator(pool, clock, admin_digest)
     server = grpc.aio.server(interceptors=[CallInterceptor(auth)], options=GRPC_OPTIONS)
+    hub = WatchHub(
+        lambda ids: jobs.get_jobs(pool, ids), recheck_interval=settings.watch_recheck_seconds
+    )
+    listener = Listener(url, {JOB_CHANNEL: hub.notified}, on_reconnect=hub.refresh_all)
+    await listener.start()
+    hub.start()
+    lifecycle = JobLifecycle(pool, hub, clock)
+    job_service = JobService(pool, clock, hub, lifecycle)
+
     admin_pb2_grpc.add_AdminServiceServicer_to_server(
         AdminServicer(AdminService(pool, clock)), server
     )
@@ -117,7 +140,7 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
         server,
     )
     jobs_pb2_grpc.add_JobOrchestrationServiceServicer_to_server(
-        JobServicer(JobService(pool, clock)),  # type: ignore[abstract]
+        JobServicer(job_service, settings),  # type: ignore[abstract]
         server,
     )
     connections_pb2_grpc.add_ConnectionServiceServicer_to_server(
@@ -139,7 +162,9 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
     log.info(
         "serving", extra={"address": settings.listen, "port": port, "tls": bool(settings.tls_cert)}
     )
-    return Running(server, port, pool, health_servicer, settings)
+    return Running(
+        server, port, pool, health_servicer, settings, hub, listener, job_service, lifecycle
+    )
 
 
 def _bind(server: grpc.aio.Server, settings: Settings) -> int:

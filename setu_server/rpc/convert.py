@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import Any
 from uuid import UUID
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from setu_client._proto.setu.v1 import admin_pb2, common_pb2
-from setu_server.models import Agent, ApiKey, Job, JobKind, JobState, Phase, Workspace
+from setu_client.errors import InvalidArgument
+from setu_server.models import (
+    Agent,
+    ApiKey,
+    EventLevel,
+    Job,
+    JobEvent,
+    JobFilter,
+    JobKind,
+    JobState,
+    Phase,
+    Workspace,
+)
 
 JOB_KINDS = {k: getattr(common_pb2, f"JOB_KIND_{k.name}") for k in JobKind}
 JOB_STATES = {s: getattr(common_pb2, f"JOB_STATE_{s.name}") for s in JobState}
 PHASES = {p: getattr(common_pb2, f"PHASE_{p.name}") for p in Phase}
+LEVELS = {lv: getattr(common_pb2, f"EVENT_LEVEL_{lv.name}") for lv in EventLevel}
+JOB_STATES_BACK = {v: k for k, v in JOB_STATES.items()}
+JOB_KINDS_BACK = {v: k for k, v in JOB_KINDS.items()}
 
 
 def ts(value: datetime | None) -> Timestamp | None:
@@ -89,3 +105,38 @@ def job(j: Job) -> common_pb2.Job:
     if j.result is not None:
         message.result.update(j.result)
     return message
+
+
+def job_event(e: JobEvent) -> common_pb2.JobEvent:
+    return common_pb2.JobEvent(
+        sequence=e.sequence,
+        job_id=str(e.job_id),
+        level=LEVELS[e.level],
+        stream=e.stream,
+        message=e.message,
+        created_at=ts(e.created_at),
+    )
+
+
+def _optional_ts(message: Any, field: str) -> datetime | None:
+    if not message.HasField(field):
+        return None
+    value: datetime = getattr(message, field).ToDatetime(tzinfo=UTC)
+    return value
+
+
+def job_filter(request: Any) -> JobFilter:
+    """ListJobsRequest's filters; UNSPECIFIED enum values are rejected."""
+    try:
+        states = frozenset(JOB_STATES_BACK[s] for s in request.states)
+        kinds = frozenset(JOB_KINDS_BACK[k] for k in request.kinds)
+    except KeyError:
+        raise InvalidArgument("states/kinds: UNSPECIFIED or unknown values cannot filter") from None
+    return JobFilter(
+        states=states,
+        kinds=kinds,
+        pipeline_id=UUID(request.pipeline_id) if request.pipeline_id else None,
+        connection_id=UUID(request.connection_id) if request.connection_id else None,
+        created_after=_optional_ts(request, "created_after"),
+        created_before=_optional_ts(request, "created_before"),
+    )

@@ -2,24 +2,102 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from uuid import UUID
 
+from setu_client._proto.setu.v1 import common_pb2, jobs_pb2_grpc
 from setu_client._proto.setu.v1 import jobs_pb2 as pb
-from setu_client._proto.setu.v1 import jobs_pb2_grpc
+from setu_server.config import Settings
 from setu_server.rpc import convert
 from setu_server.rpc.convert import uid
 from setu_server.rpc.interceptor import principal
 from setu_server.rpc.types import Ctx
 from setu_server.service.jobs import JobService
 
+# Answer this long before the caller's deadline, so a long-poll ends in OK
+# rather than DEADLINE_EXCEEDED (DESIGN §4).
+DEADLINE_MARGIN_SECONDS = 1.0
+
 
 class JobServicer(jobs_pb2_grpc.JobOrchestrationServiceServicer):
-    def __init__(self, jobs: JobService) -> None:
+    def __init__(self, jobs: JobService, settings: Settings) -> None:
         self._jobs = jobs
+        self._settings = settings
 
     async def GetJob(self, request: pb.GetJobRequest, context: Ctx) -> pb.GetJobResponse:
         job = await self._jobs.get(_workspace(), uid(request.job_id))
         return pb.GetJobResponse(job=convert.job(job))
+
+    async def WaitJob(self, request: pb.WaitJobRequest, context: Ctx) -> pb.WaitJobResponse:
+        max_wait = self._settings.wait_cap_seconds
+        remaining = context.time_remaining()
+        if remaining is not None:
+            max_wait = min(max_wait, remaining - DEADLINE_MARGIN_SECONDS)
+        job = await self._jobs.wait(_workspace(), uid(request.job_id), max_wait)
+        return pb.WaitJobResponse(
+            job_id=str(job.id),
+            state=convert.JOB_STATES[job.state],
+            error_message=job.error_message,
+            version=job.version,
+            terminal=job.state.terminal,
+        )
+
+    async def WatchJob(
+        self, request: pb.WatchJobRequest, context: Ctx
+    ) -> AsyncIterator[pb.WatchJobResponse]:
+        snapshots = self._jobs.watch(_workspace(), uid(request.job_id), request.from_version)
+        async for job in snapshots:
+            yield pb.WatchJobResponse(job=convert.job(job))
+
+    async def StartJob(self, request: pb.StartJobRequest, context: Ctx) -> pb.StartJobResponse:
+        job = await self._jobs.start(_workspace(), uid(request.job_id))
+        return pb.StartJobResponse(job=convert.job(job))
+
+    async def CancelJob(self, request: pb.CancelJobRequest, context: Ctx) -> pb.CancelJobResponse:
+        job = await self._jobs.cancel(_workspace(), uid(request.job_id), request.reason.strip())
+        return pb.CancelJobResponse(job=convert.job(job))
+
+    async def ListJobs(self, request: pb.ListJobsRequest, context: Ctx) -> pb.ListJobsResponse:
+        found, token = await self._jobs.list(
+            _workspace(), convert.job_filter(request), request.page_size, request.page_token
+        )
+        return pb.ListJobsResponse(jobs=[convert.job(j) for j in found], next_page_token=token)
+
+    async def ListJobEvents(
+        self, request: pb.ListJobEventsRequest, context: Ctx
+    ) -> pb.ListJobEventsResponse:
+        found, token = await self._jobs.events(
+            _workspace(),
+            uid(request.job_id),
+            request.after_sequence,
+            request.page_size,
+            request.page_token,
+        )
+        return pb.ListJobEventsResponse(
+            events=[convert.job_event(e) for e in found], next_page_token=token
+        )
+
+    async def GetJobOutputs(
+        self, request: pb.GetJobOutputsRequest, context: Ctx
+    ) -> pb.GetJobOutputsResponse:
+        job, streams = await self._jobs.outputs(_workspace(), uid(request.job_id))
+        return pb.GetJobOutputsResponse(
+            job_id=str(job.id),
+            streams=[
+                pb.StreamOutput(
+                    stream=s.stream,
+                    rows_extracted=s.rows_extracted,
+                    rows_loaded=s.rows_loaded,
+                    checksum=s.checksum,
+                )
+                for s in streams
+            ],
+            totals=common_pb2.Progress(
+                rows_extracted=job.rows_extracted,
+                rows_loaded=job.rows_loaded,
+                rows_total=job.rows_total,
+            ),
+        )
 
 
 def _workspace() -> UUID:

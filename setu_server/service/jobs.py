@@ -1,24 +1,200 @@
-"""Jobs as clients see them."""
+"""Jobs as clients see them: read, wait, watch, start, cancel, list."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
 from uuid import UUID
 
 import asyncpg
 
 from setu_client.clock import Clock
-from setu_client.errors import JobNotFound
-from setu_server.models import Job
-from setu_server.store import jobs
+from setu_client.errors import JobNotFound, JobNotStarted
+from setu_server.models import (
+    EventLevel,
+    Job,
+    JobEvent,
+    JobFilter,
+    JobState,
+    StreamOutput,
+)
+from setu_server.service import paging
+from setu_server.service.lifecycle import JobLifecycle
+from setu_server.service.watch import CLOCK_SLACK, WatchHub
+from setu_server.store import jobs, tasks
+from setu_server.store.db import Executor, transaction
+
+Hook = Callable[[UUID], Awaitable[None]]
+
+
+async def _nothing(job_id: UUID) -> None:
+    return None
+
+
+@dataclass
+class WaitHooks:
+    """Points inside WaitJob where tests force an interleaving."""
+
+    after_subscribe: Hook = _nothing
+    after_read: Hook = _nothing
+
+
+class Dispatcher(Protocol):
+    """Creates the tasks that carry a job out, once it is PENDING."""
+
+    async def dispatch(self, db: Executor, job: Job) -> None: ...
+
+
+class NoDispatch:
+    async def dispatch(self, db: Executor, job: Job) -> None:
+        return None
 
 
 class JobService:
-    def __init__(self, pool: asyncpg.Pool, clock: Clock) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        clock: Clock,
+        hub: WatchHub,
+        lifecycle: JobLifecycle,
+        dispatcher: Dispatcher | None = None,
+    ) -> None:
         self._pool = pool
         self._clock = clock
+        self._hub = hub
+        self._lifecycle = lifecycle
+        self._dispatcher = dispatcher or NoDispatch()
+        self.hooks = WaitHooks()
 
     async def get(self, workspace_id: UUID, job_id: UUID) -> Job:
         job = await jobs.get_job(self._pool, job_id, workspace_id)
         if job is None:
             raise JobNotFound(f"job {job_id} not found")
         return job
+
+    async def wait(self, workspace_id: UUID, job_id: UUID, max_wait: float) -> Job:
+        """The job once terminal, or as it is after `max_wait` seconds.
+
+        Subscribe first, then read: a transition that lands between the two
+        is in the watch by the time we wait on it.
+        """
+        with self._hub.subscribe(job_id) as watch:
+            await self.hooks.after_subscribe(job_id)
+            job = await self.get(workspace_id, job_id)
+            if job.state is JobState.READY:
+                raise JobNotStarted(f"job {job_id} is READY: start it with StartJob first")
+            watch.offer(job)
+            await self.hooks.after_read(job_id)
+            if job.state.terminal:
+                return job
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + max(max_wait, 0.0)
+            latest = watch.latest or job
+            while not latest.state.terminal and not self._hub.closing.is_set():
+                remaining = deadline - loop.time()
+                if remaining < CLOCK_SLACK:
+                    break
+                latest = await watch.newer_than(latest.version, remaining, self._hub.closing)
+            return latest
+
+    async def watch(
+        self, workspace_id: UUID, job_id: UUID, from_version: int
+    ) -> AsyncIterator[Job]:
+        """Snapshots newer than `from_version`, latest first when the reader
+        lags; ends after the terminal one (or at once if the caller has it)."""
+        with self._hub.subscribe(job_id) as watch:
+            job = await self.get(workspace_id, job_id)
+            watch.offer(job)
+            sent = from_version
+            latest = watch.latest or job
+            while True:
+                if latest.version > sent:
+                    yield latest
+                    sent = latest.version
+                if latest.state.terminal or self._hub.closing.is_set():
+                    return
+                latest = await watch.newer_than(sent, None, self._hub.closing)
+
+    async def start(self, workspace_id: UUID, job_id: UUID) -> Job:
+        await self.get(workspace_id, job_id)
+        async with transaction(self._pool) as conn:
+            job = await self._lifecycle.transition(
+                job_id,
+                JobState.PENDING,
+                "Started",
+                db=conn,
+                only_from=frozenset({JobState.READY}),
+            )
+            await self._dispatcher.dispatch(conn, job)
+        self._lifecycle.published([job])
+        return await self.get(workspace_id, job_id)
+
+    async def cancel(self, workspace_id: UUID, job_id: UUID, reason: str) -> Job:
+        """Idempotent. Nothing executing: cancelled now. Otherwise the runtime
+        is asked to stop and ends the job itself."""
+        now = self._clock.sql_now()
+        async with transaction(self._pool) as conn:
+            job = await jobs.lock_job(conn, job_id, workspace_id)
+            if job is None:
+                raise JobNotFound(f"job {job_id} not found")
+            if job.state.terminal:
+                return job
+            why = f"cancelled: {reason}" if reason else "cancelled by request"
+            if await tasks.count_leased_tasks(conn, job_id) == 0:
+                await tasks.cancel_pending_tasks(conn, job_id, now)
+                changed = await self._lifecycle.transition(
+                    job_id, JobState.CANCELLED, why[0].upper() + why[1:], db=conn, error_message=why
+                )
+            else:
+                requested = await jobs.request_cancel(conn, job_id, now)
+                if requested is None:
+                    return job
+                await jobs.insert_event(
+                    conn,
+                    job_id,
+                    "Cancel requested; waiting for the runtime to stop",
+                    now=now,
+                    level=EventLevel.WARNING,
+                )
+                changed = requested
+        self._lifecycle.published([changed])
+        return changed
+
+    async def list(
+        self, workspace_id: UUID, where: JobFilter, page_size: int, page_token: str
+    ) -> tuple[list[Job], str]:
+        query = repr((workspace_id, where))
+        position = paging.decode(page_token, query)
+        after = None
+        if position is not None:
+            after = (datetime.fromisoformat(position["created_at"]), UUID(position["id"]))
+        size = page_size or 50
+        found = await jobs.list_jobs(self._pool, workspace_id, where, after=after, limit=size + 1)
+        page, more = found[:size], len(found) > size
+        token = ""
+        if more:
+            last = page[-1]
+            token = paging.encode(
+                {"created_at": last.created_at.isoformat(), "id": str(last.id)}, query
+            )
+        return page, token
+
+    async def events(
+        self, workspace_id: UUID, job_id: UUID, after: int, page_size: int, page_token: str
+    ) -> tuple[list[JobEvent], str]:
+        await self.get(workspace_id, job_id)
+        query = repr((job_id, after))
+        position = paging.decode(page_token, query)
+        start = int(position["sequence"]) if position else after
+        size = page_size or 100
+        found = await jobs.list_events(self._pool, job_id, after=start, limit=size + 1)
+        page, more = found[:size], len(found) > size
+        token = paging.encode({"sequence": page[-1].sequence}, query) if more else ""
+        return page, token
+
+    async def outputs(self, workspace_id: UUID, job_id: UUID) -> tuple[Job, list[StreamOutput]]:
+        job = await self.get(workspace_id, job_id)
+        return job, await jobs.outputs(self._pool, job_id)

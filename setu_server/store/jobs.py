@@ -1,4 +1,4 @@
-"""Jobs: rows, reads, and (in the WaitJob issue) the one transition path."""
+"""Jobs: rows, reads, and the one path that changes a job's state."""
 
 from __future__ import annotations
 
@@ -8,7 +8,18 @@ from uuid import UUID
 
 import asyncpg
 
-from setu_server.models import Job, JobKind, JobState, Phase
+from setu_client.errors import IllegalTransition, JobNotFound
+from setu_server.models import (
+    EventLevel,
+    Job,
+    JobEvent,
+    JobFilter,
+    JobKind,
+    JobState,
+    Phase,
+    StreamOutput,
+    job_states_into,
+)
 from setu_server.store.db import Executor, translate_errors
 from setu_server.store.queries import QUERIES
 
@@ -79,3 +90,150 @@ async def get_job(db: Executor, id: UUID, workspace_id: UUID) -> Job | None:
     with translate_errors():
         row = await db.fetchrow(QUERIES.get_job, id, workspace_id)
     return job_of(row) if row else None
+
+
+async def get_jobs(db: Executor, ids: list[UUID]) -> list[Job]:
+    """Jobs by id across workspaces: for the watch hub, never for callers."""
+    with translate_errors():
+        return [job_of(r) for r in await db.fetch(QUERIES.get_jobs, ids)]
+
+
+async def transition_jobs(
+    db: Executor,
+    ids: list[UUID],
+    to: JobState,
+    *,
+    now: datetime | None,
+    message: str,
+    level: EventLevel = EventLevel.INFO,
+    error_message: str | None = None,
+    phase: Phase | None = None,
+    only_from: frozenset[JobState] | None = None,
+) -> list[Job]:
+    """Move every listed job that may legally go to `to`; the others stay as
+    they are. One statement: state, version, event and notification commit
+    together. Returns the jobs that moved."""
+    allowed = job_states_into(to) if only_from is None else job_states_into(to) & only_from
+    with translate_errors():
+        rows = await db.fetch(
+            QUERIES.transition_jobs,
+            ids,
+            to.value,
+            sorted(s.value for s in allowed),
+            error_message,
+            phase.value if phase else None,
+            level.value,
+            message,
+            now,
+        )
+    return [job_of(r) for r in rows]
+
+
+async def transition_job(
+    db: Executor,
+    id: UUID,
+    to: JobState,
+    *,
+    now: datetime | None,
+    message: str,
+    level: EventLevel = EventLevel.INFO,
+    error_message: str | None = None,
+    phase: Phase | None = None,
+    only_from: frozenset[JobState] | None = None,
+) -> Job:
+    """Move one job, or say why it cannot move."""
+    moved = await transition_jobs(
+        db,
+        [id],
+        to,
+        now=now,
+        message=message,
+        level=level,
+        error_message=error_message,
+        phase=phase,
+        only_from=only_from,
+    )
+    if moved:
+        return moved[0]
+    with translate_errors():
+        state = await db.fetchval(QUERIES.job_state, id)
+    if state is None:
+        raise JobNotFound(f"job {id} not found")
+    raise IllegalTransition(f"job {id} is {state}: it cannot become {to.value}")
+
+
+async def request_cancel(db: Executor, id: UUID, now: datetime | None) -> Job | None:
+    """Set cancel_requested on a live job; None when already set or ended."""
+    with translate_errors():
+        row = await db.fetchrow(QUERIES.request_job_cancel, id, now)
+    return job_of(row) if row else None
+
+
+async def lock_job(db: Executor, id: UUID, workspace_id: UUID) -> Job | None:
+    with translate_errors():
+        row = await db.fetchrow(QUERIES.lock_job, id, workspace_id)
+    return job_of(row) if row else None
+
+
+def _event(r: asyncpg.Record) -> JobEvent:
+    return JobEvent(
+        sequence=r["sequence"],
+        job_id=r["job_id"],
+        level=EventLevel(r["level"]),
+        stream=r["stream"],
+        message=r["message"],
+        created_at=r["created_at"],
+    )
+
+
+async def insert_event(
+    db: Executor,
+    job_id: UUID,
+    message: str,
+    *,
+    now: datetime | None,
+    level: EventLevel = EventLevel.INFO,
+    stream: str = "",
+) -> JobEvent:
+    with translate_errors():
+        row = await db.fetchrow(QUERIES.insert_job_event, job_id, level.value, stream, message, now)
+    return _event(row)
+
+
+async def list_jobs(
+    db: Executor,
+    workspace_id: UUID,
+    where: JobFilter,
+    *,
+    after: tuple[datetime, UUID] | None,
+    limit: int,
+) -> list[Job]:
+    with translate_errors():
+        rows = await db.fetch(
+            QUERIES.list_jobs,
+            workspace_id,
+            sorted(s.value for s in where.states),
+            sorted(k.value for k in where.kinds),
+            where.pipeline_id,
+            where.connection_id,
+            where.created_after,
+            where.created_before,
+            after[0] if after else None,
+            after[1] if after else None,
+            limit,
+        )
+    return [job_of(r) for r in rows]
+
+
+async def list_events(db: Executor, job_id: UUID, *, after: int, limit: int) -> list[JobEvent]:
+    with translate_errors():
+        return [_event(r) for r in await db.fetch(QUERIES.list_job_events, job_id, after, limit)]
+
+
+async def outputs(db: Executor, job_id: UUID) -> list[StreamOutput]:
+    with translate_errors():
+        rows = await db.fetch(QUERIES.job_outputs, job_id)
+    return [
+        StreamOutput(r["stream"], r["rows_extracted"], r["rows_loaded"], r["checksum"])
+        for r in rows
+    ]

@@ -9,3 +9,87 @@ RETURNING *;
 -- name: get_job
 -- A job of one workspace: another workspace's job is not found. $1 id, $2 workspace_id
 SELECT * FROM job WHERE id = $1 AND workspace_id = $2;
+
+-- name: get_jobs
+-- Jobs by id, whatever their workspace (the watch hub's reads). $1 ids uuid[]
+SELECT * FROM job WHERE id = ANY($1::uuid[]);
+
+-- name: job_state
+-- $1 id
+SELECT state FROM job WHERE id = $1;
+
+-- name: transition_jobs
+-- The one statement that changes a job's state (DESIGN §3): moves every job
+-- of $1 that is in one of the states $3 to $2, bumps its version, appends an
+-- event and notifies `setu_job` with {job_id, version, state}, atomically.
+-- $1 ids uuid[], $2 new state, $3 allowed current states text[],
+-- $4 error_message (null keeps), $5 phase (null keeps), $6 event level,
+-- $7 event message, $8 now
+WITH moved AS (
+    UPDATE job
+    SET state = $2,
+        version = version + 1,
+        error_message = coalesce($4, error_message),
+        phase = coalesce($5, phase),
+        started_at = CASE WHEN $2 = 'running'
+                          THEN coalesce(started_at, coalesce($8, now())) ELSE started_at END,
+        finished_at = CASE WHEN $2 IN ('succeeded', 'failed', 'cancelled')
+                           THEN coalesce($8, now()) ELSE finished_at END,
+        updated_at = coalesce($8, now())
+    WHERE id = ANY($1::uuid[]) AND state = ANY($3::text[])
+    RETURNING *
+), logged AS (
+    INSERT INTO job_event (job_id, level, message, created_at)
+    SELECT id, $6, $7, coalesce($8, now()) FROM moved
+)
+SELECT moved.*,
+       pg_notify('setu_job', json_build_object(
+           'job_id', id, 'version', version, 'state', state)::text) AS notified
+FROM moved;
+
+-- name: request_job_cancel
+-- Marks a live job for cooperative cancellation, once; bumps its version and
+-- notifies so watchers and runtimes see it. $1 id, $2 now
+UPDATE job
+SET cancel_requested = true, version = version + 1, updated_at = coalesce($2, now())
+WHERE id = $1 AND NOT cancel_requested AND state IN ('ready', 'pending', 'running')
+RETURNING *,
+    pg_notify('setu_job', json_build_object(
+        'job_id', id, 'version', version, 'state', state)::text) AS notified;
+
+-- name: lock_job
+-- A workspace's job, locked for a decision that spans several statements.
+-- $1 id, $2 workspace_id
+SELECT * FROM job WHERE id = $1 AND workspace_id = $2 FOR UPDATE;
+
+-- name: insert_job_event
+-- $1 job_id, $2 level, $3 stream, $4 message, $5 now
+INSERT INTO job_event (job_id, level, stream, message, created_at)
+VALUES ($1, $2, $3, $4, coalesce($5, now()))
+RETURNING *;
+
+-- name: list_jobs
+-- Newest first, keyset-paginated on (created_at, id).
+-- $1 workspace_id, $2 states text[] (empty: any), $3 kinds text[] (empty: any),
+-- $4 pipeline_id, $5 connection_id, $6 created_after, $7 created_before,
+-- $8 after created_at, $9 after id (the last row of the previous page), $10 limit
+SELECT * FROM job
+WHERE workspace_id = $1
+  AND (cardinality($2::text[]) = 0 OR state = ANY($2::text[]))
+  AND (cardinality($3::text[]) = 0 OR kind = ANY($3::text[]))
+  AND ($4::uuid IS NULL OR pipeline_id = $4)
+  AND ($5::uuid IS NULL OR connection_id = $5)
+  AND ($6::timestamptz IS NULL OR created_at >= $6)
+  AND ($7::timestamptz IS NULL OR created_at < $7)
+  AND ($8::timestamptz IS NULL OR (created_at, id) < ($8, $9::uuid))
+ORDER BY created_at DESC, id DESC
+LIMIT $10;
+
+-- name: list_job_events
+-- Oldest first. $1 job_id, $2 after sequence, $3 limit
+SELECT * FROM job_event WHERE job_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3;
+
+-- name: job_outputs
+-- $1 job_id
+SELECT stream, rows_extracted, rows_loaded, checksum
+FROM job_output WHERE job_id = $1 ORDER BY stream;

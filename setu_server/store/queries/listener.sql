@@ -1,0 +1,3 @@
+-- name: ping
+-- Keeps the LISTEN connection honest. no parameters
+SELECT 1;

@@ -48,9 +48,11 @@ TERMINAL_STATES = frozenset(
 )
 
 # Codes worth retrying: the server is restarting, unreachable or overloaded.
+# CANCELLED counts when we did not cancel: the server or transport did.
 _TRANSIENT = frozenset(
     {
         grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
         grpc.StatusCode.DEADLINE_EXCEEDED,
         grpc.StatusCode.RESOURCE_EXHAUSTED,
     }
@@ -145,23 +147,29 @@ class SetuClient:
 
     async def get_job(self, job_id: str) -> common_pb2.Job:
         request = jobs_pb2.GetJobRequest(job_id=job_id)
-        answer = await self._retrying(self._call, self._stub.GetJob, request)
+        answer: jobs_pb2.GetJobResponse = await self._retrying(
+            self._call, self._stub.GetJob, request
+        )
         return answer.job
 
     async def start_job(self, job_id: str) -> common_pb2.Job:
-        answer = await self._call(self._stub.StartJob, jobs_pb2.StartJobRequest(job_id=job_id))
+        request = jobs_pb2.StartJobRequest(job_id=job_id)
+        answer: jobs_pb2.StartJobResponse = await self._call(self._stub.StartJob, request)
         return answer.job
 
     async def cancel_job(self, job_id: str, reason: str = "") -> common_pb2.Job:
         """Idempotent: cancelling an ended job returns it unchanged."""
         request = jobs_pb2.CancelJobRequest(job_id=job_id, reason=reason)
-        return (await self._retrying(self._call, self._stub.CancelJob, request)).job
+        answer: jobs_pb2.CancelJobResponse = await self._retrying(
+            self._call, self._stub.CancelJob, request
+        )
+        return answer.job
 
     async def list_jobs(
         self,
         *,
-        states: Sequence[int] = (),
-        kinds: Sequence[int] = (),
+        states: Sequence[common_pb2.JobState.ValueType] = (),
+        kinds: Sequence[common_pb2.JobKind.ValueType] = (),
         pipeline_id: str = "",
         page_size: int = 100,
     ) -> AsyncIterator[common_pb2.Job]:
@@ -216,7 +224,7 @@ class SetuClient:
         """
         async with asyncio.timeout(timeout):
             while True:
-                answer = await self._retrying(self._wait_once, job_id)
+                answer: jobs_pb2.WaitJobResponse = await self._retrying(self._wait_once, job_id)
                 if answer.terminal:
                     return answer
 

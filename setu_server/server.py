@@ -68,6 +68,11 @@ GRPC_OPTIONS = (
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
     ("grpc.http2.max_ping_strikes", 0),
     ("grpc.so_reuseport", 0),
+    # Calls wait here until the server loop picks them up. gRPC's default of
+    # 1000 waiting calls cancels the rest of a burst, such as every client
+    # re-issuing its WaitJob after a restart; let bursts queue instead.
+    ("grpc.server.max_pending_requests", 50_000),
+    ("grpc.server.max_pending_requests_hard_limit", 100_000),
 )
 
 

@@ -58,7 +58,7 @@ class JobServicer(jobs_pb2_grpc.JobOrchestrationServiceServicer):
         return pb.CancelJobResponse(job=convert.job(job))
 
     async def ListJobs(self, request: pb.ListJobsRequest, context: Ctx) -> pb.ListJobsResponse:
-        found, token = await self._jobs.list(
+        found, token = await self._jobs.list_jobs(
             _workspace(), convert.job_filter(request), request.page_size, request.page_token
         )
         return pb.ListJobsResponse(jobs=[convert.job(j) for j in found], next_page_token=token)

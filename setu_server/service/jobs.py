@@ -163,7 +163,7 @@ class JobService:
         self._lifecycle.published([changed])
         return changed
 
-    async def list(
+    async def list_jobs(
         self, workspace_id: UUID, where: JobFilter, page_size: int, page_token: str
     ) -> tuple[list[Job], str]:
         query = repr((workspace_id, where))

@@ -1,47 +1,144 @@
-"""setu-agent: the edge runtime. It opens no ports: it asks the server for work.
+"""setu-agent: the edge runtime. It opens no ports: it asks setu-server for
+work (LeaseTask), runs it inside the private network, and reports back.
 
-This first version checks in and reports what the server answered; leasing
-and the data-plane engine arrive with the runtimes issue.
+Configured by flags or environment (SETU_*); see `setu-agent --help`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import platform
+import signal
+from pathlib import Path
 
-import grpc
+from tenacity import AsyncRetrying, retry_if_exception, wait_random_exponential
 
-from setu_client._proto.setu.v1 import agents_pb2, agents_pb2_grpc
+from setu_agent.handlers import HANDLERS, load_extra
+from setu_agent.runtime import Runtime
+from setu_agent.runtime.grpc_source import GrpcTaskSource
+from setu_agent.runtime.loop import is_transient
+from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client.channel import open_channel
-from setu_client.errors import from_rpc_error
 
 VERSION = "0.1.0"
+log = logging.getLogger("setu.agent")
 
 
-async def check_in(server: str, token: str, tls: bool) -> agents_pb2.CheckInResponse:
-    async with open_channel(server, token, tls=tls) as channel:
-        stub = agents_pb2_grpc.AgentServiceStub(channel)
-        try:
-            answer: agents_pb2.CheckInResponse = await stub.CheckIn(
-                agents_pb2.CheckInRequest(version=VERSION, hostname=platform.node()), timeout=15
-            )
+def _env(name: str, default: str = "") -> str:
+    return os.environ.get(f"SETU_{name}", default)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="setu-agent", description=__doc__)
+    p.add_argument(
+        "--server",
+        default=_env("SERVER", "127.0.0.1:50051"),
+        help="setu-server address (env SETU_SERVER)",
+    )
+    p.add_argument(
+        "--token", default=_env("AGENT_TOKEN"), help="this agent's token (env SETU_AGENT_TOKEN)"
+    )
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        default=bool(_env("TLS")),
+        help="connect with TLS (env SETU_TLS)",
+    )
+    p.add_argument(
+        "--root-cert",
+        default=_env("ROOT_CERT"),
+        help="PEM file of the CA that signed the server (env SETU_ROOT_CERT)",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=int(_env("AGENT_CONCURRENCY", "4")),
+        help="tasks run at once (env SETU_AGENT_CONCURRENCY)",
+    )
+    p.add_argument(
+        "--secrets-file",
+        default=_env("SECRETS_FILE"),
+        help="JSON file of secret name -> value; else secrets come from the "
+        "environment (env SETU_SECRETS_FILE)",
+    )
+    p.add_argument(
+        "--blob-url",
+        default=_env("BLOB_URL"),
+        help="override the staging location the server names (env SETU_BLOB_URL)",
+    )
+    p.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=float(_env("GRACE_SECONDS", "30")),
+        help="on SIGTERM, how long running tasks may finish (env SETU_GRACE_SECONDS)",
+    )
+    p.add_argument(
+        "--extra-handlers",
+        default=_env("AGENT_EXTRA_HANDLERS"),
+        help="MODULE:NAME of extra task handlers (env SETU_AGENT_EXTRA_HANDLERS)",
+    )
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
+    return p
+
+
+async def run(args: argparse.Namespace) -> None:
+    handlers = dict(HANDLERS)
+    if args.extra_handlers:
+        handlers |= load_extra(args.extra_handlers)
+    root = args.root_cert_pem
+    async with open_channel(args.server, args.token, tls=args.tls, root_certificates=root) as ch:
+        source = GrpcTaskSource(ch)
+        runtime = Runtime(source, handlers, name="setu-agent", concurrency=args.concurrency)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+
+        checked_in = asyncio.create_task(_check_in(source, sorted(handlers)))
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait({checked_in, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set():
+            checked_in.cancel()
+            return
+        answer = checked_in.result()
+        runtime.set_lease_ttl(answer.lease_ttl_seconds or 60)
+        log.info("checked in", extra={"agent_id": answer.agent_id, "server": args.server})
+        working = asyncio.create_task(runtime.run())
+        await stop.wait()
+        log.info("stopping", extra={"grace_seconds": args.grace_seconds})
+        await runtime.stop(args.grace_seconds)
+        await working
+
+
+async def _check_in(source: GrpcTaskSource, kinds: list[str]) -> pb.CheckInResponse:
+    """Until the server answers: it may not be up yet."""
+    retrying = AsyncRetrying(
+        retry=retry_if_exception(is_transient),
+        wait=wait_random_exponential(multiplier=0.5, max=30),
+        before_sleep=lambda state: log.warning(
+            "server unreachable; backing off", extra={"attempt": state.attempt_number}
+        ),
+        reraise=True,
+    )
+    async for attempt in retrying:
+        with attempt:
+            answer: pb.CheckInResponse = await source.check_in(VERSION, kinds, platform.node())
             return answer
-        except grpc.aio.AioRpcError as exc:
-            raise from_rpc_error(exc) from exc
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="setu-agent", description=__doc__)
-    parser.add_argument("--server", default=os.environ.get("SETU_SERVER", "127.0.0.1:50051"))
-    parser.add_argument("--token", default=os.environ.get("SETU_AGENT_TOKEN", ""))
-    parser.add_argument("--tls", action="store_true", default=bool(os.environ.get("SETU_TLS")))
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     if not args.token:
-        parser.error("an agent token is required (--token or SETU_AGENT_TOKEN)")
-    answer = asyncio.run(check_in(args.server, args.token, args.tls))
-    print(f"checked in as agent {answer.agent_id} of workspace {answer.workspace_id}")
+        parser().error("an agent token is required (--token or SETU_AGENT_TOKEN)")
+    from setu_client import logs  # the same structured log lines as the server
+
+    logs.configure(args.log_level, "json")
+    args.root_cert_pem = Path(args.root_cert).read_bytes() if args.root_cert else None
+    asyncio.run(run(args))
 
 
 if __name__ == "__main__":

@@ -18,11 +18,11 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
+from setu_client import logs
 from setu_client._proto.setu.v1 import admin_pb2 as apb
 from setu_client._proto.setu.v1 import admin_pb2_grpc
 from setu_client.channel import open_channel
 from setu_client.errors import SetuError, from_rpc_error
-from setu_server import logs
 from setu_server.config import Settings
 from setu_server.server import serving
 from setu_server.service.secrets import TokenKind, new_secret

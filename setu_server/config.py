@@ -42,6 +42,21 @@ class Settings:
     lease_wait_cap_seconds: float = field(
         default=30.0, metadata={"help": "LeaseTask's long-poll cap"}
     )
+    lease_ttl_seconds: float = field(
+        default=60.0, metadata={"help": "how long a task lease lasts without a heartbeat"}
+    )
+    lease_poll_seconds: float = field(
+        default=10.0, metadata={"help": "LeaseTask's fallback poll (work arrives by NOTIFY)"}
+    )
+    task_retry_backoff_seconds: float = field(
+        default=5.0, metadata={"help": "first retry delay of a failed task; doubles per attempt"}
+    )
+    reaper_interval_seconds: float = field(
+        default=5.0, metadata={"help": "how often expired leases are requeued"}
+    )
+    worker_concurrency: int = field(
+        default=4, metadata={"help": "cloud tasks this server runs at once"}
+    )
     watch_recheck_seconds: float = field(
         default=30.0, metadata={"help": "how often watched jobs are re-read as a safety net"}
     )

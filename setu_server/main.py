@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from setu_server import logs
+from setu_client import logs
 from setu_server.config import Settings
 from setu_server.server import serve_until_signalled
 

@@ -171,3 +171,52 @@ class JobFilter:
     connection_id: UUID | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
+
+
+class TaskKind(StrEnum):
+    MIGRATE = "migrate"
+    EXTRACT = "extract"
+    LOAD = "load"
+    TEST = "test"
+    DISCOVER = "discover"
+    PREVIEW = "preview"
+
+
+class TaskState(StrEnum):
+    PENDING = "pending"
+    LEASED = "leased"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+CLOUD = "cloud"
+
+
+def runtime_name(runtime: str) -> str:
+    """How a runtime is named to people: "cloud" or "agent:<id>"."""
+    return runtime if runtime == CLOUD else f"agent:{runtime}"
+
+
+@dataclass(frozen=True)
+class Task:
+    id: UUID
+    job_id: UUID
+    workspace_id: UUID
+    kind: TaskKind
+    state: TaskState
+    # "cloud", or the id of the agent whose queue holds the task.
+    runtime: str
+    attempt: int
+    max_attempts: int
+    run_after: datetime
+    created_at: datetime
+    updated_at: datetime
+    lease_token: UUID | None = None
+    lease_expires_at: datetime | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+    progress: dict[str, Any] = field(default_factory=dict)
+    result: dict[str, Any] | None = None
+    error_message: str = ""
+    finished_at: datetime | None = None
+    agent_id: UUID | None = None

@@ -14,6 +14,8 @@ import asyncpg
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from setu_agent.handlers import HANDLERS as CLOUD_HANDLERS
+from setu_agent.runtime import Runtime
 from setu_client._proto.setu.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -28,6 +30,7 @@ from setu_client._proto.setu.v1 import (
 )
 from setu_client.clock import Clock, SystemClock
 from setu_server.config import Settings
+from setu_server.maintenance.reaper import Reaper
 from setu_server.rpc import reflection
 from setu_server.rpc.admin import AdminServicer
 from setu_server.rpc.agents import AgentServicer
@@ -39,16 +42,21 @@ from setu_server.service.auth import Authenticator
 from setu_server.service.jobs import JobService
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.secrets import digest
+from setu_server.service.signals import TaskSignals
+from setu_server.service.tasks import LeasePolicy, TaskService
 from setu_server.service.watch import WatchHub
 from setu_server.store import db, jobs
 from setu_server.store.embedded import EmbeddedPostgres
 from setu_server.store.listener import Listener
 from setu_server.store.migrate import migrate
+from setu_server.worker import cloud_worker
 
 log = logging.getLogger("setu.server")
 
-# The channel every job transition notifies (store/queries/jobs.sql).
+# What store/queries/*.sql notify: every job transition, and every task that
+# becomes eligible to lease (payload: its runtime).
 JOB_CHANNEL = "setu_job"
+TASK_CHANNEL = "setu_task"
 
 SERVICE_NAMES = (
     jobs_pb2.DESCRIPTOR.services_by_name["JobOrchestrationService"].full_name,
@@ -77,28 +85,73 @@ GRPC_OPTIONS = (
 
 
 @dataclass
+class Services:
+    """The domain services of one server process, and its background work."""
+
+    pool: asyncpg.Pool
+    hub: WatchHub
+    signals: TaskSignals
+    listener: Listener
+    lifecycle: JobLifecycle
+    jobs: JobService
+    tasks: TaskService
+    admin: AdminService
+    presence: AgentPresence
+    reaper: Reaper
+    worker: Runtime
+    background: list[asyncio.Task[None]]
+
+
+@dataclass
 class Running:
     """A started server: its port, its parts (for tests), and how to stop it."""
 
     server: grpc.aio.Server
     port: int
-    pool: asyncpg.Pool
     health: health.aio.HealthServicer
     settings: Settings
-    hub: WatchHub
-    listener: Listener
-    jobs: JobService
-    lifecycle: JobLifecycle
+    services: Services
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        return self.services.pool
+
+    @property
+    def hub(self) -> WatchHub:
+        return self.services.hub
+
+    @property
+    def listener(self) -> Listener:
+        return self.services.listener
+
+    @property
+    def jobs(self) -> JobService:
+        return self.services.jobs
+
+    @property
+    def lifecycle(self) -> JobLifecycle:
+        return self.services.lifecycle
+
+    @property
+    def tasks(self) -> TaskService:
+        return self.services.tasks
 
     async def stop(self, grace: float | None = None) -> None:
         grace = self.settings.grace_seconds if grace is None else grace
-        # Parked long-polls answer at once with what they have, then the
-        # server refuses new calls and gives short in-flight ones the grace.
-        await self.hub.close()
+        parts = self.services
+        # Parked long-polls answer at once with what they have; the cloud
+        # worker finishes or hands back its tasks; then the server refuses new
+        # calls and gives short in-flight ones the grace.
+        parts.signals.close()
+        await parts.hub.close()
+        await parts.worker.stop(grace)
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
-        await self.listener.close()
-        await self.pool.close()
+        for task in parts.background:
+            task.cancel()
+        await asyncio.gather(*parts.background, return_exceptions=True)
+        await parts.listener.close()
+        await parts.pool.close()
 
 
 async def database_url(settings: Settings, stack: contextlib.AsyncExitStack) -> str:
@@ -111,41 +164,75 @@ async def database_url(settings: Settings, stack: contextlib.AsyncExitStack) -> 
     return url
 
 
-async def start(settings: Settings, url: str, clock: Clock | None = None) -> Running:
-    """Migrate, then serve on settings.listen (port 0 picks a free one)."""
-    clock = clock or SystemClock()
+async def build_services(settings: Settings, url: str, clock: Clock) -> Services:
     conn = await db.connect(url)
     try:
         await migrate(conn)
     finally:
         await conn.close()
     pool = await db.create_pool(url, max_size=settings.db_pool_size)
-
-    if settings.admin_token and len(settings.admin_token) < 16:
-        raise SystemExit("SETU_ADMIN_TOKEN must be at least 16 characters")
-    admin_digest = digest(settings.admin_token) if settings.admin_token else None
-    auth = Authenticator(pool, clock, admin_digest)
-    server = grpc.aio.server(interceptors=[CallInterceptor(auth)], options=GRPC_OPTIONS)
     hub = WatchHub(
         lambda ids: jobs.get_jobs(pool, ids), recheck_interval=settings.watch_recheck_seconds
     )
-    listener = Listener(url, {JOB_CHANNEL: hub.notified}, on_reconnect=hub.refresh_all)
+    signals = TaskSignals()
+
+    async def after_reconnect() -> None:
+        signals.wake_all()  # a task may have arrived while nobody listened
+        await hub.refresh_all()
+
+    listener = Listener(
+        url, {JOB_CHANNEL: hub.notified, TASK_CHANNEL: signals.notified}, after_reconnect
+    )
     await listener.start()
     hub.start()
     lifecycle = JobLifecycle(pool, hub, clock)
-    job_service = JobService(pool, clock, hub, lifecycle)
-
-    admin_pb2_grpc.add_AdminServiceServicer_to_server(
-        AdminServicer(AdminService(pool, clock)), server
+    policy = LeasePolicy(
+        ttl_seconds=settings.lease_ttl_seconds,
+        wait_cap_seconds=settings.lease_wait_cap_seconds,
+        poll_seconds=settings.lease_poll_seconds,
+        retry_backoff_seconds=settings.task_retry_backoff_seconds,
     )
+    task_service = TaskService(pool, clock, lifecycle, signals, policy)
+    reaper = Reaper(task_service, settings.reaper_interval_seconds)
+    worker = cloud_worker(task_service, dict(CLOUD_HANDLERS), settings.worker_concurrency)
+    background = [
+        asyncio.create_task(reaper.run(), name="setu-reaper"),
+        asyncio.create_task(worker.run(), name="setu-cloud-worker"),
+    ]
+    return Services(
+        pool=pool,
+        hub=hub,
+        signals=signals,
+        listener=listener,
+        lifecycle=lifecycle,
+        jobs=JobService(pool, clock, hub, lifecycle),
+        tasks=task_service,
+        admin=AdminService(pool, clock, task_service),
+        presence=AgentPresence(pool, clock),
+        reaper=reaper,
+        worker=worker,
+        background=background,
+    )
+
+
+async def start(settings: Settings, url: str, clock: Clock | None = None) -> Running:
+    """Migrate, then serve on settings.listen (port 0 picks a free one)."""
+    clock = clock or SystemClock()
+    if settings.admin_token and len(settings.admin_token) < 16:
+        raise SystemExit("SETU_ADMIN_TOKEN must be at least 16 characters")
+    parts = await build_services(settings, url, clock)
+    admin_digest = digest(settings.admin_token) if settings.admin_token else None
+    auth = Authenticator(parts.pool, clock, admin_digest)
+    server = grpc.aio.server(interceptors=[CallInterceptor(auth)], options=GRPC_OPTIONS)
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(parts.admin), server)
     # Servicers not yet complete answer UNIMPLEMENTED for the RPCs that later
     # issues fill in (their generated base methods), hence the abstract ignores.
     agents_pb2_grpc.add_AgentServiceServicer_to_server(
-        AgentServicer(AgentPresence(pool, clock), settings),  # type: ignore[abstract]
+        AgentServicer(parts.presence, parts.tasks, settings),  # type: ignore[abstract]
         server,
     )
     jobs_pb2_grpc.add_JobOrchestrationServiceServicer_to_server(
-        JobServicer(job_service, settings),  # type: ignore[abstract]
+        JobServicer(parts.jobs, settings),  # type: ignore[abstract]
         server,
     )
     connections_pb2_grpc.add_ConnectionServiceServicer_to_server(
@@ -167,9 +254,7 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
     log.info(
         "serving", extra={"address": settings.listen, "port": port, "tls": bool(settings.tls_cert)}
     )
-    return Running(
-        server, port, pool, health_servicer, settings, hub, listener, job_service, lifecycle
-    )
+    return Running(server, port, health_servicer, settings, parts)
 
 
 def _bind(server: grpc.aio.Server, settings: Settings) -> int:

@@ -1,26 +1,60 @@
-"""AgentService: runtimes check in, lease, heartbeat and report.
-
-Leasing and results arrive with the runtimes issue; until then those RPCs
-answer UNIMPLEMENTED through the generated base class.
-"""
+"""AgentService: proto in, domain call, proto out."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from google.protobuf.json_format import MessageToDict
+
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client._proto.setu.v1 import agents_pb2_grpc
+from setu_client.errors import InvalidArgument
 from setu_server.config import Settings
+from setu_server.models import Task, TaskKind
 from setu_server.rpc import convert
+from setu_server.rpc.convert import uid
 from setu_server.rpc.interceptor import principal
 from setu_server.rpc.types import Ctx
 from setu_server.service.agents import AgentPresence
+from setu_server.service.tasks import TaskService
 
-# A lease lasts this long without a heartbeat (DESIGN §5).
-LEASE_TTL_SECONDS = 60
+TASK_KINDS = {k: getattr(pb, f"TASK_KIND_{k.name}") for k in TaskKind}
+# Answer a long-poll this long before the caller's deadline.
+DEADLINE_MARGIN_SECONDS = 1.0
+
+
+def _runtime() -> str:
+    agent_id = principal().agent_id
+    assert agent_id is not None, "agent calls are authenticated with an agent token"
+    return str(agent_id)
+
+
+def task_message(task: Task) -> pb.Task:
+    message = pb.Task(
+        id=str(task.id),
+        job_id=str(task.job_id),
+        kind=TASK_KINDS[task.kind],
+        attempt=task.attempt,
+        max_attempts=task.max_attempts,
+        lease_token=str(task.lease_token),
+        lease_expires_at=convert.ts(task.lease_expires_at),
+    )
+    message.payload.update(task.payload)
+    return message
+
+
+def _result(request: pb.CompleteTaskRequest) -> dict[str, Any]:
+    which = request.WhichOneof("result")
+    if which is None:
+        return {}
+    body: dict[str, Any] = MessageToDict(getattr(request, which))
+    return {"kind": which, **body}
 
 
 class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
-    def __init__(self, presence: AgentPresence, settings: Settings) -> None:
+    def __init__(self, presence: AgentPresence, tasks: TaskService, settings: Settings) -> None:
         self._presence = presence
+        self._tasks = tasks
         self._settings = settings
 
     async def CheckIn(self, request: pb.CheckInRequest, context: Ctx) -> pb.CheckInResponse:
@@ -33,6 +67,43 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
             agent_id=str(agent.id),
             workspace_id=str(agent.workspace_id),
             server_time=convert.ts(agent.last_seen_at),
-            lease_wait_cap_seconds=int(self._settings.lease_wait_cap_seconds),
-            lease_ttl_seconds=LEASE_TTL_SECONDS,
+            lease_wait_cap_seconds=int(self._tasks.policy.wait_cap_seconds),
+            lease_ttl_seconds=int(self._tasks.policy.ttl_seconds),
         )
+
+    async def LeaseTask(self, request: pb.LeaseTaskRequest, context: Ctx) -> pb.LeaseTaskResponse:
+        wait = float(request.wait_seconds)
+        remaining = context.time_remaining()
+        if remaining is not None:
+            wait = min(wait, remaining - DEADLINE_MARGIN_SECONDS)
+        task = await self._tasks.lease(_runtime(), wait)
+        if task is None:
+            return pb.LeaseTaskResponse()
+        return pb.LeaseTaskResponse(task=task_message(task))
+
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
+        progress = MessageToDict(request.progress) if request.HasField("progress") else None
+        expires, cancel = await self._tasks.heartbeat(
+            _runtime(), uid(request.task_id), uid(request.lease_token), progress
+        )
+        return pb.HeartbeatResponse(lease_expires_at=convert.ts(expires), cancel_requested=cancel)
+
+    async def CompleteTask(
+        self, request: pb.CompleteTaskRequest, context: Ctx
+    ) -> pb.CompleteTaskResponse:
+        await self._tasks.complete(
+            _runtime(), uid(request.task_id), uid(request.lease_token), _result(request)
+        )
+        return pb.CompleteTaskResponse()
+
+    async def FailTask(self, request: pb.FailTaskRequest, context: Ctx) -> pb.FailTaskResponse:
+        if not request.error_message.strip():
+            raise InvalidArgument("error_message: required")
+        retry = await self._tasks.fail(
+            _runtime(),
+            uid(request.task_id),
+            uid(request.lease_token),
+            request.error_message.strip(),
+            request.retryable,
+        )
+        return pb.FailTaskResponse(will_retry=retry)

@@ -18,7 +18,7 @@ import grpc
 from google.protobuf.message import Message
 
 from setu_client.errors import SetuError, Unimplemented, status_of
-from setu_server.logs import request_id
+from setu_client.logs import request_id
 from setu_server.models import Principal, Role
 from setu_server.rpc.types import Ctx
 from setu_server.rpc.validation import validate

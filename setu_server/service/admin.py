@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 from uuid import UUID
 
 import asyncpg
@@ -27,10 +27,15 @@ class Created(Generic[T]):
     secret: str
 
 
+class AgentTasks(Protocol):
+    async def fail_runtime(self, runtime: str, reason: str) -> int: ...
+
+
 class AdminService:
-    def __init__(self, pool: asyncpg.Pool, clock: Clock) -> None:
+    def __init__(self, pool: asyncpg.Pool, clock: Clock, tasks: AgentTasks | None = None) -> None:
         self._pool = pool
         self._clock = clock
+        self._tasks = tasks
 
     async def create_workspace(self, name: str) -> Workspace:
         try:
@@ -98,9 +103,18 @@ class AdminService:
         return await tenancy.list_agents(self._pool, workspace_id)
 
     async def deactivate_agent(self, agent_id: UUID) -> Agent:
+        """Its token stops working; what was queued for it or held by it fails
+        its job, naming the agent, rather than waiting for a runtime that will
+        never come."""
         agent = await tenancy.deactivate_agent(self._pool, agent_id)
         if agent is None:
             raise NotFound(f"agent {agent_id} not found")
+        if self._tasks is not None:
+            await self._tasks.fail_runtime(
+                str(agent.id),
+                f"agent {agent.name!r} ({agent.id}) was deactivated; place the connection on "
+                "an active agent and run again",
+            )
         return agent
 
     async def now(self) -> datetime:

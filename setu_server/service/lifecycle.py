@@ -3,6 +3,7 @@ store statement, then published to this process's watch hub at once."""
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -31,6 +32,7 @@ class JobLifecycle:
         error_message: str | None = None,
         phase: Phase | None = None,
         only_from: frozenset[JobState] | None = None,
+        result: dict[str, Any] | None = None,
     ) -> Job:
         """Move one job. Pass `db` (a connection in a transaction) to make the
         move part of a larger one; then call `published` after commit."""
@@ -44,6 +46,7 @@ class JobLifecycle:
             error_message=error_message,
             phase=phase,
             only_from=only_from,
+            result=result,
         )
         if db is None:
             self.published([job])

@@ -109,6 +109,7 @@ async def transition_jobs(
     error_message: str | None = None,
     phase: Phase | None = None,
     only_from: frozenset[JobState] | None = None,
+    result: dict[str, Any] | None = None,
 ) -> list[Job]:
     """Move every listed job that may legally go to `to`; the others stay as
     they are. One statement: state, version, event and notification commit
@@ -125,6 +126,7 @@ async def transition_jobs(
             level.value,
             message,
             now,
+            result,
         )
     return [job_of(r) for r in rows]
 
@@ -140,6 +142,7 @@ async def transition_job(
     error_message: str | None = None,
     phase: Phase | None = None,
     only_from: frozenset[JobState] | None = None,
+    result: dict[str, Any] | None = None,
 ) -> Job:
     """Move one job, or say why it cannot move."""
     moved = await transition_jobs(
@@ -152,6 +155,7 @@ async def transition_job(
         error_message=error_message,
         phase=phase,
         only_from=only_from,
+        result=result,
     )
     if moved:
         return moved[0]
@@ -237,3 +241,10 @@ async def outputs(db: Executor, job_id: UUID) -> list[StreamOutput]:
         StreamOutput(r["stream"], r["rows_extracted"], r["rows_loaded"], r["checksum"])
         for r in rows
     ]
+
+
+async def get_job_any(db: Executor, id: UUID) -> Job | None:
+    """A job whatever its workspace: for the server's own decisions, never for callers."""
+    with translate_errors():
+        row = await db.fetchrow(QUERIES.get_job_any, id)
+    return job_of(row) if row else None

@@ -1,12 +1,154 @@
-"""Tasks: what runtimes lease and execute."""
+"""Tasks: what runtimes lease, heartbeat and report. Every state change of a
+task is one statement in store/queries/tasks.sql."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
+import asyncpg
+
+from setu_server.models import Task, TaskKind, TaskState
 from setu_server.store.db import Executor, translate_errors
 from setu_server.store.queries import QUERIES
+
+
+def task_of(r: asyncpg.Record) -> Task:
+    return Task(
+        id=r["id"],
+        job_id=r["job_id"],
+        workspace_id=r["workspace_id"],
+        kind=TaskKind(r["kind"]),
+        state=TaskState(r["state"]),
+        runtime=r["runtime"],
+        attempt=r["attempt"],
+        max_attempts=r["max_attempts"],
+        run_after=r["run_after"],
+        created_at=r["created_at"],
+        updated_at=r["updated_at"],
+        lease_token=r["lease_token"],
+        lease_expires_at=r["lease_expires_at"],
+        payload=r["payload"],
+        progress=r["progress"],
+        result=r["result"],
+        error_message=r["error_message"],
+        finished_at=r["finished_at"],
+        agent_id=r["agent_id"],
+    )
+
+
+async def insert_task(
+    db: Executor,
+    *,
+    id: UUID,
+    job_id: UUID,
+    workspace_id: UUID,
+    kind: TaskKind,
+    agent_id: UUID | None,
+    max_attempts: int,
+    payload: dict[str, Any],
+    now: datetime | None,
+) -> Task:
+    """A pending task for the cloud (agent_id None) or one agent; notifies its runtime."""
+    runtime = str(agent_id) if agent_id else "cloud"
+    with translate_errors():
+        row = await db.fetchrow(
+            QUERIES.insert_task,
+            id,
+            job_id,
+            workspace_id,
+            kind.value,
+            runtime,
+            agent_id,
+            max_attempts,
+            payload,
+            now,
+        )
+    return task_of(row)
+
+
+async def lease(
+    db: Executor, runtime: str, token: UUID, seconds: float, now: datetime | None
+) -> Task | None:
+    with translate_errors():
+        row = await db.fetchrow(QUERIES.lease_task, runtime, token, seconds, now)
+    return task_of(row) if row else None
+
+
+async def seconds_to_next_eligible(
+    db: Executor, runtime: str, now: datetime | None
+) -> float | None:
+    with translate_errors():
+        value: float | None = await db.fetchval(QUERIES.seconds_to_next_eligible, runtime, now)
+    return value
+
+
+async def heartbeat(
+    db: Executor,
+    id: UUID,
+    token: UUID,
+    seconds: float,
+    progress: dict[str, Any] | None,
+    now: datetime | None,
+) -> tuple[datetime, bool] | None:
+    """(new expiry, cancel requested), or None when the lease is not live."""
+    with translate_errors():
+        row = await db.fetchrow(QUERIES.heartbeat_task, id, token, seconds, progress, now)
+    return (row["lease_expires_at"], row["cancel_requested"]) if row else None
+
+
+async def complete(
+    db: Executor, id: UUID, token: UUID, result: dict[str, Any], now: datetime | None
+) -> Task | None:
+    with translate_errors():
+        row = await db.fetchrow(QUERIES.complete_task, id, token, result, now)
+    return task_of(row) if row else None
+
+
+async def fail(
+    db: Executor,
+    id: UUID,
+    token: UUID,
+    error: str,
+    *,
+    backoff_seconds: float,
+    retryable: bool,
+    now: datetime | None,
+) -> Task | None:
+    with translate_errors():
+        row = await db.fetchrow(
+            QUERIES.fail_task, id, token, error, backoff_seconds, retryable, now
+        )
+    return task_of(row) if row else None
+
+
+async def get(db: Executor, id: UUID) -> Task | None:
+    with translate_errors():
+        row = await db.fetchrow(QUERIES.get_task, id)
+    return task_of(row) if row else None
+
+
+async def get_for_runtime(db: Executor, id: UUID, runtime: str) -> Task | None:
+    with translate_errors():
+        row = await db.fetchrow(QUERIES.get_agent_task, id, runtime)
+    return task_of(row) if row else None
+
+
+async def reap_expired(
+    db: Executor, *, batch: int, backoff_seconds: float, max_backoff: float, now: datetime | None
+) -> list[Task]:
+    with translate_errors():
+        rows = await db.fetch(QUERIES.reap_expired_leases, batch, backoff_seconds, max_backoff, now)
+    return [task_of(r) for r in rows]
+
+
+async def fail_runtime_tasks(
+    db: Executor, runtime: str, error: str, now: datetime | None
+) -> list[Task]:
+    with translate_errors():
+        rows = await db.fetch(QUERIES.fail_agent_tasks, runtime, error, now)
+    return [task_of(r) for r in rows]
 
 
 async def count_leased_tasks(db: Executor, job_id: UUID) -> int:
@@ -18,34 +160,3 @@ async def count_leased_tasks(db: Executor, job_id: UUID) -> int:
 async def cancel_pending_tasks(db: Executor, job_id: UUID, now: datetime | None) -> None:
     with translate_errors():
         await db.execute(QUERIES.cancel_pending_tasks, job_id, now)
-
-
-async def insert_task(
-    db: Executor,
-    *,
-    id: UUID,
-    job_id: UUID,
-    workspace_id: UUID,
-    kind: str,
-    agent_id: UUID | None,
-    max_attempts: int,
-    payload: dict[str, object],
-    now: datetime | None,
-) -> UUID:
-    """A pending task for the cloud (agent_id None) or one agent."""
-    runtime = str(agent_id) if agent_id else "cloud"
-    with translate_errors():
-        row = await db.fetchrow(
-            QUERIES.insert_task,
-            id,
-            job_id,
-            workspace_id,
-            kind,
-            runtime,
-            agent_id,
-            max_attempts,
-            payload,
-            now,
-        )
-    task_id: UUID = row["id"]
-    return task_id

@@ -15,7 +15,7 @@ from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
 from setu_client.channel import open_channel
 from setu_client.errors import FailedPrecondition, InvalidArgument, JobNotFound
-from setu_server.models import JobKind, JobState
+from setu_server.models import JobKind, JobState, TaskKind
 from setu_server.server import Running
 from setu_server.store import jobs, tasks
 from tests.factories import Tenant, make_job, make_tenant
@@ -107,8 +107,8 @@ async def test_cancel_of_a_job_with_nothing_executing_is_immediate_and_idempoten
             id=uuid.uuid4(),
             job_id=job.id,
             workspace_id=tenant.workspace_id,
-            kind="test",
-            agent_id=None,
+            kind=TaskKind.TEST,
+            agent_id=tenant.agent_id,
             max_attempts=1,
             payload={},
             now=None,
@@ -128,18 +128,18 @@ async def test_cancel_of_an_executing_job_asks_its_runtime_to_stop(
     client: SetuClient, pool: asyncpg.Pool, tenant: Tenant
 ) -> None:
     job = await make_job(pool, tenant.workspace_id, state=JobState.RUNNING)
-    task_id = await tasks.insert_task(
+    task = await tasks.insert_task(
         pool,
         id=uuid.uuid4(),
         job_id=job.id,
         workspace_id=tenant.workspace_id,
-        kind="test",
-        agent_id=None,
+        kind=TaskKind.TEST,
+        agent_id=tenant.agent_id,
         max_attempts=1,
         payload={},
         now=None,
     )
-    await pool.execute("UPDATE task SET state = 'leased' WHERE id = $1", task_id)
+    await pool.execute("UPDATE task SET state = 'leased' WHERE id = $1", task.id)
     requested = await client.cancel_job(str(job.id))
     assert requested.state == S.JOB_STATE_RUNNING and requested.cancel_requested
     assert requested.version == job.version + 1

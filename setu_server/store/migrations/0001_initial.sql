@@ -132,7 +132,7 @@ CREATE TABLE task (
     CHECK ((runtime = 'cloud') = (agent_id IS NULL))
 );
 -- The lease query: oldest eligible pending task of one runtime.
-CREATE INDEX task_pending_idx ON task (runtime, run_after, created_at) WHERE state = 'pending';
+CREATE INDEX task_pending_idx ON task (runtime, created_at) WHERE state = 'pending';
 -- The reaper: leases that ran out.
 CREATE INDEX task_lease_expiry_idx ON task (lease_expires_at) WHERE state = 'leased';
 CREATE INDEX task_job_idx ON task (job_id);

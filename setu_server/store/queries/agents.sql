@@ -24,11 +24,20 @@ RETURNING id, workspace_id, name, active, version, capabilities, hostname,
           last_seen_at, created_at;
 
 -- name: authenticate_agent
--- An active agent by token, refreshing last_seen_at (any agent call counts
--- as presence). $1 token_hash, $2 now
-UPDATE agent SET last_seen_at = coalesce($2, now())
-WHERE token_hash = $1 AND active
-RETURNING id, workspace_id;
+-- An active agent by token. Any agent call counts as presence, so this
+-- refreshes last_seen_at, writing at most every 5 s: "online" means seen
+-- within 90 s, and a write per call would cost every lease a WAL record.
+-- $1 token_hash, $2 now
+WITH found AS (
+    SELECT id, workspace_id, last_seen_at FROM agent WHERE token_hash = $1 AND active
+), touched AS (
+    UPDATE agent SET last_seen_at = coalesce($2, now())
+    FROM found
+    WHERE agent.id = found.id
+      AND (found.last_seen_at IS NULL
+           OR found.last_seen_at < coalesce($2, now()) - interval '5 seconds')
+)
+SELECT id, workspace_id FROM found;
 
 -- name: check_in_agent
 -- $1 id, $2 version, $3 capabilities, $4 hostname, $5 now

@@ -24,7 +24,7 @@ SELECT state FROM job WHERE id = $1;
 -- event and notifies `setu_job` with {job_id, version, state}, atomically.
 -- $1 ids uuid[], $2 new state, $3 allowed current states text[],
 -- $4 error_message (null keeps), $5 phase (null keeps), $6 event level,
--- $7 event message, $8 now
+-- $7 event message, $8 now, $9 result (null keeps)
 WITH moved AS (
     UPDATE job
     SET state = $2,
@@ -35,7 +35,8 @@ WITH moved AS (
                           THEN coalesce(started_at, coalesce($8, now())) ELSE started_at END,
         finished_at = CASE WHEN $2 IN ('succeeded', 'failed', 'cancelled')
                            THEN coalesce($8, now()) ELSE finished_at END,
-        updated_at = coalesce($8, now())
+        updated_at = coalesce($8, now()),
+        result = coalesce($9::jsonb, result)
     WHERE id = ANY($1::uuid[]) AND state = ANY($3::text[])
     RETURNING *
 ), logged AS (
@@ -93,3 +94,7 @@ SELECT * FROM job_event WHERE job_id = $1 AND sequence > $2 ORDER BY sequence LI
 -- $1 job_id
 SELECT stream, rows_extracted, rows_loaded, checksum
 FROM job_output WHERE job_id = $1 ORDER BY stream;
+
+-- name: get_job_any
+-- A job whatever its workspace, for server-internal decisions. $1 id
+SELECT * FROM job WHERE id = $1;

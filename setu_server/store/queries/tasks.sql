@@ -1,3 +1,6 @@
+-- Tasks change state only here; every statement that makes a task eligible
+-- to lease notifies `setu_task` with its runtime, waking parked LeaseTasks.
+
 -- name: count_leased_tasks
 -- Tasks of a job that a runtime holds right now. $1 job_id
 SELECT count(*) FROM task WHERE job_id = $1 AND state = 'leased';
@@ -11,8 +14,123 @@ WHERE job_id = $1 AND state = 'pending';
 -- name: insert_task
 -- $1 id, $2 job_id, $3 workspace_id, $4 kind, $5 runtime ('cloud' or an agent id),
 -- $6 agent_id, $7 max_attempts, $8 payload, $9 now
-INSERT INTO task (id, job_id, workspace_id, kind, state, runtime, agent_id, max_attempts,
-                  run_after, payload, created_at, updated_at)
-VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, coalesce($9, now()), $8,
-        coalesce($9, now()), coalesce($9, now()))
+WITH inserted AS (
+    INSERT INTO task (id, job_id, workspace_id, kind, state, runtime, agent_id, max_attempts,
+                      run_after, payload, created_at, updated_at)
+    VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, coalesce($9, now()), $8,
+            coalesce($9, now()), coalesce($9, now()))
+    RETURNING *
+)
+SELECT inserted.*, pg_notify('setu_task', runtime) AS notified FROM inserted;
+
+-- name: lease_task
+-- The oldest eligible pending task of one runtime, leased in one statement.
+-- SKIP LOCKED: concurrent lessees on any server never take the same row.
+-- $1 runtime, $2 lease_token, $3 lease seconds, $4 now
+UPDATE task
+SET state = 'leased',
+    lease_token = $2,
+    lease_expires_at = coalesce($4, now()) + make_interval(secs => $3),
+    updated_at = coalesce($4, now())
+WHERE id = (
+    SELECT id FROM task
+    WHERE runtime = $1 AND state = 'pending' AND run_after <= coalesce($4, now())
+    ORDER BY created_at
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING *;
+
+-- name: seconds_to_next_eligible
+-- Seconds until the next delayed task of a runtime becomes eligible (null:
+-- none is waiting). $1 runtime, $2 now
+SELECT extract(epoch FROM min(run_after) - coalesce($2, now()))::float8 FROM task
+WHERE runtime = $1 AND state = 'pending' AND run_after > coalesce($2, now());
+
+-- name: heartbeat_task
+-- Extends a live lease; answers whether its job asked to cancel.
+-- $1 id, $2 lease_token, $3 lease seconds, $4 progress, $5 now
+UPDATE task
+SET lease_expires_at = coalesce($5, now()) + make_interval(secs => $3),
+    progress = coalesce($4, progress),
+    updated_at = coalesce($5, now())
+FROM job
+WHERE task.id = $1 AND task.lease_token = $2 AND task.state = 'leased'
+  AND task.lease_expires_at > coalesce($5, now()) AND job.id = task.job_id
+RETURNING task.lease_expires_at, job.cancel_requested;
+
+-- name: complete_task
+-- $1 id, $2 lease_token, $3 result, $4 now
+UPDATE task
+SET state = 'succeeded', result = $3, finished_at = coalesce($4, now()),
+    updated_at = coalesce($4, now())
+WHERE id = $1 AND lease_token = $2 AND state = 'leased'
+  AND lease_expires_at > coalesce($4, now())
+RETURNING *;
+
+-- name: fail_task
+-- Retry (back to pending, attempt + 1, after $4 seconds) while $5 and
+-- attempts remain; otherwise failed. $1 id, $2 lease_token, $3 error,
+-- $4 backoff seconds, $5 retryable, $6 now
+WITH failed AS (
+    UPDATE task
+    SET state = CASE WHEN $5 AND attempt < max_attempts THEN 'pending' ELSE 'failed' END,
+        attempt = CASE WHEN $5 AND attempt < max_attempts THEN attempt + 1 ELSE attempt END,
+        run_after = coalesce($6, now()) + make_interval(secs => $4),
+        error_message = $3,
+        lease_expires_at = NULL,
+        finished_at = CASE WHEN $5 AND attempt < max_attempts
+                           THEN NULL ELSE coalesce($6, now()) END,
+        updated_at = coalesce($6, now())
+    WHERE id = $1 AND lease_token = $2 AND state = 'leased'
+      AND lease_expires_at > coalesce($6, now())
+    RETURNING *
+)
+SELECT failed.*,
+       CASE WHEN state = 'pending' THEN pg_notify('setu_task', runtime) END AS notified
+FROM failed;
+
+-- name: get_task
+-- $1 id
+SELECT * FROM task WHERE id = $1;
+
+-- name: get_agent_task
+-- A task of one agent's queue: another runtime's task is not found. $1 id, $2 runtime
+SELECT * FROM task WHERE id = $1 AND runtime = $2;
+
+-- name: reap_expired_leases
+-- Leases that ran out: back to pending (attempt + 1, after a backoff of $2
+-- seconds doubling per attempt, capped at $3), or failed when attempts are
+-- spent. $1 batch size, $2 backoff seconds, $3 max backoff seconds, $4 now
+WITH expired AS (
+    SELECT id FROM task
+    WHERE state = 'leased' AND lease_expires_at <= coalesce($4, now())
+    ORDER BY lease_expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), reaped AS (
+    UPDATE task
+    SET state = CASE WHEN attempt < max_attempts THEN 'pending' ELSE 'failed' END,
+        attempt = CASE WHEN attempt < max_attempts THEN attempt + 1 ELSE attempt END,
+        run_after = coalesce($4, now()) + make_interval(
+            secs => least($3, $2 * power(2, attempt - 1))),
+        error_message = 'lease expired: the runtime stopped heartbeating',
+        lease_expires_at = NULL,
+        finished_at = CASE WHEN attempt < max_attempts THEN NULL ELSE coalesce($4, now()) END,
+        updated_at = coalesce($4, now())
+    FROM expired
+    WHERE task.id = expired.id
+    RETURNING task.*
+)
+SELECT reaped.*,
+       CASE WHEN state = 'pending' THEN pg_notify('setu_task', runtime) END AS notified
+FROM reaped;
+
+-- name: fail_agent_tasks
+-- Every pending or leased task of a runtime, failed at once (its agent was
+-- deactivated). $1 runtime, $2 error, $3 now
+UPDATE task
+SET state = 'failed', error_message = $2, lease_expires_at = NULL,
+    finished_at = coalesce($3, now()), updated_at = coalesce($3, now())
+WHERE runtime = $1 AND state IN ('pending', 'leased')
 RETURNING *;

@@ -1,0 +1,208 @@
+"""The runtime loop: N slots, each leasing one task at a time (a long-poll),
+running it through the handler for its kind while heartbeating at a third of
+the lease, then reporting how it ended.
+
+- A lost lease (the server answers LeaseLost) stops the task: another runtime
+  may hold it now, so nothing is reported.
+- A requested cancel is passed to the handler, which stops at its next batch.
+- Transient errors (server down, network) back off exponentially with jitter,
+  capped, and forever; the backoff resets after each good answer.
+- stop() leases nothing more, lets running tasks finish within a grace
+  period, and hands back the rest so they are retried at once elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from tenacity import AsyncRetrying, retry_if_exception, wait_random_exponential
+
+from setu_agent.runtime.task import (
+    Handler,
+    LeasedTask,
+    NonRetryable,
+    TaskCancelled,
+    TaskContext,
+    TaskSource,
+)
+from setu_client.errors import (
+    Cancelled,
+    DeadlineExceeded,
+    LeaseLost,
+    ResourceExhausted,
+    Unavailable,
+)
+
+log = logging.getLogger("setu.runtime")
+
+TRANSIENT = (Unavailable, DeadlineExceeded, ResourceExhausted, Cancelled)
+
+
+def is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, TRANSIENT)
+
+
+class Runtime:
+    def __init__(
+        self,
+        source: TaskSource,
+        handlers: Mapping[str, Handler],
+        *,
+        name: str,
+        concurrency: int = 4,
+        lease_ttl_seconds: float = 60.0,
+        lease_wait_seconds: float = 30.0,
+        max_backoff_seconds: float = 30.0,
+    ) -> None:
+        self._source = source
+        self._handlers = dict(handlers)
+        self.name = name
+        self._concurrency = concurrency
+        self._ttl = lease_ttl_seconds
+        self._wait = lease_wait_seconds
+        self._max_backoff = max_backoff_seconds
+        self._stopping = asyncio.Event()
+        self._slots: list[asyncio.Task[None]] = []
+        self._running: dict[str, asyncio.Task[None]] = {}
+        # Observability: tasks this runtime reported, by outcome.
+        self.reported: dict[str, int] = {"completed": 0, "failed": 0, "lost": 0}
+
+    def set_lease_ttl(self, seconds: float) -> None:
+        self._ttl = seconds
+
+    async def run(self) -> None:
+        """Work until stop(); returns once every slot has ended."""
+        self._slots = [
+            asyncio.create_task(self._slot(i), name=f"{self.name}-slot-{i}")
+            for i in range(self._concurrency)
+        ]
+        await asyncio.gather(*self._slots, return_exceptions=True)
+
+    async def stop(self, grace_seconds: float = 30.0) -> None:
+        """Lease nothing more; finish running tasks within the grace, hand back the rest."""
+        self._stopping.set()
+        running = list(self._running.values())
+        if running:
+            _, unfinished = await asyncio.wait(running, timeout=grace_seconds)
+            for task in unfinished:
+                task.cancel()
+            await asyncio.gather(*unfinished, return_exceptions=True)
+        for slot in self._slots:
+            slot.cancel()
+        await asyncio.gather(*self._slots, return_exceptions=True)
+
+    # -- slots
+
+    async def _slot(self, index: int) -> None:
+        while not self._stopping.is_set():
+            try:
+                task = await self._lease()
+            except asyncio.CancelledError:
+                return
+            if task is None:
+                continue
+            execution = asyncio.create_task(self._execute(task), name=f"task-{task.id}")
+            self._running[task.id] = execution
+            try:
+                await asyncio.shield(execution)
+            except asyncio.CancelledError:
+                if not execution.done():
+                    # stop() gave up on this task: the execution hands it back.
+                    await asyncio.gather(execution, return_exceptions=True)
+                return
+            finally:
+                self._running.pop(task.id, None)
+
+    async def _lease(self) -> LeasedTask | None:
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(is_transient),
+            wait=wait_random_exponential(multiplier=0.5, max=self._max_backoff),
+            before_sleep=lambda state: log.warning(
+                "server unreachable; backing off",
+                extra={"runtime": self.name, "attempt": state.attempt_number},
+            ),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await self._source.lease(self._wait)
+        return None  # pragma: no cover - tenacity reraises
+
+    # -- one task
+
+    async def _execute(self, task: LeasedTask) -> None:
+        context = TaskContext(task)
+        handler = self._handlers.get(task.kind)
+        if handler is None:
+            known = ", ".join(sorted(self._handlers)) or "none"
+            await self._report_failure(
+                task,
+                f"{self.name} cannot run tasks of kind {task.kind!r} (it runs: {known})",
+                retryable=False,
+            )
+            return
+        work: asyncio.Task[dict[str, Any]] = asyncio.create_task(
+            handler(context), name=f"handler-{task.id}"
+        )
+        beats = asyncio.create_task(self._heartbeats(context, work))
+        try:
+            result = await work
+        except TaskCancelled as exc:
+            await self._report_failure(task, str(exc) or "cancelled by request", retryable=False)
+        except NonRetryable as exc:
+            await self._report_failure(task, str(exc), retryable=False)
+        except asyncio.CancelledError:
+            if beats.done() and isinstance(beats.exception(), LeaseLost):
+                self.reported["lost"] += 1
+                log.warning("lease lost; task stopped", extra={"task_id": task.id})
+                return
+            # stop(): hand the task back so it runs again at once elsewhere.
+            with contextlib.suppress(Exception):
+                await self._source.fail(task, f"{self.name} is shutting down", True)
+            raise
+        except Exception as exc:
+            log.exception("task failed", extra={"task_id": task.id, "kind": task.kind})
+            await self._report_failure(task, f"{type(exc).__name__}: {exc}", retryable=True)
+        else:
+            await self._report(lambda: self._source.complete(task, result), "completed", task)
+        finally:
+            beats.cancel()
+            with contextlib.suppress(asyncio.CancelledError, LeaseLost):
+                await beats
+
+    async def _heartbeats(self, context: TaskContext, work: asyncio.Task[Any]) -> None:
+        while True:
+            await asyncio.sleep(self._ttl / 3)
+            try:
+                if await self._source.heartbeat(context.task, dict(context.progress)):
+                    context.cancel_requested.set()
+            except LeaseLost:
+                work.cancel()
+                raise
+            except TRANSIENT as exc:
+                log.warning("heartbeat failed; will try again", extra={"error": str(exc)})
+
+    async def _report_failure(self, task: LeasedTask, error: str, *, retryable: bool) -> None:
+        await self._report(lambda: self._source.fail(task, error, retryable), "failed", task)
+
+    async def _report(
+        self, call: Callable[[], Awaitable[None]], outcome: str, task: LeasedTask
+    ) -> None:
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(is_transient),
+            wait=wait_random_exponential(multiplier=0.5, max=self._max_backoff),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    await call()
+        except LeaseLost:
+            self.reported["lost"] += 1
+            log.warning("report refused: lease lost", extra={"task_id": task.id})
+            return
+        self.reported[outcome] += 1

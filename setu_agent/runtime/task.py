@@ -1,0 +1,63 @@
+"""What a handler sees of the task it runs, and how it says how it ended."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class LeasedTask:
+    id: str
+    job_id: str
+    kind: str
+    attempt: int
+    max_attempts: int
+    lease_token: str
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+class TaskCancelled(Exception):
+    """Raised by a handler that stopped because its job asked to cancel."""
+
+
+class NonRetryable(Exception):
+    """A failure that another attempt cannot fix (bad config, unknown kind)."""
+
+
+class TaskContext:
+    """Handed to a handler: the task, its cancellation signal, a progress sink."""
+
+    def __init__(self, task: LeasedTask) -> None:
+        self.task = task
+        self.cancel_requested = asyncio.Event()
+        self.progress: dict[str, Any] = {}
+
+    def report(self, **progress: Any) -> None:
+        """Progress to send with the next heartbeat (rows_read, rows_written, stream, message)."""
+        self.progress.update(progress)
+
+    def check_cancelled(self) -> None:
+        """Call once per batch: raises TaskCancelled when the job asked to stop."""
+        if self.cancel_requested.is_set():
+            raise TaskCancelled("cancelled by request")
+
+
+Handler = Callable[[TaskContext], Coroutine[Any, Any, dict[str, Any]]]
+
+
+class TaskSource(Protocol):
+    """Where a runtime gets work and reports it: the server over gRPC (agents)
+    or the store directly (the cloud worker inside the server)."""
+
+    async def lease(self, wait_seconds: float) -> LeasedTask | None: ...
+
+    async def heartbeat(self, task: LeasedTask, progress: dict[str, Any]) -> bool:
+        """True when cancellation was requested; raises LeaseLost when the lease is gone."""
+        ...
+
+    async def complete(self, task: LeasedTask, result: dict[str, Any]) -> None: ...
+
+    async def fail(self, task: LeasedTask, error: str, retryable: bool) -> None: ...

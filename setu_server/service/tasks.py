@@ -1,0 +1,272 @@
+"""Tasks as runtimes see them: lease (a long-poll), heartbeat, complete, fail.
+
+Every method takes the runtime asking ("cloud", or an agent's id) and only
+touches that runtime's tasks. A lease token names one lease; a report that
+presents a token no longer live is LeaseLost (FAILED_PRECONDITION), and the
+runtime must stop that task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from setu_client.clock import Clock
+from setu_client.errors import LeaseLost, NotFound
+from setu_server.models import (
+    EventLevel,
+    Job,
+    JobState,
+    Task,
+    TaskState,
+    runtime_name,
+)
+from setu_server.service.lifecycle import JobLifecycle
+from setu_server.service.outcomes import JobEndsWithItsTask, Outcomes
+from setu_server.service.signals import TaskSignals
+from setu_server.service.watch import CLOCK_SLACK
+from setu_server.store import jobs, tasks
+from setu_server.store.db import transaction
+
+
+@dataclass(frozen=True)
+class LeasePolicy:
+    ttl_seconds: float = 60.0
+    wait_cap_seconds: float = 30.0
+    # Only a fallback: new work arrives by NOTIFY.
+    poll_seconds: float = 10.0
+    retry_backoff_seconds: float = 5.0
+    max_backoff_seconds: float = 600.0
+
+
+Hook = Callable[[str], Awaitable[None]]
+
+
+async def _nothing(runtime: str) -> None:
+    return None
+
+
+@dataclass
+class LeaseHooks:
+    """Points inside LeaseTask where tests observe the long-poll."""
+
+    parked: Hook = _nothing
+
+
+class TaskService:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        clock: Clock,
+        lifecycle: JobLifecycle,
+        signals: TaskSignals,
+        policy: LeasePolicy,
+        outcomes: Outcomes | None = None,
+    ) -> None:
+        self._pool = pool
+        self._clock = clock
+        self._lifecycle = lifecycle
+        self._signals = signals
+        self.policy = policy
+        self.outcomes: Outcomes = outcomes or JobEndsWithItsTask(lifecycle, clock.sql_now)
+        self.hooks = LeaseHooks()
+
+    # -- leasing
+
+    async def lease(self, runtime: str, wait_seconds: float) -> Task | None:
+        """A task of `runtime`, as soon as one is eligible, or None after the wait."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, min(wait_seconds, self.policy.wait_cap_seconds))
+        parked = False
+        with self._signals.listen(runtime) as signal:
+            while True:
+                woken = signal.armed()
+                task = await self._lease_once(runtime)
+                if task is not None:
+                    return task
+                remaining = deadline - loop.time()
+                if remaining < CLOCK_SLACK or self._signals.closing.is_set():
+                    return None
+                if not parked:
+                    parked = True
+                    await self.hooks.parked(runtime)
+                pause = min(remaining, await self._until_next_eligible(runtime))
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(pause):
+                        await woken.wait()
+
+    async def _until_next_eligible(self, runtime: str) -> float:
+        """Seconds until a delayed (retrying) task becomes eligible, or the fallback poll."""
+        seconds = await tasks.seconds_to_next_eligible(self._pool, runtime, self._clock.sql_now())
+        if seconds is None:
+            return self.policy.poll_seconds
+        return max(CLOCK_SLACK, min(self.policy.poll_seconds, seconds))
+
+    async def _lease_once(self, runtime: str) -> Task | None:
+        now = self._clock.sql_now()
+        async with transaction(self._pool) as conn:
+            task = await tasks.lease(conn, runtime, uuid.uuid4(), self.policy.ttl_seconds, now)
+            if task is None:
+                return None
+            moved = await jobs.transition_jobs(
+                conn,
+                [task.job_id],
+                JobState.RUNNING,
+                now=now,
+                message=f"Task {task.kind.value} leased by {runtime_name(runtime)} "
+                f"(attempt {task.attempt} of {task.max_attempts})",
+                only_from=frozenset({JobState.PENDING}),
+            )
+            if not moved:
+                await jobs.insert_event(
+                    conn,
+                    task.job_id,
+                    f"Task {task.kind.value} leased by {runtime_name(runtime)} "
+                    f"(attempt {task.attempt} of {task.max_attempts})",
+                    now=now,
+                )
+        self._lifecycle.published(moved)
+        return task
+
+    # -- reports
+
+    async def heartbeat(
+        self, runtime: str, task_id: UUID, token: UUID, progress: dict[str, Any] | None
+    ) -> tuple[datetime, bool]:
+        beat = await tasks.heartbeat(
+            self._pool, task_id, token, self.policy.ttl_seconds, progress, self._clock.sql_now()
+        )
+        if beat is None:
+            raise await self._lost(runtime, task_id)
+        return beat
+
+    async def complete(
+        self, runtime: str, task_id: UUID, token: UUID, result: dict[str, Any]
+    ) -> None:
+        """Record success once; the same completion again is accepted quietly."""
+        async with transaction(self._pool) as conn:
+            task = await tasks.complete(conn, task_id, token, result, self._clock.sql_now())
+            if task is None:
+                existing = await self._own(conn, runtime, task_id)
+                if existing.state is TaskState.SUCCEEDED and existing.lease_token == token:
+                    return
+                raise _lost_lease(existing)
+            changed = await self.outcomes.succeeded(conn, task, result)
+        self._lifecycle.published(changed)
+
+    async def fail(
+        self, runtime: str, task_id: UUID, token: UUID, error: str, retryable: bool
+    ) -> bool:
+        """Record a failure; True when the task will run again."""
+        async with transaction(self._pool) as conn:
+            current = await self._own(conn, runtime, task_id)
+            backoff = min(
+                self.policy.max_backoff_seconds,
+                self.policy.retry_backoff_seconds * 2 ** (current.attempt - 1),
+            )
+            task = await tasks.fail(
+                conn,
+                task_id,
+                token,
+                error,
+                backoff_seconds=backoff,
+                retryable=retryable,
+                now=self._clock.sql_now(),
+            )
+            if task is None:
+                if current.lease_token == token and current.state in (
+                    TaskState.FAILED,
+                    TaskState.PENDING,
+                ):
+                    return current.state is TaskState.PENDING
+                raise _lost_lease(current)
+            changed = await self._after_failure(conn, task, backoff)
+        self._lifecycle.published(changed)
+        return task.state is TaskState.PENDING
+
+    async def _after_failure(self, conn: Any, task: Task, backoff: float) -> list[Job]:
+        if task.state is TaskState.PENDING:
+            await jobs.insert_event(
+                conn,
+                task.job_id,
+                f"Task {task.kind.value} failed on {runtime_name(task.runtime)}: "
+                f"{task.error_message}; retrying in {backoff:g} s "
+                f"(attempt {task.attempt} of {task.max_attempts})",
+                now=self._clock.sql_now(),
+                level=EventLevel.WARNING,
+            )
+            return []
+        return await self.outcomes.failed(conn, task)
+
+    async def reap(self, batch: int = 500) -> int:
+        """Requeue (or fail, with attempts spent) tasks whose lease ran out."""
+        async with transaction(self._pool) as conn:
+            reaped = await tasks.reap_expired(
+                conn,
+                batch=batch,
+                backoff_seconds=self.policy.retry_backoff_seconds,
+                max_backoff=self.policy.max_backoff_seconds,
+                now=self._clock.sql_now(),
+            )
+            changed: list[Job] = []
+            for task in reaped:
+                if task.state is TaskState.PENDING:
+                    await jobs.insert_event(
+                        conn,
+                        task.job_id,
+                        f"Lease of task {task.kind.value} expired: {runtime_name(task.runtime)} "
+                        f"stopped heartbeating; requeued (attempt {task.attempt} of "
+                        f"{task.max_attempts})",
+                        now=self._clock.sql_now(),
+                        level=EventLevel.WARNING,
+                    )
+                else:
+                    lost = Task(
+                        **{
+                            **task.__dict__,
+                            "error_message": (
+                                f"lease expired {task.max_attempts} times: "
+                                f"{runtime_name(task.runtime)} stopped heartbeating; giving up"
+                            ),
+                        }
+                    )
+                    changed += await self.outcomes.failed(conn, lost)
+        self._lifecycle.published(changed)
+        return len(reaped)
+
+    async def fail_runtime(self, runtime: str, reason: str) -> int:
+        """Fail every queued or held task of a runtime and their jobs (agent deactivated)."""
+        async with transaction(self._pool) as conn:
+            failed = await tasks.fail_runtime_tasks(conn, runtime, reason, self._clock.sql_now())
+            changed: list[Job] = []
+            for task in failed:
+                changed += await self.outcomes.failed(conn, task)
+        self._lifecycle.published(changed)
+        return len(failed)
+
+    async def _own(self, conn: Any, runtime: str, task_id: UUID) -> Task:
+        task = await tasks.get_for_runtime(conn, task_id, runtime)
+        if task is None:
+            raise NotFound(f"task {task_id} not found")
+        return task
+
+    async def _lost(self, runtime: str, task_id: UUID) -> Exception:
+        return _lost_lease(await self._own(self._pool, runtime, task_id))
+
+
+def _lost_lease(task: Task) -> LeaseLost:
+    if task.state is TaskState.LEASED:
+        why = "the lease token is not the current one, or the lease expired"
+    elif task.state is TaskState.PENDING:
+        why = "the lease expired and the task was requeued"
+    else:
+        why = f"the task is already {task.state.value}"
+    return LeaseLost(f"lease lost on task {task.id}: {why}; stop working on it")

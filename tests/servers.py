@@ -85,3 +85,37 @@ async def wait_healthy(port: int, within: float = 30.0) -> None:
             health_pb2.HealthCheckRequest(), timeout=within, wait_for_ready=True
         )
         assert answer.status == health_pb2.HealthCheckResponse.SERVING
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def agent_process(
+    port: int, token: str, log_path: Path, **env: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A real `setu-agent` process with the test handlers; killed on exit."""
+    full_env = (
+        os.environ
+        | {
+            "SETU_SERVER": f"127.0.0.1:{port}",
+            "SETU_AGENT_TOKEN": token,
+            "SETU_AGENT_EXTRA_HANDLERS": "tests.e2e.agent_handlers:HANDLERS",
+            "SETU_GRACE_SECONDS": "1",
+        }
+        | env
+    )
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "setu_agent.main"],
+            env=full_env,
+            stdout=log,
+            stderr=log,
+            cwd=ROOT,
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -149,7 +149,7 @@ class JobService:
                     job_id, JobState.CANCELLED, why[0].upper() + why[1:], db=conn, error_message=why
                 )
             else:
-                requested = await jobs.request_cancel(conn, job_id, now)
+                requested = await jobs.request_cancel(conn, job_id, why, now)
                 if requested is None:
                     return job
                 await jobs.insert_event(

@@ -50,9 +50,11 @@ FROM moved;
 
 -- name: request_job_cancel
 -- Marks a live job for cooperative cancellation, once; bumps its version and
--- notifies so watchers and runtimes see it. $1 id, $2 now
+-- notifies so watchers and runtimes see it. The reason waits in
+-- error_message for the runtime to end the job. $1 id, $2 now, $3 reason
 UPDATE job
-SET cancel_requested = true, version = version + 1, updated_at = coalesce($2, now())
+SET cancel_requested = true, error_message = $3, version = version + 1,
+    updated_at = coalesce($2, now())
 WHERE id = $1 AND NOT cancel_requested AND state IN ('ready', 'pending', 'running')
 RETURNING *,
     pg_notify('setu_job', json_build_object(

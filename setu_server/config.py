@@ -57,6 +57,10 @@ class Settings:
     worker_concurrency: int = field(
         default=4, metadata={"help": "cloud tasks this server runs at once"}
     )
+    auth_cache_seconds: float = field(
+        default=5.0,
+        metadata={"help": "how long a checked credential is trusted without a query"},
+    )
     watch_recheck_seconds: float = field(
         default=30.0, metadata={"help": "how often watched jobs are re-read as a safety net"}
     )

@@ -100,6 +100,7 @@ class Services:
     reaper: Reaper
     worker: Runtime
     background: list[asyncio.Task[None]]
+    auth: Authenticator
 
 
 @dataclass
@@ -171,6 +172,8 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
     finally:
         await conn.close()
     pool = await db.create_pool(url, max_size=settings.db_pool_size)
+    admin_digest = digest(settings.admin_token) if settings.admin_token else None
+    auth = Authenticator(pool, clock, admin_digest, settings.auth_cache_seconds)
     hub = WatchHub(
         lambda ids: jobs.get_jobs(pool, ids), recheck_interval=settings.watch_recheck_seconds
     )
@@ -207,7 +210,8 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         lifecycle=lifecycle,
         jobs=JobService(pool, clock, hub, lifecycle),
         tasks=task_service,
-        admin=AdminService(pool, clock, task_service),
+        admin=AdminService(pool, clock, task_service, auth.forget),
+        auth=auth,
         presence=AgentPresence(pool, clock),
         reaper=reaper,
         worker=worker,
@@ -221,9 +225,7 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
     if settings.admin_token and len(settings.admin_token) < 16:
         raise SystemExit("SETU_ADMIN_TOKEN must be at least 16 characters")
     parts = await build_services(settings, url, clock)
-    admin_digest = digest(settings.admin_token) if settings.admin_token else None
-    auth = Authenticator(parts.pool, clock, admin_digest)
-    server = grpc.aio.server(interceptors=[CallInterceptor(auth)], options=GRPC_OPTIONS)
+    server = grpc.aio.server(interceptors=[CallInterceptor(parts.auth)], options=GRPC_OPTIONS)
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(parts.admin), server)
     # Servicers not yet complete answer UNIMPLEMENTED for the RPCs that later
     # issues fill in (their generated base methods), hence the abstract ignores.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, Protocol, TypeVar
@@ -32,10 +33,17 @@ class AgentTasks(Protocol):
 
 
 class AdminService:
-    def __init__(self, pool: asyncpg.Pool, clock: Clock, tasks: AgentTasks | None = None) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        clock: Clock,
+        tasks: AgentTasks | None = None,
+        credentials_changed: Callable[[], None] = lambda: None,
+    ) -> None:
         self._pool = pool
         self._clock = clock
         self._tasks = tasks
+        self._credentials_changed = credentials_changed
 
     async def create_workspace(self, name: str) -> Workspace:
         try:
@@ -79,6 +87,7 @@ class AdminService:
         key = await tenancy.revoke_api_key(self._pool, api_key_id, self._clock.sql_now())
         if key is None:
             raise NotFound(f"API key {api_key_id} not found")
+        self._credentials_changed()
         return key
 
     async def create_agent(self, workspace_id: UUID, name: str) -> Created[Agent]:
@@ -109,6 +118,7 @@ class AdminService:
         agent = await tenancy.deactivate_agent(self._pool, agent_id)
         if agent is None:
             raise NotFound(f"agent {agent_id} not found")
+        self._credentials_changed()
         if self._tasks is not None:
             await self._tasks.fail_runtime(
                 str(agent.id),

@@ -63,6 +63,13 @@ async def test_api_key_is_shown_once_stored_hashed_and_works(
     again = await stub.RevokeApiKey(apb.RevokeApiKeyRequest(api_key_id=created.api_key.id))
     assert revoked.revoked_at == again.revoked_at, "revoking is idempotent"
 
+    # The key was just used (and is remembered); revocation still bites at once.
+    async with open_channel(f"127.0.0.1:{port}", created.secret) as channel:
+        jobs = jobs_pb2_grpc.JobOrchestrationServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await jobs.GetJob(jobs_pb2.GetJobRequest(job_id="0b4f5e2c-1b7e-4f0e-9a55-3c2d1e0f9a11"))
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
 
 async def test_agent_token_is_shown_once_and_check_in_makes_it_online(
     admin,

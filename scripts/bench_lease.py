@@ -117,7 +117,7 @@ class Bench:
                 got = asyncio.Event()
                 held_at: list[float] = []
 
-                async def lessee() -> None:
+                async def lessee(got: asyncio.Event, held_at: list[float]) -> None:
                     while True:
                         wait = 0 if naive else 30
                         answer = await stub.LeaseTask(
@@ -135,7 +135,7 @@ class Bench:
                         if naive:
                             await asyncio.sleep(1.0)  # the naive loop under comparison
 
-                running = asyncio.create_task(lessee())
+                running = asyncio.create_task(lessee(got, held_at))
                 # Pacing: let the lessee park (or fall into its sleep) first,
                 # at a random phase of the naive loop's second.
                 await asyncio.sleep(0.02 if not naive else 0.02 + (time.perf_counter() % 1.0))

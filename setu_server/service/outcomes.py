@@ -19,6 +19,11 @@ from setu_server.store.db import Executor
 
 
 class Outcomes(Protocol):
+    def success_ends_job(self, result: dict[str, Any]) -> bool:
+        """True when a success just ends the job SUCCEEDED with the result:
+        then the task and its job change in one statement."""
+        ...
+
     async def succeeded(self, db: Executor, task: Task, result: dict[str, Any]) -> list[Job]: ...
 
     async def failed(self, db: Executor, task: Task) -> list[Job]: ...
@@ -28,6 +33,9 @@ class JobEndsWithItsTask:
     def __init__(self, lifecycle: JobLifecycle, clock_now: Callable[[], datetime | None]) -> None:
         self._lifecycle = lifecycle
         self._now = clock_now
+
+    def success_ends_job(self, result: dict[str, Any]) -> bool:
+        return True
 
     async def succeeded(self, db: Executor, task: Task, result: dict[str, Any]) -> list[Job]:
         moved = await jobs.transition_jobs(

@@ -24,7 +24,6 @@ from setu_client.errors import LeaseLost, NotFound
 from setu_server.models import (
     EventLevel,
     Job,
-    JobState,
     Task,
     TaskState,
     runtime_name,
@@ -111,29 +110,14 @@ class TaskService:
         return max(CLOCK_SLACK, min(self.policy.poll_seconds, seconds))
 
     async def _lease_once(self, runtime: str) -> Task | None:
-        now = self._clock.sql_now()
-        async with transaction(self._pool) as conn:
-            task = await tasks.lease(conn, runtime, uuid.uuid4(), self.policy.ttl_seconds, now)
-            if task is None:
-                return None
-            moved = await jobs.transition_jobs(
-                conn,
-                [task.job_id],
-                JobState.RUNNING,
-                now=now,
-                message=f"Task {task.kind.value} leased by {runtime_name(runtime)} "
-                f"(attempt {task.attempt} of {task.max_attempts})",
-                only_from=frozenset({JobState.PENDING}),
-            )
-            if not moved:
-                await jobs.insert_event(
-                    conn,
-                    task.job_id,
-                    f"Task {task.kind.value} leased by {runtime_name(runtime)} "
-                    f"(attempt {task.attempt} of {task.max_attempts})",
-                    now=now,
-                )
-        self._lifecycle.published(moved)
+        leased = await tasks.lease(
+            self._pool, runtime, uuid.uuid4(), self.policy.ttl_seconds, self._clock.sql_now()
+        )
+        if leased is None:
+            return None
+        task, moved = leased
+        if moved is not None:
+            self._lifecycle.published([moved])
         return task
 
     # -- reports
@@ -152,6 +136,18 @@ class TaskService:
         self, runtime: str, task_id: UUID, token: UUID, result: dict[str, Any]
     ) -> None:
         """Record success once; the same completion again is accepted quietly."""
+        if self.outcomes.success_ends_job(result):
+            done = await tasks.complete_and_end_job(
+                self._pool, task_id, token, result, self._clock.sql_now()
+            )
+            if done is not None:
+                if done[1] is not None:
+                    self._lifecycle.published([done[1]])
+                return
+            existing = await self._own(self._pool, runtime, task_id)
+            if existing.state is TaskState.SUCCEEDED and existing.lease_token == token:
+                return
+            raise _lost_lease(existing)
         async with transaction(self._pool) as conn:
             task = await tasks.complete(conn, task_id, token, result, self._clock.sql_now())
             if task is None:

@@ -16,11 +16,27 @@ from setu_client.errors import AlreadyExists, FailedPrecondition, Unavailable
 Executor = asyncpg.Pool | asyncpg.Connection
 
 
+def _jsonb_out(value: Any) -> bytes:
+    return b"\x01" + json.dumps(value).encode()
+
+
+def _jsonb_in(data: bytes) -> Any:
+    return json.loads(data[1:])  # binary jsonb: a version byte, then the text
+
+
 async def _init_connection(conn: asyncpg.Connection) -> None:
-    for type_name in ("json", "jsonb"):
-        await conn.set_type_codec(
-            type_name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
-        )
+    # Binary codecs: rows nested in a composite (a job returned beside its
+    # task) can only be decoded when every column of it decodes in binary.
+    await conn.set_type_codec(
+        "jsonb", encoder=_jsonb_out, decoder=_jsonb_in, schema="pg_catalog", format="binary"
+    )
+    await conn.set_type_codec(
+        "json",
+        encoder=lambda v: json.dumps(v).encode(),
+        decoder=lambda b: json.loads(b),
+        schema="pg_catalog",
+        format="binary",
+    )
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:

@@ -9,8 +9,9 @@ from uuid import UUID
 
 import asyncpg
 
-from setu_server.models import Task, TaskKind, TaskState
+from setu_server.models import Job, Task, TaskKind, TaskState
 from setu_server.store.db import Executor, translate_errors
+from setu_server.store.jobs import job_of
 from setu_server.store.queries import QUERIES
 
 
@@ -68,12 +69,18 @@ async def insert_task(
     return task_of(row)
 
 
+def _moved_job(row: asyncpg.Record) -> Job | None:
+    moved = row["moved_job"]
+    return job_of(moved) if moved is not None else None
+
+
 async def lease(
     db: Executor, runtime: str, token: UUID, seconds: float, now: datetime | None
-) -> Task | None:
+) -> tuple[Task, Job | None] | None:
+    """The leased task and, when it moved to running, its job."""
     with translate_errors():
         row = await db.fetchrow(QUERIES.lease_task, runtime, token, seconds, now)
-    return task_of(row) if row else None
+    return (task_of(row), _moved_job(row)) if row else None
 
 
 async def seconds_to_next_eligible(
@@ -104,6 +111,15 @@ async def complete(
     with translate_errors():
         row = await db.fetchrow(QUERIES.complete_task, id, token, result, now)
     return task_of(row) if row else None
+
+
+async def complete_and_end_job(
+    db: Executor, id: UUID, token: UUID, result: dict[str, Any], now: datetime | None
+) -> tuple[Task, Job | None] | None:
+    """Complete a task whose success ends its job SUCCEEDED, in one statement."""
+    with translate_errors():
+        row = await db.fetchrow(QUERIES.complete_task_and_job, id, token, result, now)
+    return (task_of(row), _moved_job(row)) if row else None
 
 
 async def fail(

@@ -19,34 +19,16 @@ SELECT * FROM job WHERE id = ANY($1::uuid[]);
 SELECT state FROM job WHERE id = $1;
 
 -- name: transition_jobs
--- The one statement that changes a job's state (DESIGN §3): moves every job
--- of $1 that is in one of the states $3 to $2, bumps its version, appends an
--- event and notifies `setu_job` with {job_id, version, state}, atomically.
+-- The one statement that changes a job's state (DESIGN §3), through the
+-- setu_transition_jobs function (migration 0002): moves every job of $1 that
+-- is in one of the states $3 to $2, bumps its version, appends an event and
+-- notifies `setu_job`, atomically.
 -- $1 ids uuid[], $2 new state, $3 allowed current states text[],
 -- $4 error_message (null keeps), $5 phase (null keeps), $6 event level,
 -- $7 event message, $8 now, $9 result (null keeps)
-WITH moved AS (
-    UPDATE job
-    SET state = $2,
-        version = version + 1,
-        error_message = coalesce($4, error_message),
-        phase = coalesce($5, phase),
-        started_at = CASE WHEN $2 = 'running'
-                          THEN coalesce(started_at, coalesce($8, now())) ELSE started_at END,
-        finished_at = CASE WHEN $2 IN ('succeeded', 'failed', 'cancelled')
-                           THEN coalesce($8, now()) ELSE finished_at END,
-        updated_at = coalesce($8, now()),
-        result = coalesce($9::jsonb, result)
-    WHERE id = ANY($1::uuid[]) AND state = ANY($3::text[])
-    RETURNING *
-), logged AS (
-    INSERT INTO job_event (job_id, level, message, created_at)
-    SELECT id, $6, $7, coalesce($8, now()) FROM moved
-)
-SELECT moved.*,
-       pg_notify('setu_job', json_build_object(
-           'job_id', id, 'version', version, 'state', state)::text) AS notified
-FROM moved;
+SELECT * FROM setu_transition_jobs(
+    $1::uuid[], $2::text, $3::text[], $4::text, $5::text, $6::text, $7::text,
+    $8::timestamptz, $9::jsonb);
 
 -- name: request_job_cancel
 -- Marks a live job for cooperative cancellation, once; bumps its version and

@@ -24,22 +24,41 @@ WITH inserted AS (
 SELECT inserted.*, pg_notify('setu_task', runtime) AS notified FROM inserted;
 
 -- name: lease_task
--- The oldest eligible pending task of one runtime, leased in one statement.
+-- The oldest eligible pending task of one runtime, leased, and its job moved
+-- to running (or, already running, told of the new lease), in one statement.
 -- SKIP LOCKED: concurrent lessees on any server never take the same row.
+-- Returns the task's columns and `moved_job`, the job row if it moved.
 -- $1 runtime, $2 lease_token, $3 lease seconds, $4 now
-UPDATE task
-SET state = 'leased',
-    lease_token = $2,
-    lease_expires_at = coalesce($4, now()) + make_interval(secs => $3),
-    updated_at = coalesce($4, now())
-WHERE id = (
-    SELECT id FROM task
-    WHERE runtime = $1 AND state = 'pending' AND run_after <= coalesce($4, now())
-    ORDER BY created_at
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED
+WITH leased AS (
+    UPDATE task
+    SET state = 'leased',
+        lease_token = $2,
+        lease_expires_at = coalesce($4, now()) + make_interval(secs => $3),
+        updated_at = coalesce($4, now())
+    WHERE id = (
+        SELECT id FROM task
+        WHERE runtime = $1 AND state = 'pending' AND run_after <= coalesce($4, now())
+        ORDER BY created_at
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING *
+), said AS (
+    SELECT leased.job_id,
+           format('Task %s leased by %s (attempt %s of %s)', kind,
+                  CASE WHEN runtime = 'cloud' THEN 'cloud' ELSE 'agent:' || runtime END,
+                  attempt, max_attempts) AS message
+    FROM leased
+), moved AS (
+    SELECT j FROM said,
+         setu_transition_jobs(ARRAY[said.job_id], 'running', ARRAY['pending'], NULL, NULL,
+                              'info', said.message, $4, NULL) AS j
+), logged AS (
+    INSERT INTO job_event (job_id, level, message, created_at)
+    SELECT job_id, 'info', message, coalesce($4, now()) FROM said
+    WHERE NOT EXISTS (SELECT 1 FROM moved)
 )
-RETURNING *;
+SELECT leased.*, (SELECT j FROM moved) AS moved_job FROM leased;
 
 -- name: seconds_to_next_eligible
 -- Seconds until the next delayed task of a runtime becomes eligible (null:
@@ -67,6 +86,26 @@ SET state = 'succeeded', result = $3, finished_at = coalesce($4, now()),
 WHERE id = $1 AND lease_token = $2 AND state = 'leased'
   AND lease_expires_at > coalesce($4, now())
 RETURNING *;
+
+-- name: complete_task_and_job
+-- A task whose success ends its job: both in one statement. Returns the
+-- task's columns and `moved_job`. $1 id, $2 lease_token, $3 result, $4 now
+WITH done AS (
+    UPDATE task
+    SET state = 'succeeded', result = $3, finished_at = coalesce($4, now()),
+        updated_at = coalesce($4, now())
+    WHERE id = $1 AND lease_token = $2 AND state = 'leased'
+      AND lease_expires_at > coalesce($4, now())
+    RETURNING *
+), moved AS (
+    SELECT j FROM done,
+         setu_transition_jobs(
+             ARRAY[done.job_id], 'succeeded', ARRAY['running'], NULL, NULL, 'info',
+             format('Task %s succeeded on %s', kind,
+                    CASE WHEN runtime = 'cloud' THEN 'cloud' ELSE 'agent:' || runtime END),
+             $4, $3) AS j
+)
+SELECT done.*, (SELECT j FROM moved) AS moved_job FROM done;
 
 -- name: fail_task
 -- Retry (back to pending, attempt + 1, after $4 seconds) while $5 and

@@ -1,0 +1,44 @@
+-- 0002_job_transition_function: the one job transition path (DESIGN §3) as a
+-- SQL function, so statements that change a task and its job (lease,
+-- complete) do both in one round trip and still share one definition.
+--
+-- Moves every job of p_ids that is in one of the states p_from to p_to, bumps
+-- its version, appends an event and notifies `setu_job` with
+-- {job_id, version, state}. Returns the jobs that moved.
+
+CREATE FUNCTION setu_transition_jobs(
+    p_ids uuid[],
+    p_to text,
+    p_from text[],
+    p_error text,
+    p_phase text,
+    p_level text,
+    p_message text,
+    p_now timestamptz,
+    p_result jsonb
+) RETURNS SETOF job
+LANGUAGE sql VOLATILE AS $$
+    WITH moved AS (
+        UPDATE job
+        SET state = p_to,
+            version = version + 1,
+            error_message = coalesce(p_error, error_message),
+            phase = coalesce(p_phase, phase),
+            started_at = CASE WHEN p_to = 'running'
+                              THEN coalesce(started_at, coalesce(p_now, now()))
+                              ELSE started_at END,
+            finished_at = CASE WHEN p_to IN ('succeeded', 'failed', 'cancelled')
+                               THEN coalesce(p_now, now()) ELSE finished_at END,
+            updated_at = coalesce(p_now, now()),
+            result = coalesce(p_result, result)
+        WHERE id = ANY(p_ids) AND state = ANY(p_from)
+        RETURNING *
+    ), logged AS (
+        INSERT INTO job_event (job_id, level, message, created_at)
+        SELECT id, p_level, p_message, coalesce(p_now, now()) FROM moved
+    )
+    SELECT moved.*
+    FROM moved,
+         LATERAL (SELECT pg_notify('setu_job', json_build_object(
+             'job_id', moved.id, 'version', moved.version, 'state', moved.state)::text)) AS n
+$$;

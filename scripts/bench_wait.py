@@ -2,17 +2,11 @@
 
 Starts two real setu-server processes, A and B, on one embedded PostgreSQL
 (or SETU_DATABASE_URL), both with SETU_WAIT_CAP_SECONDS=3600 so that parked
-waits stay parked, and drives them with the real SDK. Jobs are inserted
-RUNNING straight into the database, without tasks, so CancelJob ends them at
-once through the server's own transition path.
+waits stay parked (and tells the SDK that cap, see CountingClient), and drives
+them with the real SDK over 127.0.0.1. Jobs are inserted RUNNING straight into
+the database, without tasks, so CancelJob ends them at once through the
+server's own transition path. In the order run:
 
-(a) Memory and short calls, on server A. Its RSS (psutil) idle, then with
-    each --parked total of WaitJob calls parked on distinct RUNNING jobs
-    (held by --client-procs worker processes, each with its own SetuClient),
-    per-wait memory = (RSS parked - RSS idle) / N, and --short-calls
-    sequential GetJob calls (client.get_job) idle and with the waits parked.
-    At the end one statement ends every parked job: time until each parked
-    wait_for_job returns.
 (b) Wake latency on one server, one waiter at a time (--rounds each):
     - CancelJob sent to A, which commits and then publishes to its own hub;
     - a commit made straight on the database (A learns of it by NOTIFY);
@@ -21,10 +15,24 @@ once through the server's own transition path.
     the ending call returned (the commit is done by then: this can only
     understate, and can even be negative when the wake reply overtakes the
     CancelJob reply) and from the moment it was issued (before the commit:
-    this can only overstate). RPCs per waiting job per minute for both.
+    this can only overstate). The targets are judged on the first. RPCs per
+    waiting job per minute: WaitJob calls are counted (CountingClient) and
+    scaled to the production 60 s cap; the poller's are counted per minute.
 (c) The same across processes: the waiter parks on B, CancelJob goes to A, so
     B learns of it only through PostgreSQL LISTEN/NOTIFY.
+(a) Memory and short calls, on server A. Its RSS (psutil) idle, then with
+    each --parked total of WaitJob calls parked on distinct RUNNING jobs, held
+    by --client-procs worker processes (this script, spawned), each with its
+    own SetuClient; "parked" is detected as explained in `until_quiet`.
+    Per-wait memory = (RSS parked - RSS idle) / N. --short-calls sequential
+    GetJob calls (client.get_job) to A idle and with the waits parked, each
+    paired with one to B, which holds no waits, as a control for the load of
+    the machine. The outcome of every WaitJob call the workers made is
+    tallied (a parked wait should make exactly one). Then one statement ends
+    every parked job: time until each parked wait_for_job returns.
 Then the original in-process burst (--waiters): W waits, one commit.
+
+Every process started here is stopped on the way out, errors included.
 
     python scripts/bench_wait.py [--rounds 300] [--parked 10000,50000]
         [--short-calls 500] [--client-procs 2] [--channels 4] [--waiters 2000]
@@ -38,6 +46,7 @@ import contextlib
 import multiprocessing
 import os
 import random
+import shutil
 import socket
 import statistics
 import subprocess
@@ -46,6 +55,7 @@ import tempfile
 import time
 import uuid
 import warnings
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -75,6 +85,7 @@ POLL_PERIOD = 0.010
 # subscribing), so a short pacing could only flatter the poller, not WaitJob.
 PARK_PACING = 0.020
 MIB = 1024 * 1024
+TARGET_PARKED = 50_000  # the issue's memory target: this many parked within 1 GiB
 
 # All timestamps come from time.monotonic(): CLOCK_MONOTONIC on Linux, one
 # clock for every process of the machine, so worker timestamps compare with
@@ -97,7 +108,8 @@ class Report:
         self.rows.append(("  " + metric, value, target, verdict))
 
     def print(self) -> None:
-        widths = [max(len(row[i]) for row in self.rows) for i in range(4)]
+        # Section titles (rows with only a first cell) may run past the columns.
+        widths = [max((len(row[i]) for row in self.rows if row[1]), default=0) for i in range(4)]
         line = "-" * (sum(widths) + 9)
         print(line)
         for row in self.rows:
@@ -110,6 +122,11 @@ class Report:
 
 def progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def load() -> str:
+    # Other work on this machine skews every figure: show how busy it was.
+    return "load average 1/5 min {:.2f}/{:.2f}".format(*os.getloadavg()[:2])
 
 
 def pct(values: list[float], q: float) -> float:
@@ -224,9 +241,10 @@ async def until_quiet(
     another process, and every call costs the server CPU (accept, auth query,
     job read, subscribe) and the client CPU (issue) until it is parked, after
     which it costs nothing. So once the server and the client workers are all
-    idle, every call issued has been parked or has failed; the caller then
-    checks that none returned, and at release that each returns terminal after
-    exactly one WaitJob call, which proves each was parked all along.
+    idle, every call in flight has been parked (a wait sleeping before a
+    retry is idle too, so the caller also checks that every wait is inside a
+    WaitJob call, that none returned, and tallies the calls' outcomes; at
+    release every wait must return terminal).
     """
     started = now()
     last = [cpu_seconds(p) for p in processes]
@@ -252,9 +270,9 @@ def database(cleanup: contextlib.AsyncExitStack) -> tuple[str, bool]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import pgserver
-    server = pgserver.get_server(
-        Path(tempfile.mkdtemp(prefix="setu-bench-")) / "pg", cleanup_mode="delete"
-    )
+    folder = Path(tempfile.mkdtemp(prefix="setu-bench-"))
+    cleanup.callback(shutil.rmtree, folder, ignore_errors=True)
+    server = pgserver.get_server(folder / "pg", cleanup_mode="delete")
     cleanup.callback(server.cleanup)
     return server.get_uri("postgres"), True
 
@@ -275,18 +293,42 @@ async def end_jobs(pool: asyncpg.Pool, ids: list[str]) -> None:
     )
 
 
-def count_wait_calls(client: SetuClient) -> list[int]:
-    """Count the WaitJob RPCs the SDK makes (re-issues and retries included)
-    by wrapping its one-call method; counter[0] is the count."""
-    counter = [0]
-    original = client._wait_once
+class CountingClient(SetuClient):
+    """A SetuClient that tallies the outcome of every WaitJob RPC it makes,
+    re-issues and retries included (the SDK loops over `_wait_once`)."""
 
-    async def counted(job_id: str) -> Any:
-        counter[0] += 1
-        return await original(job_id)
+    def __init__(self, target: str, key: str, long_poll_channels: int = 2) -> None:
+        # The SDK's long-poll timeout is its idea of the server cap + 15 s, and
+        # the server answers 1 s before the caller's deadline: left at the
+        # default 60 s, every parked wait would be re-issued each 74 s, and
+        # 50,000 of them would never be quiet. Tell it the cap we run with.
+        super().__init__(
+            target, key, long_poll_channels=long_poll_channels, wait_cap_seconds=WAIT_CAP_SECONDS
+        )
+        self.wait_calls: Counter[str] = Counter()
+        # Waits inside a WaitJob call right now (not between retries).
+        self.in_flight = 0
 
-    client._wait_once = counted  # type: ignore[method-assign]
-    return counter
+    @property
+    def wait_call_count(self) -> int:
+        return sum(self.wait_calls.values())
+
+    async def _wait_once(self, job_id: str) -> Any:
+        self.in_flight += 1
+        try:
+            answer = await super()._wait_once(job_id)
+        except Exception as exc:
+            code = getattr(exc, "code", None)
+            self.wait_calls[f"{type(exc).__name__} {getattr(code, 'name', '')}".strip()] += 1
+            raise
+        finally:
+            self.in_flight -= 1
+        self.wait_calls["terminal" if answer.terminal else "not terminal"] += 1
+        return answer
+
+
+def outcomes(calls: Counter[str]) -> str:
+    return ", ".join(f"{n:,} {what}" for what, n in calls.most_common()) or "none"
 
 
 # -- client worker processes (they hold the parked waits)
@@ -298,8 +340,8 @@ def worker_entry(target: str, key: str, channels: int, conn: Connection) -> None
 
 async def hold_waits(target: str, key: str, channels: int, conn: Connection) -> None:
     """Serve the parent's commands: park / status / collect / stop."""
-    async with SetuClient(target, key, long_poll_channels=channels) as client:
-        calls = count_wait_calls(client)
+    client = CountingClient(target, key, long_poll_channels=channels)
+    async with client:
         tasks: list[asyncio.Task[None]] = []
         returned: list[float] = []
         failures: list[str] = []
@@ -317,10 +359,19 @@ async def hold_waits(target: str, key: str, channels: int, conn: Connection) -> 
                 tasks += [asyncio.create_task(wait(job_id)) for job_id in argument]
                 conn.send(len(tasks))
             elif command == "status":
-                conn.send({"returned": len(returned), "failures": failures[:3], "calls": calls[0]})
+                conn.send(
+                    {
+                        "returned": len(returned),
+                        "failures": failures[:3],
+                        "calls": client.wait_calls,
+                        "in_flight": client.in_flight,
+                    }
+                )
             elif command == "collect":
                 await asyncio.wait(tasks, timeout=argument)
-                conn.send({"returned": returned, "failures": len(failures), "calls": calls[0]})
+                conn.send(
+                    {"returned": returned, "failures": len(failures), "calls": client.wait_calls}
+                )
             elif command == "stop":
                 return
 
@@ -355,16 +406,19 @@ class Workers:
         for conn in self._conns:
             await asyncio.to_thread(conn.recv)
 
-    async def status(self) -> tuple[int, list[str], int]:
+    async def status(self) -> tuple[int, list[str], Counter[str], int]:
+        """Waits returned, failures, WaitJob outcomes, waits inside a call now."""
         answers = await self._ask("status")
         returned = sum(a["returned"] for a in answers)
         failures = [f for a in answers for f in a["failures"]]
-        return returned, failures, sum(a["calls"] for a in answers)
+        calls: Counter[str] = sum((a["calls"] for a in answers), Counter())
+        return returned, failures, calls, sum(a["in_flight"] for a in answers)
 
-    async def collect(self, timeout: float) -> tuple[list[float], int, int]:
+    async def collect(self, timeout: float) -> tuple[list[float], int, Counter[str]]:
         answers = await self._ask("collect", timeout)
         returned = [t for a in answers for t in a["returned"]]
-        return returned, sum(a["failures"] for a in answers), sum(a["calls"] for a in answers)
+        calls: Counter[str] = sum((a["calls"] for a in answers), Counter())
+        return returned, sum(a["failures"] for a in answers), calls
 
     def stop(self) -> None:
         for conn in self._conns:
@@ -417,9 +471,9 @@ class Wakes:
         return self.rpcs / self.seconds_waiting * 60
 
 
-async def waiter_rounds(waiter: SetuClient, end: Ender, job_ids: list[str]) -> Wakes:
+async def waiter_rounds(waiter: CountingClient, end: Ender, job_ids: list[str]) -> Wakes:
     wakes = Wakes()
-    calls = count_wait_calls(waiter)
+    calls_before = waiter.wait_call_count
 
     async def wait(job_id: str) -> float:
         await waiter.wait_for_job(job_id)
@@ -435,7 +489,7 @@ async def waiter_rounds(waiter: SetuClient, end: Ender, job_ids: list[str]) -> W
         seen = await waiting
         wakes.add(ended, seen)
         wakes.seconds_waiting += seen - started
-    wakes.rpcs = calls[0]
+    wakes.rpcs = waiter.wait_call_count - calls_before
     return wakes
 
 
@@ -486,49 +540,65 @@ def report_rpc_cost(report: Report, waits: Wakes, polls: Wakes) -> bool:
 # -- (a): memory and short calls with waits parked
 
 
-async def short_calls(client: SetuClient, job_id: str, n: int) -> list[float]:
-    for _ in range(20):  # warm the channel and the server's code paths
-        await client.get_job(job_id)
-    seconds = []
-    for _ in range(n):
-        started = now()
-        await client.get_job(job_id)
-        seconds.append(now() - started)
+async def short_calls(
+    a: SetuClient, b: SetuClient, job_id: str, n: int
+) -> tuple[list[float], list[float]]:
+    """n GetJob calls to A, each followed by one to B as a control: B holds no
+    waits, so when both slow down it is the machine, not the parked waits."""
+    seconds: tuple[list[float], list[float]] = ([], [])
+    for i in range(n + 20):
+        for client, out in zip((a, b), seconds, strict=True):
+            started = now()
+            await client.get_job(job_id)
+            if i >= 20:  # the first ones warm the channels and code paths
+                out.append(now() - started)
     return seconds
 
 
 async def park(
-    workers: Workers, pool: asyncpg.Pool, ws: uuid.UUID, server: Server, n: int
-) -> tuple[list[str], float, float]:
-    """Park n more waits; returns their jobs, seconds to park, server CPU seconds."""
+    workers: Workers, pool: asyncpg.Pool, ws: uuid.UUID, server: Server, total: int, n: int
+) -> tuple[list[str], float, float, Counter[str]]:
+    """Park n more waits, to `total`; returns their jobs, seconds until all
+    are parked, the server CPU seconds spent, and the WaitJob calls so far."""
     ids = await new_jobs(pool, ws, n)
     cpu_before = cpu_seconds(server.ps)
     started = now()
     await workers.park(ids)
-    await until_quiet([server.ps, *workers.processes])
+    while True:
+        await until_quiet([server.ps, *workers.processes])
+        returned, failures, calls, in_flight = await workers.status()
+        if returned or failures:
+            raise RuntimeError(f"{returned} waits returned, failures: {failures}")
+        if in_flight == total:
+            break
+        # A quiet wait may be sleeping before a retry (the SDK backs off up to
+        # 10 s) rather than parked: wait until every wait is inside a call.
+        progress(f"{total - in_flight} waits between retries; waiting for them")
     elapsed = now() - started
-    returned, failures, _ = await workers.status()
-    if returned or failures:
-        raise RuntimeError(f"{returned} waits returned, failures: {failures}")
-    return ids, elapsed, cpu_seconds(server.ps) - cpu_before
+    return ids, elapsed, cpu_seconds(server.ps) - cpu_before, calls
 
 
 async def memory_and_short_calls(
     report: Report,
     args: argparse.Namespace,
-    server: Server,
-    client: SetuClient,
+    servers: tuple[Server, Server],
+    clients: tuple[SetuClient, SetuClient],
     key: str,
     pool: asyncpg.Pool,
     ws: uuid.UUID,
 ) -> None:
-    report.section(f"(a) server A memory and GetJob latency, waits parked on A ({server.target})")
+    server = servers[0]
+    report.section(
+        f"(a) server A memory and GetJob latency, waits parked on A; B idle as a control; "
+        f"{args.client_procs} client processes x {args.channels} long-poll channels"
+    )
     probe = (await new_jobs(pool, ws, 1))[0]
-    await until_quiet([server.ps])
+    await until_quiet([s.ps for s in servers])
     idle_rss = rss(server.ps)
-    idle = await short_calls(client, probe, args.short_calls)
+    idle, idle_b = await short_calls(*clients, probe, args.short_calls)
     report.add("RSS idle (after the wake rounds)", f"{idle_rss / MIB:.1f} MiB")
-    report.add("GetJob idle", latency(idle))
+    report.add("GetJob idle, A", latency(idle))
+    report.add("GetJob idle, B (control)", latency(idle_b))
     if not args.parked:
         return
 
@@ -537,33 +607,39 @@ async def memory_and_short_calls(
         parked: list[str] = []
         for total in args.parked:
             progress(f"parking {total - len(parked)} more waits on A (to {total})")
-            ids, seconds, cpu = await park(workers, pool, ws, server, total - len(parked))
+            more = total - len(parked)
+            ids, seconds, cpu, calls = await park(workers, pool, ws, server, total, more)
             parked += ids
             held = rss(server.ps)
-            busy = await short_calls(client, probe, args.short_calls)
+            busy, busy_b = await short_calls(*clients, probe, args.short_calls)
             grown = held - idle_rss
             last = total == args.parked[-1]
             report.add(
-                f"park {len(ids):,} more: time to quiet / server CPU",
+                f"park {len(ids):,} more: time to quiet / A's CPU",
                 f"{seconds:.1f} s / {cpu:.1f} s ({cpu / len(ids) * 1e6:.0f} us per wait)",
             )
+            report.add(f"WaitJob calls so far ({total:,} parked)", outcomes(calls))
             report.add(
                 f"RSS with {total:,} parked",
                 f"{held / MIB:.1f} MiB (+{grown / MIB:.1f} MiB, "
                 f"{grown / total / 1024:.1f} KiB per wait)",
-                "<= 1024 MiB" if last else "",
-                held <= 1024 * MIB if last else None,
+                "<= 1024 MiB" if total >= TARGET_PARKED else "",
+                held <= 1024 * MIB if total >= TARGET_PARKED else None,
             )
             ratio = p50(busy) / p50(idle)
             report.add(
-                f"GetJob with {total:,} parked",
+                f"GetJob with {total:,} parked, A",
                 latency(busy) + f"; p50 {ratio:.2f}x idle",
                 "p50 <= 1.5x idle" if last else "",
                 ratio <= 1.5 if last else None,
             )
-        report.add("server A peak RSS (VmHWM) so far", f"{peak_rss(server.ps) / MIB:.1f} MiB")
-        clients = sum(rss(p) for p in workers.processes)
-        report.add(f"client workers' RSS ({args.client_procs})", f"{clients / MIB:.1f} MiB total")
+            report.add(
+                "GetJob meanwhile, B (control)",
+                latency(busy_b) + f"; p50 {p50(busy_b) / p50(idle_b):.2f}x idle",
+            )
+        report.add("A's peak RSS (VmHWM)", f"{peak_rss(server.ps) / MIB:.1f} MiB")
+        held_by_clients = sum(rss(p) for p in workers.processes)
+        report.add("client workers' RSS", f"{held_by_clients / MIB:.1f} MiB in all")
         await release(report, workers, pool, parked)
     finally:
         workers.stop()
@@ -577,8 +653,9 @@ async def release(report: Report, workers: Workers, pool: asyncpg.Pool, ids: lis
     returned, failures, calls = await workers.collect(timeout=300)
     report.add(
         f"release: one commit ends {len(ids):,} jobs",
-        f"{len(returned):,} returned, {failures} failed, {calls:,} WaitJob calls in all",
+        f"{len(returned):,} returned, {failures} failed",
     )
+    report.add("release: WaitJob calls in all", outcomes(calls))
     if not returned:
         return
     report.add("release: statement took", f"{(committed - issued) * 1000:.0f} ms")
@@ -639,9 +716,9 @@ async def run(args: argparse.Namespace, report: Report, cleanup: contextlib.Asyn
     cleanup.callback(stop_process, a.process)
     b = start_server("B", url)
     cleanup.callback(stop_process, b.process)
-    client_a = SetuClient(a.target, key)
+    client_a = CountingClient(a.target, key)
     cleanup.push_async_callback(client_a.close)
-    client_b = SetuClient(b.target, key)
+    client_b = CountingClient(b.target, key)
     cleanup.push_async_callback(client_b.close)
     await wait_up(client_a, a)
     await wait_up(client_b, b)
@@ -649,7 +726,7 @@ async def run(args: argparse.Namespace, report: Report, cleanup: contextlib.Asyn
     progress(f"servers A pid {a.process.pid}, B pid {b.process.pid}; PostgreSQL {where}")
     report.section(
         f"setu-server A pid {a.process.pid}, B pid {b.process.pid}, PostgreSQL {where}, "
-        f"wait cap {WAIT_CAP_SECONDS} s, {os.cpu_count()} cores"
+        f"wait cap {WAIT_CAP_SECONDS} s, {os.cpu_count()} cores, {load()}"
     )
 
     progress(f"(b) wake latency on A, {args.rounds} rounds each")
@@ -698,11 +775,12 @@ async def run(args: argparse.Namespace, report: Report, cleanup: contextlib.Asyn
         p99(remote.from_return) <= 25,
     )
 
-    await memory_and_short_calls(report, args, a, client_a, key, pool, ws)
+    await memory_and_short_calls(report, args, (a, b), (client_a, client_b), key, pool, ws)
 
     if args.waiters:
         progress(f"in-process burst of {args.waiters}")
         await burst(report, client_a, pool, ws, args.waiters)
+    report.section(f"end: {load()}")
 
 
 def totals(text: str) -> list[int]:

@@ -81,6 +81,8 @@ GRPC_OPTIONS = (
     # re-issuing its WaitJob after a restart; let bursts queue instead.
     ("grpc.server.max_pending_requests", 50_000),
     ("grpc.server.max_pending_requests_hard_limit", 100_000),
+    # ...and let them wait long enough to be picked up (default 30 s).
+    ("grpc.server_max_unrequested_time_in_server", 300),
 )
 
 

@@ -166,9 +166,7 @@ async def transition_job(
     raise IllegalTransition(f"job {id} is {state}: it cannot become {to.value}")
 
 
-async def request_cancel(
-    db: Executor, id: UUID, reason: str, now: datetime | None
-) -> Job | None:
+async def request_cancel(db: Executor, id: UUID, reason: str, now: datetime | None) -> Job | None:
     """Set cancel_requested on a live job; None when already set or ended."""
     with translate_errors():
         row = await db.fetchrow(QUERIES.request_job_cancel, id, now, reason)

@@ -17,8 +17,13 @@ CREATE FUNCTION setu_transition_jobs(
     p_now timestamptz,
     p_result jsonb
 ) RETURNS SETOF job
-LANGUAGE sql VOLATILE AS $$
-    WITH moved AS (
+LANGUAGE plpgsql VOLATILE AS $$
+-- plpgsql, not sql: its statements' plans are cached per session, where a
+-- sql function with data-modifying CTEs is planned again on every call.
+DECLARE
+    moved job;
+BEGIN
+    FOR moved IN
         UPDATE job
         SET state = p_to,
             version = version + 1,
@@ -33,12 +38,12 @@ LANGUAGE sql VOLATILE AS $$
             result = coalesce(p_result, result)
         WHERE id = ANY(p_ids) AND state = ANY(p_from)
         RETURNING *
-    ), logged AS (
+    LOOP
         INSERT INTO job_event (job_id, level, message, created_at)
-        SELECT id, p_level, p_message, coalesce(p_now, now()) FROM moved
-    )
-    SELECT moved.*
-    FROM moved,
-         LATERAL (SELECT pg_notify('setu_job', json_build_object(
-             'job_id', moved.id, 'version', moved.version, 'state', moved.state)::text)) AS n
+        VALUES (moved.id, p_level, p_message, coalesce(p_now, now()));
+        PERFORM pg_notify('setu_job', json_build_object(
+            'job_id', moved.id, 'version', moved.version, 'state', moved.state)::text);
+        RETURN NEXT moved;
+    END LOOP;
+END;
 $$;

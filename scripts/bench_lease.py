@@ -71,12 +71,7 @@ class Bench:
         )
 
     async def add_tasks(self, n: int) -> list[uuid.UUID]:
-        jobs = [uuid.uuid4() for _ in range(n)]
-        await self.pool.executemany(
-            "INSERT INTO job (id, workspace_id, kind, state, created_at, updated_at) "
-            "VALUES ($1, $2, 'test', 'pending', now(), now())",
-            [(j, self.ws) for j in jobs],
-        )
+        jobs = await self.add_jobs(n)
         await self.pool.executemany(
             "INSERT INTO task (id, job_id, workspace_id, kind, state, runtime, agent_id, "
             "max_attempts, run_after, created_at, updated_at) "
@@ -86,7 +81,7 @@ class Bench:
         return jobs
 
     async def add_one(self) -> None:
-        job = (await self.add_tasks_jobs_only(1))[0]
+        job = (await self.add_jobs(1))[0]
         await tasks.insert_task(
             self.pool,
             id=uuid.uuid4(),
@@ -99,7 +94,7 @@ class Bench:
             now=None,
         )
 
-    async def add_tasks_jobs_only(self, n: int) -> list[uuid.UUID]:
+    async def add_jobs(self, n: int) -> list[uuid.UUID]:
         jobs = [uuid.uuid4() for _ in range(n)]
         await self.pool.executemany(
             "INSERT INTO job (id, workspace_id, kind, state, created_at, updated_at) "

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -188,7 +188,9 @@ class TaskService:
         self._lifecycle.published(changed)
         return task.state is TaskState.PENDING
 
-    async def _after_failure(self, conn: Any, task: Task, backoff: float) -> list[Job]:
+    async def _after_failure(
+        self, conn: asyncpg.Connection, task: Task, backoff: float
+    ) -> list[Job]:
         if task.state is TaskState.PENDING:
             await jobs.insert_event(
                 conn,
@@ -225,14 +227,10 @@ class TaskService:
                         level=EventLevel.WARNING,
                     )
                 else:
-                    lost = Task(
-                        **{
-                            **task.__dict__,
-                            "error_message": (
-                                f"lease expired {task.max_attempts} times: "
-                                f"{runtime_name(task.runtime)} stopped heartbeating; giving up"
-                            ),
-                        }
+                    lost = replace(
+                        task,
+                        error_message=f"lease expired {task.max_attempts} times: "
+                        f"{runtime_name(task.runtime)} stopped heartbeating; giving up",
                     )
                     changed += await self.outcomes.failed(conn, lost)
         self._lifecycle.published(changed)

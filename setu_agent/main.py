@@ -14,12 +14,10 @@ import platform
 import signal
 from pathlib import Path
 
-from tenacity import AsyncRetrying, retry_if_exception, wait_random_exponential
-
 from setu_agent.handlers import HANDLERS, load_extra
 from setu_agent.runtime import Runtime
 from setu_agent.runtime.grpc_source import GrpcTaskSource
-from setu_agent.runtime.loop import is_transient
+from setu_agent.runtime.loop import backoff
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client.channel import open_channel
 
@@ -115,15 +113,7 @@ async def run(args: argparse.Namespace) -> None:
 
 async def _check_in(source: GrpcTaskSource, kinds: list[str]) -> pb.CheckInResponse:
     """Until the server answers: it may not be up yet."""
-    retrying = AsyncRetrying(
-        retry=retry_if_exception(is_transient),
-        wait=wait_random_exponential(multiplier=0.5, max=30),
-        before_sleep=lambda state: log.warning(
-            "server unreachable; backing off", extra={"attempt": state.attempt_number}
-        ),
-        reraise=True,
-    )
-    async for attempt in retrying:
+    async for attempt in backoff(who="setu-agent"):
         with attempt:
             answer: pb.CheckInResponse = await source.check_in(VERSION, kinds, platform.node())
             return answer

@@ -46,6 +46,20 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, TRANSIENT)
 
 
+def backoff(max_seconds: float = 30.0, who: str = "runtime") -> AsyncRetrying:
+    """Retry transient failures forever: exponential with full jitter, capped.
+    A fresh one per call, so the delay starts small again after a success."""
+    return AsyncRetrying(
+        retry=retry_if_exception(is_transient),
+        wait=wait_random_exponential(multiplier=0.5, max=max_seconds),
+        before_sleep=lambda state: log.warning(
+            "server unreachable; backing off",
+            extra={"who": who, "attempt": state.attempt_number},
+        ),
+        reraise=True,
+    )
+
+
 class Runtime:
     def __init__(
         self,
@@ -118,16 +132,7 @@ class Runtime:
                 self._running.pop(task.id, None)
 
     async def _lease(self) -> LeasedTask | None:
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(is_transient),
-            wait=wait_random_exponential(multiplier=0.5, max=self._max_backoff),
-            before_sleep=lambda state: log.warning(
-                "server unreachable; backing off",
-                extra={"runtime": self.name, "attempt": state.attempt_number},
-            ),
-            reraise=True,
-        )
-        async for attempt in retrying:
+        async for attempt in backoff(self._max_backoff, self.name):
             with attempt:
                 return await self._source.lease(self._wait)
         return None  # pragma: no cover - tenacity reraises
@@ -192,13 +197,8 @@ class Runtime:
     async def _report(
         self, call: Callable[[], Awaitable[None]], outcome: str, task: LeasedTask
     ) -> None:
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(is_transient),
-            wait=wait_random_exponential(multiplier=0.5, max=self._max_backoff),
-            reraise=True,
-        )
         try:
-            async for attempt in retrying:
+            async for attempt in backoff(self._max_backoff, self.name):
                 with attempt:
                     await call()
         except LeaseLost:

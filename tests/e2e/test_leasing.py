@@ -100,7 +100,9 @@ async def test_lease_answers_empty_at_the_30_second_cap(
         started = loop.time()
         answer = await agent.LeaseTask(pb.LeaseTaskRequest(wait_seconds=asked), timeout=75)
         assert not answer.HasField("task")
-        assert loop.time() - started == pytest.approx(30, abs=1)
+        # The cap, not sooner (the fake clock may run on to the next timer
+        # while the answer crosses the real socket).
+        assert 30 <= loop.time() - started < 45
 
 
 async def test_stale_tokens_are_refused_and_a_repeated_completion_is_recorded_once(

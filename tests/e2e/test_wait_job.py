@@ -135,7 +135,9 @@ async def test_the_cap_answers_ok_and_the_sdk_waits_on_until_minute_five(env: En
     started = loop.time()
     answer = await env.wait_raw(str(job.id))
     assert answer.state == PENDING and not answer.terminal
-    assert loop.time() - started == pytest.approx(60, abs=1)
+    # The cap, not sooner; the fake clock may run on to the listener's next
+    # ping (10 s) while the answer crosses the real socket.
+    assert 60 <= loop.time() - started < 75
 
     calls = 0
 

@@ -102,7 +102,7 @@ async def test_lease_answers_empty_at_the_30_second_cap(
         assert not answer.HasField("task")
         # The cap, not sooner (the fake clock may run on to the next timer
         # while the answer crosses the real socket).
-        assert 30 <= loop.time() - started < 45
+        assert 29.99 < loop.time() - started < 45
 
 
 async def test_stale_tokens_are_refused_and_a_repeated_completion_is_recorded_once(

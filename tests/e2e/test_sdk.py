@@ -51,7 +51,7 @@ async def test_an_unreachable_server_exhausts_the_retry_budget() -> None:
         started = loop.time()
         with pytest.raises(Unavailable):
             await client.wait_for_job(str(uuid.uuid4()))
-        assert loop.time() - started >= 120
+        assert loop.time() - started > 119.99
 
 
 async def test_closing_the_client_ends_parked_waits_cleanly(

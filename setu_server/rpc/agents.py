@@ -8,7 +8,6 @@ from google.protobuf.json_format import MessageToDict
 
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client._proto.setu.v1 import agents_pb2_grpc
-from setu_client.errors import InvalidArgument
 from setu_server.config import Settings
 from setu_server.models import Task, TaskKind
 from setu_server.rpc import convert
@@ -97,8 +96,6 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
         return pb.CompleteTaskResponse()
 
     async def FailTask(self, request: pb.FailTaskRequest, context: Ctx) -> pb.FailTaskResponse:
-        if not request.error_message.strip():
-            raise InvalidArgument("error_message: required")
         retry = await self._tasks.fail(
             _runtime(),
             uid(request.task_id),

@@ -33,7 +33,7 @@ from setu_server.service.outcomes import JobEndsWithItsTask, Outcomes
 from setu_server.service.signals import TaskSignals
 from setu_server.service.watch import CLOCK_SLACK
 from setu_server.store import jobs, tasks
-from setu_server.store.db import transaction
+from setu_server.store.db import Executor, transaction
 
 
 @dataclass(frozen=True)
@@ -140,58 +140,59 @@ class TaskService:
             done = await tasks.complete_and_end_job(
                 self._pool, task_id, token, result, self._clock.sql_now()
             )
-            if done is not None:
-                if done[1] is not None:
-                    self._lifecycle.published([done[1]])
-                return
-            existing = await self._own(self._pool, runtime, task_id)
-            if existing.state is TaskState.SUCCEEDED and existing.lease_token == token:
-                return
-            raise _lost_lease(existing)
+            if done is None:
+                await self._repeated_completion(self._pool, runtime, task_id, token)
+            elif done[1] is not None:
+                self._lifecycle.published([done[1]])
+            return
         async with transaction(self._pool) as conn:
             task = await tasks.complete(conn, task_id, token, result, self._clock.sql_now())
             if task is None:
-                existing = await self._own(conn, runtime, task_id)
-                if existing.state is TaskState.SUCCEEDED and existing.lease_token == token:
-                    return
-                raise _lost_lease(existing)
+                await self._repeated_completion(conn, runtime, task_id, token)
+                return
             changed = await self.outcomes.succeeded(conn, task, result)
         self._lifecycle.published(changed)
+
+    async def _repeated_completion(
+        self, db: Executor, runtime: str, task_id: UUID, token: UUID
+    ) -> None:
+        """Nothing was completed: fine if this lease already completed it,
+        else the lease is lost."""
+        existing = await self._own(db, runtime, task_id)
+        if existing.state is not TaskState.SUCCEEDED or existing.lease_token != token:
+            raise _lost_lease(existing)
 
     async def fail(
         self, runtime: str, task_id: UUID, token: UUID, error: str, retryable: bool
     ) -> bool:
         """Record a failure; True when the task will run again."""
         async with transaction(self._pool) as conn:
-            current = await self._own(conn, runtime, task_id)
-            backoff = min(
-                self.policy.max_backoff_seconds,
-                self.policy.retry_backoff_seconds * 2 ** (current.attempt - 1),
-            )
             task = await tasks.fail(
                 conn,
                 task_id,
                 token,
                 error,
-                backoff_seconds=backoff,
+                backoff_seconds=self.policy.retry_backoff_seconds,
+                max_backoff=self.policy.max_backoff_seconds,
                 retryable=retryable,
                 now=self._clock.sql_now(),
             )
             if task is None:
+                # Nothing failed: fine if this lease already reported it.
+                current = await self._own(conn, runtime, task_id)
                 if current.lease_token == token and current.state in (
                     TaskState.FAILED,
                     TaskState.PENDING,
                 ):
                     return current.state is TaskState.PENDING
                 raise _lost_lease(current)
-            changed = await self._after_failure(conn, task, backoff)
+            changed = await self._after_failure(conn, task)
         self._lifecycle.published(changed)
         return task.state is TaskState.PENDING
 
-    async def _after_failure(
-        self, conn: asyncpg.Connection, task: Task, backoff: float
-    ) -> list[Job]:
+    async def _after_failure(self, conn: asyncpg.Connection, task: Task) -> list[Job]:
         if task.state is TaskState.PENDING:
+            backoff = (task.run_after - task.updated_at).total_seconds()
             await jobs.insert_event(
                 conn,
                 task.job_id,
@@ -246,7 +247,7 @@ class TaskService:
         self._lifecycle.published(changed)
         return len(failed)
 
-    async def _own(self, conn: Any, runtime: str, task_id: UUID) -> Task:
+    async def _own(self, conn: Executor, runtime: str, task_id: UUID) -> Task:
         task = await tasks.get_for_runtime(conn, task_id, runtime)
         if task is None:
             raise NotFound(f"task {task_id} not found")

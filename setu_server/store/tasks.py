@@ -129,12 +129,13 @@ async def fail(
     error: str,
     *,
     backoff_seconds: float,
+    max_backoff: float,
     retryable: bool,
     now: datetime | None,
 ) -> Task | None:
     with translate_errors():
         row = await db.fetchrow(
-            QUERIES.fail_task, id, token, error, backoff_seconds, retryable, now
+            QUERIES.fail_task, id, token, error, backoff_seconds, retryable, now, max_backoff
         )
     return task_of(row) if row else None
 

@@ -108,14 +108,16 @@ WITH done AS (
 SELECT done.*, (SELECT j FROM moved) AS moved_job FROM done;
 
 -- name: fail_task
--- Retry (back to pending, attempt + 1, after $4 seconds) while $5 and
--- attempts remain; otherwise failed. $1 id, $2 lease_token, $3 error,
--- $4 backoff seconds, $5 retryable, $6 now
+-- Retry (back to pending, attempt + 1, after a backoff of $4 seconds
+-- doubling per attempt, capped at $7) while $5 and attempts remain;
+-- otherwise failed. $1 id, $2 lease_token, $3 error, $4 backoff seconds,
+-- $5 retryable, $6 now, $7 max backoff seconds
 WITH failed AS (
     UPDATE task
     SET state = CASE WHEN $5 AND attempt < max_attempts THEN 'pending' ELSE 'failed' END,
         attempt = CASE WHEN $5 AND attempt < max_attempts THEN attempt + 1 ELSE attempt END,
-        run_after = coalesce($6, now()) + make_interval(secs => $4),
+        run_after = coalesce($6, now()) + make_interval(
+            secs => least($7, $4 * power(2, attempt - 1))),
         error_message = $3,
         lease_expires_at = NULL,
         finished_at = CASE WHEN $5 AND attempt < max_attempts

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 
 import asyncpg
 
 from setu_client.clock import SystemClock
-from setu_server.models import Job, JobKind, JobState
+from setu_server.models import Job, JobKind, JobState, Task, TaskKind
 from setu_server.service.admin import AdminService
-from setu_server.store import jobs
+from setu_server.store import jobs, tasks
 
 
 @dataclass(frozen=True)
@@ -39,4 +40,30 @@ async def make_job(
 ) -> Job:
     return await jobs.insert_job(
         pool, id=uuid.uuid4(), workspace_id=workspace_id, kind=kind, state=state, now=None
+    )
+
+
+async def make_task(
+    pool: asyncpg.Pool,
+    tenant: Tenant,
+    *,
+    job: Job | None = None,
+    payload: dict[str, object] | None = None,
+    max_attempts: int = 3,
+    cloud: bool = False,
+    now: datetime | None = None,
+) -> Task:
+    """A pending `test` task on the tenant's agent (or the cloud), for a new
+    pending job unless one is given."""
+    job = job or await make_job(pool, tenant.workspace_id)
+    return await tasks.insert_task(
+        pool,
+        id=uuid.uuid4(),
+        job_id=job.id,
+        workspace_id=tenant.workspace_id,
+        kind=TaskKind.TEST,
+        agent_id=None if cloud else tenant.agent_id,
+        max_attempts=max_attempts,
+        payload=payload or {},
+        now=now,
     )

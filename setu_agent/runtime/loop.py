@@ -113,9 +113,11 @@ class Runtime:
 
     async def _slot(self, index: int) -> None:
         while not self._stopping.is_set():
+            leasing = asyncio.create_task(self._lease())
             try:
-                task = await self._lease()
+                task = await leasing
             except asyncio.CancelledError:
+                await self._hand_back_if_leased(leasing)
                 return
             if task is None:
                 continue
@@ -130,6 +132,16 @@ class Runtime:
                 return
             finally:
                 self._running.pop(task.id, None)
+
+    async def _hand_back_if_leased(self, leasing: asyncio.Task[LeasedTask | None]) -> None:
+        """stop() cancelled a lease call. If the task had already come back,
+        return it to the queue at once rather than leave it to the reaper."""
+        leasing.cancel()
+        outcome = await asyncio.gather(leasing, return_exceptions=True)
+        task = outcome[0]
+        if isinstance(task, LeasedTask):
+            with contextlib.suppress(Exception):
+                await self._source.fail(task, f"{self.name} is shutting down", True)
 
     async def _lease(self) -> LeasedTask | None:
         async for attempt in backoff(self._max_backoff, self.name):
@@ -150,6 +162,9 @@ class Runtime:
                 retryable=False,
             )
             return
+        log.info(
+            "task started", extra={"task_id": task.id, "kind": task.kind, "attempt": task.attempt}
+        )
         work: asyncio.Task[dict[str, Any]] = asyncio.create_task(
             handler(context), name=f"handler-{task.id}"
         )

@@ -19,8 +19,7 @@ from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
 from setu_client.channel import open_channel
 from setu_server.models import JobState, TaskState
 from setu_server.store import jobs, tasks
-from tests.e2e.test_leasing import make_task
-from tests.factories import Tenant, make_tenant
+from tests.factories import Tenant, make_task, make_tenant
 from tests.servers import ROOT, agent_process, free_port, server_process, wait_healthy
 
 # Short leases and a brisk reaper, so a dead agent's task comes back in seconds.
@@ -84,20 +83,7 @@ async def test_an_agent_started_before_its_server_backs_off_then_works(
 ) -> None:
     task = await make_task(pool, tenant)
     port = free_port()
-    agent = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "setu_agent.main",
-        env=os.environ
-        | {
-            "SETU_SERVER": f"127.0.0.1:{port}",
-            "SETU_AGENT_TOKEN": tenant.agent_token,
-            "SETU_AGENT_EXTRA_HANDLERS": "tests.e2e.agent_handlers:HANDLERS",
-        },
-        cwd=ROOT,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    agent = await _agent_with_stderr(port, tenant.agent_token)
     try:
         # Nothing listens yet: the agent says it is backing off.
         await asyncio.wait_for(_line_with(agent, "backing off"), 60)
@@ -109,6 +95,25 @@ async def test_an_agent_started_before_its_server_backs_off_then_works(
         agent.kill()
         await agent.wait()
     assert outcome.state == common_pb2.JOB_STATE_SUCCEEDED
+
+
+async def _agent_with_stderr(port: int, token: str, **env: str) -> asyncio.subprocess.Process:
+    """A real setu-agent whose log lines the test reads as they come."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "setu_agent.main",
+        env=os.environ
+        | {
+            "SETU_SERVER": f"127.0.0.1:{port}",
+            "SETU_AGENT_TOKEN": token,
+            "SETU_AGENT_EXTRA_HANDLERS": "tests.e2e.agent_handlers:HANDLERS",
+        }
+        | env,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
 
 
 async def _line_with(proc: asyncio.subprocess.Process, text: str) -> str:
@@ -126,17 +131,20 @@ async def test_sigterm_hands_a_running_task_back(
     env = {"SETU_DATABASE_URL": database_url, **FAST}
     with server_process(env, tmp_path / "server.log") as (_, port):
         await wait_healthy(port)
-        async with SetuClient(f"127.0.0.1:{port}", tenant.api_key) as client:
-            with agent_process(
-                port, tenant.agent_token, tmp_path / "a.log", SETU_GRACE_SECONDS="0.2"
-            ) as agent:
-                await asyncio.wait_for(_until_running(client, task.job_id), 60)
-                agent.send_signal(signal.SIGTERM)
-                assert await asyncio.to_thread(agent.wait, 30) == 0
-            handed_back = await tasks.get(pool, task.id)
-            assert handed_back is not None
-            assert (handed_back.state, handed_back.attempt) == (TaskState.PENDING, 2)
-            assert "shutting down" in handed_back.error_message
+        agent = await _agent_with_stderr(port, tenant.agent_token, SETU_GRACE_SECONDS="0.2")
+        try:
+            # The agent's own word that its handler runs the task.
+            await asyncio.wait_for(_line_with(agent, "task started"), 60)
+            agent.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(agent.wait(), 30) == 0
+        finally:
+            if agent.returncode is None:
+                agent.kill()
+                await agent.wait()
+        handed_back = await tasks.get(pool, task.id)
+        assert handed_back is not None
+        assert (handed_back.state, handed_back.attempt) == (TaskState.PENDING, 2)
+        assert "shutting down" in handed_back.error_message
 
 
 async def test_cancel_reaches_the_agent_through_its_heartbeat(

@@ -15,10 +15,10 @@ from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
 from setu_client.channel import open_channel
 from setu_client.errors import FailedPrecondition, InvalidArgument, JobNotFound
-from setu_server.models import JobKind, JobState, TaskKind
+from setu_server.models import JobKind, JobState
 from setu_server.server import Running
-from setu_server.store import jobs, tasks
-from tests.factories import Tenant, make_job, make_tenant
+from setu_server.store import jobs
+from tests.factories import Tenant, make_job, make_task, make_tenant
 from tests.servers import in_process
 
 S = common_pb2
@@ -102,17 +102,7 @@ async def test_cancel_of_a_job_with_nothing_executing_is_immediate_and_idempoten
 ) -> None:
     for state in (JobState.READY, JobState.PENDING, JobState.RUNNING):
         job = await make_job(pool, tenant.workspace_id, state=state)
-        await tasks.insert_task(
-            pool,
-            id=uuid.uuid4(),
-            job_id=job.id,
-            workspace_id=tenant.workspace_id,
-            kind=TaskKind.TEST,
-            agent_id=tenant.agent_id,
-            max_attempts=1,
-            payload={},
-            now=None,
-        )
+        await make_task(pool, tenant, job=job, max_attempts=1)
         cancelled = await client.cancel_job(str(job.id), "no longer needed")
         assert cancelled.state == S.JOB_STATE_CANCELLED
         assert cancelled.error_message == "cancelled: no longer needed"
@@ -128,17 +118,7 @@ async def test_cancel_of_an_executing_job_asks_its_runtime_to_stop(
     client: SetuClient, pool: asyncpg.Pool, tenant: Tenant
 ) -> None:
     job = await make_job(pool, tenant.workspace_id, state=JobState.RUNNING)
-    task = await tasks.insert_task(
-        pool,
-        id=uuid.uuid4(),
-        job_id=job.id,
-        workspace_id=tenant.workspace_id,
-        kind=TaskKind.TEST,
-        agent_id=tenant.agent_id,
-        max_attempts=1,
-        payload={},
-        now=None,
-    )
+    task = await make_task(pool, tenant, job=job, max_attempts=1)
     await pool.execute("UPDATE task SET state = 'leased' WHERE id = $1", task.id)
     requested = await client.cancel_job(str(job.id))
     assert requested.state == S.JOB_STATE_RUNNING and requested.cancel_requested

@@ -14,35 +14,13 @@ import pytest
 from setu_client._proto.setu.v1 import admin_pb2, admin_pb2_grpc, agents_pb2_grpc
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client.channel import open_channel
-from setu_server.models import JobKind, JobState, Task, TaskKind
+from setu_server.models import JobKind, JobState, TaskKind
 from setu_server.server import Running
 from setu_server.store import jobs, tasks
-from tests.factories import Tenant, make_job, make_tenant
+from tests.factories import Tenant, make_task, make_tenant
 from tests.servers import ADMIN_TOKEN, in_process, server_process, wait_healthy
 
 Code = grpc.StatusCode
-
-
-async def make_task(
-    pool: asyncpg.Pool,
-    tenant: Tenant,
-    *,
-    payload: dict[str, object] | None = None,
-    max_attempts: int = 3,
-    cloud: bool = False,
-) -> Task:
-    job = await make_job(pool, tenant.workspace_id)
-    return await tasks.insert_task(
-        pool,
-        id=uuid.uuid4(),
-        job_id=job.id,
-        workspace_id=tenant.workspace_id,
-        kind=TaskKind.TEST,
-        agent_id=None if cloud else tenant.agent_id,
-        max_attempts=max_attempts,
-        payload=payload or {},
-        now=None,
-    )
 
 
 @pytest.fixture

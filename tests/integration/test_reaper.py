@@ -10,13 +10,13 @@ import asyncpg
 
 from setu_client.clock import FakeClock
 from setu_server.maintenance.reaper import Reaper
-from setu_server.models import JobKind, JobState, TaskKind, TaskState
+from setu_server.models import JobKind, JobState, TaskState
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.signals import TaskSignals
 from setu_server.service.tasks import LeasePolicy, TaskService
 from setu_server.service.watch import WatchHub
 from setu_server.store import jobs, tasks
-from tests.factories import make_tenant
+from tests.factories import make_task, make_tenant
 
 
 async def test_expired_leases_are_requeued_then_fail_the_job_when_attempts_are_spent(
@@ -36,17 +36,7 @@ async def test_expired_leases_are_requeued_then_fail_the_job_when_attempts_are_s
         state=JobState.PENDING,
         now=clock.now(),
     )
-    task = await tasks.insert_task(
-        pool,
-        id=uuid.uuid4(),
-        job_id=job.id,
-        workspace_id=tenant.workspace_id,
-        kind=TaskKind.TEST,
-        agent_id=tenant.agent_id,
-        max_attempts=2,
-        payload={},
-        now=clock.now(),
-    )
+    task = await make_task(pool, tenant, job=job, max_attempts=2, now=clock.now())
     runtime = str(tenant.agent_id)
 
     first = await service.lease(runtime, 0)

@@ -1,0 +1,1 @@
+"""Providers by name."""

@@ -1,0 +1,93 @@
+"""What a provider is: config validation, and a connector that can test,
+discover, preview, read in batches and write a stream atomically.
+
+A provider sees its config with secret references already resolved by the
+runtime that executes it (`engine.secrets`); `validate_config` sees the
+unresolved config, as the server stores it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from enum import StrEnum
+from typing import Any, Protocol
+
+from setu_agent.engine.types import Batch, Column, Stream
+
+
+class WriteMode(StrEnum):
+    APPEND = "append"
+    OVERWRITE = "overwrite"
+    UPSERT = "upsert"
+    MERGE = "merge"
+
+    @property
+    def needs_key(self) -> bool:
+        return self in (WriteMode.UPSERT, WriteMode.MERGE)
+
+
+class ConfigError(ValueError):
+    """The connection's config is wrong; the message says which field and why.
+    Another attempt cannot fix it."""
+
+
+class ProviderError(Exception):
+    """The provider failed (unreachable, refused, bad data); the message is
+    the provider's own, fit to show the user."""
+
+
+class Connector(Protocol):
+    """An open connection to one provider's system."""
+
+    async def test(self) -> str:
+        """A short description of what was reached; raises ProviderError."""
+        ...
+
+    async def discover(self) -> list[Stream]: ...
+
+    async def preview(self, stream: Stream, limit: int) -> Batch: ...
+
+    def read(self, stream: Stream, batch_rows: int) -> AsyncIterator[Batch]:
+        """The stream's rows in batches of at most batch_rows."""
+        ...
+
+    async def write(
+        self,
+        stream: str,
+        columns: Sequence[Column],
+        batches: AsyncIterator[Batch],
+        mode: WriteMode,
+        key: Sequence[str],
+    ) -> int:
+        """Writes every batch to the named stream under the write mode, all or
+        nothing: on any failure the destination keeps its previous content.
+        Returns the rows written."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Provider(Protocol):
+    name: str
+
+    def validate_config(self, config: dict[str, Any]) -> None:
+        """Raises ConfigError naming the field at fault. Secret references
+        ({"$secret": NAME}) are allowed where a value is a credential."""
+        ...
+
+    async def connect(self, config: dict[str, Any]) -> Connector:
+        """Opens a connector on the resolved config; raises ProviderError."""
+        ...
+
+
+def find_stream(streams: Sequence[Stream], wanted: str) -> Stream:
+    """A stream by `name` or `namespace.name`; raises ProviderError."""
+    for stream in streams:
+        if wanted in (stream.name, f"{stream.namespace}.{stream.name}"):
+            return stream
+    known = ", ".join(qualified(s) for s in streams) or "none"
+    raise ProviderError(f"stream {wanted!r} not found (the connection offers: {known})")
+
+
+def qualified(stream: Stream) -> str:
+    return f"{stream.namespace}.{stream.name}" if stream.namespace else stream.name

@@ -1,0 +1,95 @@
+"""Secret references, resolved only by the runtime that executes a stage.
+
+A connection's config may hold `{"$secret": "NAME"}` wherever a value goes.
+The server stores and returns the reference; the runtime that runs the stage
+replaces it with the value from its own store: a JSON file of NAME -> value
+(`--secrets-file`), then the environment variable `SETU_SECRET_<NAME>`. The
+prefix keeps a connection from naming any other variable of the process
+(the agent's own token, for one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from setu_agent.engine.providers.base import ConfigError
+
+SECRET_KEY = "$secret"
+ENV_PREFIX = "SETU_SECRET_"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def is_reference(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {SECRET_KEY}
+
+
+def check_reference(value: Any, field: str) -> None:
+    """Raises ConfigError when a reference is malformed."""
+    name = value.get(SECRET_KEY)
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(
+            f"{field}: a secret reference is {{\"$secret\": \"NAME\"}} with NAME made of "
+            f"letters, digits and underscores"
+        )
+
+
+def references(config: Any, path: str = "config") -> list[tuple[str, str]]:
+    """(field path, secret name) of every reference in a config."""
+    found: list[tuple[str, str]] = []
+    if is_reference(config):
+        check_reference(config, path)
+        found.append((path, config[SECRET_KEY]))
+    elif isinstance(config, dict):
+        for key, value in config.items():
+            found.extend(references(value, f"{path}.{key}"))
+    elif isinstance(config, list):
+        for index, value in enumerate(config):
+            found.extend(references(value, f"{path}[{index}]"))
+    return found
+
+
+class SecretStore:
+    def __init__(
+        self, values: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
+    ) -> None:
+        self._values = dict(values or {})
+        self._environ = os.environ if environ is None else environ
+
+    @classmethod
+    def from_file(cls, path: Path | None) -> SecretStore:
+        if path is None:
+            return cls()
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"cannot read secrets file {path}: {exc}") from exc
+        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+            raise SystemExit(f"secrets file {path} must be a JSON object of NAME -> string")
+        return cls(data)
+
+    def lookup(self, name: str) -> str:
+        if name in self._values:
+            return self._values[name]
+        value = self._environ.get(ENV_PREFIX + name)
+        if value is None:
+            raise ConfigError(
+                f"secret {name!r} is not in this runtime's secret store: add it to the "
+                f"secrets file or set {ENV_PREFIX}{name}"
+            )
+        return value
+
+    def resolve(self, config: Any) -> Any:
+        """A copy of config with every reference replaced by its value."""
+        if is_reference(config):
+            check_reference(config, "config")
+            return self.lookup(config[SECRET_KEY])
+        if isinstance(config, dict):
+            return {key: self.resolve(value) for key, value in config.items()}
+        if isinstance(config, list):
+            return [self.resolve(value) for value in config]
+        return config

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf import field_mask_pb2, struct_pb2
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -23,7 +25,15 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
-from setu_client._proto.setu.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
+from setu_client._proto.setu.v1 import (
+    common_pb2,
+    connections_pb2,
+    connections_pb2_grpc,
+    jobs_pb2,
+    jobs_pb2_grpc,
+    pipelines_pb2,
+    pipelines_pb2_grpc,
+)
 from setu_client.channel import open_channel
 from setu_client.errors import (
     ClientClosed,
@@ -305,3 +315,299 @@ class SetuClient:
             with attempt:
                 return await call(*args)
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+    # -- connections
+
+    @cached_property
+    def _connections(self) -> connections_pb2_grpc.ConnectionServiceStub:
+        return connections_pb2_grpc.ConnectionServiceStub(self._short)
+
+    async def create_connection(
+        self,
+        name: str,
+        provider: str,
+        config: Mapping[str, Any],
+        placement: str = "cloud",
+        agent_id: str | None = None,
+    ) -> connections_pb2.Connection:
+        """A new connection. `placement` is "cloud" or "agent" (then `agent_id`
+        names one of the workspace's agents). Config values may be secret
+        references, {"$secret": "NAME"}: they are stored and returned as they
+        are, and resolved only by the runtime that executes the connection.
+        Raises InvalidArgument (config, placement), NotFound (agent) and
+        AlreadyExists (name)."""
+        request = connections_pb2.CreateConnectionRequest(
+            name=name,
+            provider=provider,
+            config=_struct(config),
+            placement=_placement(placement),
+            agent_id=agent_id or "",
+        )
+        answer: connections_pb2.Connection = await self._call(
+            self._connections.CreateConnection, request
+        )
+        return answer
+
+    async def get_connection(self, connection_id: str) -> connections_pb2.Connection:
+        request = connections_pb2.GetConnectionRequest(connection_id=connection_id)
+        answer: connections_pb2.Connection = await self._retrying(
+            self._call, self._connections.GetConnection, request
+        )
+        return answer
+
+    async def list_connections(
+        self, *, provider: str = "", page_size: int = 100
+    ) -> AsyncIterator[connections_pb2.Connection]:
+        """Every connection of the workspace (of one provider, if given), by
+        name, fetched a page at a time."""
+        token = ""
+        while True:
+            request = connections_pb2.ListConnectionsRequest(
+                provider=provider, page_size=page_size, page_token=token
+            )
+            page: connections_pb2.ListConnectionsResponse = await self._retrying(
+                self._call, self._connections.ListConnections, request
+            )
+            for found in page.connections:
+                yield found
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def update_connection(
+        self, connection_id: str, **fields: Any
+    ) -> connections_pb2.Connection:
+        """Changes only the fields given: any of name, provider, config,
+        placement ("cloud"/"agent") and agent_id. The result is validated as a
+        whole, so moving to "agent" needs agent_id in the same call."""
+        _check_fields("update_connection", fields, _CONNECTION_FIELDS)
+        changes = connections_pb2.Connection(
+            name=fields.get("name", ""),
+            provider=fields.get("provider", ""),
+            config=_struct(fields.get("config") or {}),
+            placement=_placement(fields.get("placement", "cloud")),
+            agent_id=fields.get("agent_id") or "",
+        )
+        request = connections_pb2.UpdateConnectionRequest(
+            connection_id=connection_id,
+            connection=changes,
+            update_mask=field_mask_pb2.FieldMask(paths=list(fields)),
+        )
+        answer: connections_pb2.Connection = await self._retrying(
+            self._call, self._connections.UpdateConnection, request
+        )
+        return answer
+
+    async def delete_connection(self, connection_id: str) -> None:
+        """Raises FailedPrecondition while a pipeline still uses it."""
+        request = connections_pb2.DeleteConnectionRequest(connection_id=connection_id)
+        await self._call(self._connections.DeleteConnection, request)
+
+    async def test_connection(
+        self, connection_id: str, timeout_seconds: int = 0
+    ) -> connections_pb2.TestConnectionResponse:
+        """Whether the connection works from where it is placed; `ok` may be
+        false with a message saying why. An agent-placed connection is tested
+        by its agent, waiting up to `timeout_seconds` (0: the server's 30)."""
+        request = connections_pb2.TestConnectionRequest(
+            connection_id=connection_id, timeout_seconds=timeout_seconds
+        )
+        answer: connections_pb2.TestConnectionResponse = await self._call(
+            self._connections.TestConnection, request, timeout=_blocking(timeout_seconds)
+        )
+        return answer
+
+    async def discover_streams(
+        self, connection_id: str, timeout_seconds: int = 0
+    ) -> connections_pb2.DiscoverStreamsResponse:
+        """The streams the connection offers; also refreshes its catalog."""
+        request = connections_pb2.DiscoverStreamsRequest(
+            connection_id=connection_id, timeout_seconds=timeout_seconds
+        )
+        answer: connections_pb2.DiscoverStreamsResponse = await self._call(
+            self._connections.DiscoverStreams, request, timeout=_blocking(timeout_seconds)
+        )
+        return answer
+
+    async def preview_stream(
+        self, connection_id: str, stream: str, limit: int = 0, timeout_seconds: int = 0
+    ) -> connections_pb2.PreviewStreamResponse:
+        """The first `limit` rows of one stream (0: the server's 20)."""
+        request = connections_pb2.PreviewStreamRequest(
+            connection_id=connection_id,
+            stream=stream,
+            limit=limit,
+            timeout_seconds=timeout_seconds,
+        )
+        answer: connections_pb2.PreviewStreamResponse = await self._call(
+            self._connections.PreviewStream, request, timeout=_blocking(timeout_seconds)
+        )
+        return answer
+
+    # -- pipelines
+
+    @cached_property
+    def _pipelines(self) -> pipelines_pb2_grpc.PipelineServiceStub:
+        return pipelines_pb2_grpc.PipelineServiceStub(self._short)
+
+    async def create_pipeline(
+        self,
+        name: str,
+        source_connection_id: str,
+        destination_connection_id: str,
+        streams: Sequence[str] = (),
+        spec: Mapping[str, Any] | None = None,
+        write_mode: str = "append",
+        schedule: str = "",
+        paused: bool = False,
+    ) -> pipelines_pb2.Pipeline:
+        """A new pipeline. `streams` empty means all the source offers; `spec`
+        is {"operators": [...]}; `write_mode` is append, overwrite, upsert or
+        merge; `schedule` a five-field cron expression in UTC ("" for manual
+        runs only). Raises InvalidArgument, NotFound (a connection) and
+        AlreadyExists (name)."""
+        request = pipelines_pb2.CreatePipelineRequest(
+            name=name,
+            source_connection_id=source_connection_id,
+            destination_connection_id=destination_connection_id,
+            streams=list(streams),
+            spec=_struct(spec or {}),
+            write_mode=_write_mode(write_mode),
+            schedule=schedule,
+            paused=paused,
+        )
+        answer: pipelines_pb2.Pipeline = await self._call(self._pipelines.CreatePipeline, request)
+        return answer
+
+    async def get_pipeline(self, pipeline_id: str) -> pipelines_pb2.Pipeline:
+        request = pipelines_pb2.GetPipelineRequest(pipeline_id=pipeline_id)
+        answer: pipelines_pb2.Pipeline = await self._retrying(
+            self._call, self._pipelines.GetPipeline, request
+        )
+        return answer
+
+    async def list_pipelines(
+        self, *, page_size: int = 100
+    ) -> AsyncIterator[pipelines_pb2.Pipeline]:
+        """Every pipeline of the workspace, by name, fetched a page at a time."""
+        token = ""
+        while True:
+            request = pipelines_pb2.ListPipelinesRequest(page_size=page_size, page_token=token)
+            page: pipelines_pb2.ListPipelinesResponse = await self._retrying(
+                self._call, self._pipelines.ListPipelines, request
+            )
+            for found in page.pipelines:
+                yield found
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def update_pipeline(self, pipeline_id: str, **fields: Any) -> pipelines_pb2.Pipeline:
+        """Changes only the fields given: any of name, source_connection_id,
+        destination_connection_id, streams, spec, write_mode, schedule and
+        paused. Changing the schedule or pausing recomputes next_run_at."""
+        _check_fields("update_pipeline", fields, _PIPELINE_FIELDS)
+        changes = pipelines_pb2.Pipeline(
+            name=fields.get("name", ""),
+            source_connection_id=fields.get("source_connection_id", ""),
+            destination_connection_id=fields.get("destination_connection_id", ""),
+            streams=list(fields.get("streams", ())),
+            spec=_struct(fields.get("spec") or {}),
+            write_mode=_write_mode(fields.get("write_mode", "append")),
+            schedule=fields.get("schedule", ""),
+            paused=fields.get("paused", False),
+        )
+        request = pipelines_pb2.UpdatePipelineRequest(
+            pipeline_id=pipeline_id,
+            pipeline=changes,
+            update_mask=field_mask_pb2.FieldMask(paths=list(fields)),
+        )
+        answer: pipelines_pb2.Pipeline = await self._retrying(
+            self._call, self._pipelines.UpdatePipeline, request
+        )
+        return answer
+
+    async def delete_pipeline(self, pipeline_id: str) -> None:
+        """Its runs remain. Raises FailedPrecondition while a run is active."""
+        request = pipelines_pb2.DeletePipelineRequest(pipeline_id=pipeline_id)
+        await self._call(self._pipelines.DeletePipeline, request)
+
+    async def submit_run(
+        self,
+        pipeline_id: str,
+        start: bool = True,
+        dry_run: bool = False,
+        idempotency_key: str = "",
+    ) -> common_pb2.Job:
+        """A new run of the pipeline: PENDING, or READY for start_job when
+        `start` is false. With an `idempotency_key`, a repeated submit answers
+        the first job, so only then is the call retried."""
+        request = jobs_pb2.SubmitRunRequest(
+            pipeline_id=pipeline_id, start=start, dry_run=dry_run, idempotency_key=idempotency_key
+        )
+        if idempotency_key:
+            answer: jobs_pb2.SubmitRunResponse = await self._retrying(
+                self._call, self._stub.SubmitRun, request
+            )
+        else:
+            answer = await self._call(self._stub.SubmitRun, request)
+        return answer.job
+
+
+_CONNECTION_FIELDS = ("name", "provider", "config", "placement", "agent_id")
+_PIPELINE_FIELDS = (
+    "name",
+    "source_connection_id",
+    "destination_connection_id",
+    "streams",
+    "spec",
+    "write_mode",
+    "schedule",
+    "paused",
+)
+_PLACEMENTS = {"cloud": common_pb2.PLACEMENT_CLOUD, "agent": common_pb2.PLACEMENT_AGENT}
+_WRITE_MODES = {
+    "append": common_pb2.WRITE_MODE_APPEND,
+    "overwrite": common_pb2.WRITE_MODE_OVERWRITE,
+    "upsert": common_pb2.WRITE_MODE_UPSERT,
+    "merge": common_pb2.WRITE_MODE_MERGE,
+}
+# Connection operations may block for an agent's answer: the server's
+# default wait when none is given, plus room for the answer to travel.
+_DEFAULT_BLOCKING_SECONDS = 30
+
+
+def _blocking(timeout_seconds: int) -> float:
+    return (timeout_seconds or _DEFAULT_BLOCKING_SECONDS) + LONG_POLL_MARGIN_SECONDS
+
+
+def _struct(values: Mapping[str, Any]) -> struct_pb2.Struct:
+    message = struct_pb2.Struct()
+    message.update(values)
+    return message
+
+
+def _placement(name: str) -> common_pb2.Placement.ValueType:
+    try:
+        return _PLACEMENTS[name]
+    except KeyError:
+        raise ValueError(
+            f"placement must be one of {', '.join(_PLACEMENTS)}, not {name!r}"
+        ) from None
+
+
+def _write_mode(name: str) -> common_pb2.WriteMode.ValueType:
+    try:
+        return _WRITE_MODES[name]
+    except KeyError:
+        raise ValueError(
+            f"write_mode must be one of {', '.join(_WRITE_MODES)}, not {name!r}"
+        ) from None
+
+
+def _check_fields(method: str, fields: Mapping[str, Any], allowed: Sequence[str]) -> None:
+    unknown = sorted(set(fields) - set(allowed))
+    if unknown:
+        raise TypeError(
+            f"{method}() cannot change {', '.join(unknown)}; it takes {', '.join(allowed)}"
+        )

@@ -27,9 +27,21 @@ class Settings:
         metadata={"help": "folder for the embedded database and local blobs"},
     )
     blob_url: str = field(
-        default="", metadata={"help": "where staged data goes: a folder or s3://bucket/prefix"}
+        default="", metadata={"help": "where staged data goes: a folder or s3://bucket"}
     )
     s3_endpoint_url: str = field(default="", metadata={"help": "S3 endpoint, for non-AWS S3"})
+    s3_region: str = field(default="us-east-1", metadata={"help": "S3 region of the blob bucket"})
+    secrets_file: str = field(
+        default="",
+        metadata={"help": "JSON file of NAME -> value for cloud connections' secret references"},
+    )
+    batch_rows: int = field(
+        default=100_000, metadata={"help": "rows per batch: the grain of progress and cancel"}
+    )
+    direct_max_rows: int = field(
+        default=50_000,
+        metadata={"help": "a fresh cloud run of at most this many rows copies without staging"},
+    )
     admin_token: str = field(
         default="", metadata={"help": "token for AdminService; empty disables admin calls"}
     )

@@ -8,6 +8,9 @@ from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
+# The engine's enum, re-exported: a pipeline's mode reaches the writers unconverted.
+from setu_agent.engine.providers.base import WriteMode as WriteMode
+
 # An agent is online when active and seen this recently (DESIGN §5).
 ONLINE_WINDOW = timedelta(seconds=90)
 
@@ -220,3 +223,78 @@ class Task:
     error_message: str = ""
     finished_at: datetime | None = None
     agent_id: UUID | None = None
+
+
+class Placement(StrEnum):
+    """Where a connection's stage executes (DESIGN §6)."""
+
+    CLOUD = "cloud"
+    AGENT = "agent"
+
+
+@dataclass(frozen=True)
+class Connection:
+    id: UUID
+    workspace_id: UUID
+    name: str
+    provider: str
+    # Secret references stay unresolved: {"$secret": "NAME"}.
+    config: dict[str, Any]
+    placement: Placement
+    agent_id: UUID | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    id: UUID
+    workspace_id: UUID
+    name: str
+    source_connection_id: UUID
+    destination_connection_id: UUID
+    # Empty: every stream the source offers.
+    streams: list[str]
+    spec: dict[str, Any]
+    write_mode: WriteMode
+    # A five-field cron expression (UTC); "" means manual runs only.
+    schedule: str
+    paused: bool
+    next_run_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One end of a pipeline, as a run needs it."""
+
+    id: UUID
+    name: str
+    provider: str
+    placement: Placement
+    agent_id: UUID | None
+
+
+@dataclass(frozen=True)
+class PipelineForRun:
+    """A pipeline and its two connections at the moment a run is submitted;
+    the run keeps this snapshot (job.params) so edits do not change it."""
+
+    id: UUID
+    workspace_id: UUID
+    name: str
+    streams: list[str]
+    spec: dict[str, Any]
+    write_mode: WriteMode
+    source: Endpoint
+    destination: Endpoint
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    stream: str
+    rows_extracted: int
+    rows_loaded: int
+    checksum: str
+    loaded: bool

@@ -14,8 +14,12 @@ import asyncpg
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from setu_agent.engine.blob import BlobSettings, BlobStore, open_blob
+from setu_agent.engine.s3 import S3Settings
+from setu_agent.engine.secrets import SecretStore
 from setu_agent.handlers import HANDLERS as CLOUD_HANDLERS
 from setu_agent.runtime import Runtime
+from setu_agent.runtime.task import Handler
 from setu_client._proto.setu.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -34,13 +38,19 @@ from setu_server.maintenance.reaper import Reaper
 from setu_server.rpc import reflection
 from setu_server.rpc.admin import AdminServicer
 from setu_server.rpc.agents import AgentServicer
+from setu_server.rpc.connections import ConnectionServicer
 from setu_server.rpc.interceptor import CallInterceptor
 from setu_server.rpc.jobs import JobServicer
+from setu_server.rpc.pipelines import PipelineServicer
 from setu_server.service.admin import AdminService
 from setu_server.service.agents import AgentPresence
 from setu_server.service.auth import Authenticator
+from setu_server.service.connections import ConnectionService
 from setu_server.service.jobs import JobService
 from setu_server.service.lifecycle import JobLifecycle
+from setu_server.service.pipelines import PipelineService
+from setu_server.service.runbook import RunBook
+from setu_server.service.runs import RunService
 from setu_server.service.secrets import digest
 from setu_server.service.signals import TaskSignals
 from setu_server.service.tasks import LeasePolicy, TaskService
@@ -50,6 +60,7 @@ from setu_server.store.embedded import EmbeddedPostgres
 from setu_server.store.listener import Listener
 from setu_server.store.migrate import migrate
 from setu_server.worker import cloud_worker
+from setu_server.worker.migrate import Migrate, MigrateSettings
 
 log = logging.getLogger("setu.server")
 
@@ -103,6 +114,10 @@ class Services:
     worker: Runtime
     background: list[asyncio.Task[None]]
     auth: Authenticator
+    connections: ConnectionService
+    pipelines: PipelineService
+    runs: RunService
+    blob: BlobStore
 
 
 @dataclass
@@ -154,6 +169,7 @@ class Running:
             task.cancel()
         await asyncio.gather(*parts.background, return_exceptions=True)
         await parts.listener.close()
+        await parts.blob.close()
         await parts.pool.close()
 
 
@@ -165,6 +181,18 @@ async def database_url(settings: Settings, stack: contextlib.AsyncExitStack) -> 
     url = await embedded.start()
     stack.push_async_callback(embedded.stop)
     return url
+
+
+def blob_store(settings: Settings) -> BlobStore:
+    """Local folder by default; S3 for `s3://bucket` (credentials: the AWS
+    environment variables or instance role, as botocore finds them)."""
+    if settings.blob_url.startswith("s3://"):
+        bucket, _, rest = settings.blob_url[len("s3://") :].partition("/")
+        if not bucket or rest.strip("/"):
+            raise SystemExit(f"SETU_BLOB_URL wants s3://BUCKET, got {settings.blob_url!r}")
+        where = BlobSettings("s3", bucket, settings.s3_endpoint_url, settings.s3_region)
+        return open_blob(where, S3Settings(settings.s3_endpoint_url, settings.s3_region))
+    return open_blob(BlobSettings("local", str(Path(settings.blob_root).resolve())))
 
 
 async def build_services(settings: Settings, url: str, clock: Clock) -> Services:
@@ -199,7 +227,16 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
     )
     task_service = TaskService(pool, clock, lifecycle, signals, policy)
     reaper = Reaper(task_service, settings.reaper_interval_seconds)
-    worker = cloud_worker(task_service, dict(CLOUD_HANDLERS), settings.worker_concurrency)
+    runs_service = RunService(pool, clock, lifecycle)
+    blob = blob_store(settings)
+    migrate_handler = Migrate(
+        RunBook(pool, clock, lifecycle),
+        blob,
+        SecretStore.from_file(Path(settings.secrets_file) if settings.secrets_file else None),
+        MigrateSettings(batch_rows=settings.batch_rows, direct_max_rows=settings.direct_max_rows),
+    )
+    handlers: dict[str, Handler] = {**CLOUD_HANDLERS, "migrate": migrate_handler}
+    worker = cloud_worker(task_service, handlers, settings.worker_concurrency)
     background = [
         asyncio.create_task(reaper.run(), name="setu-reaper"),
         asyncio.create_task(worker.run(), name="setu-cloud-worker"),
@@ -210,7 +247,7 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         signals=signals,
         listener=listener,
         lifecycle=lifecycle,
-        jobs=JobService(pool, clock, hub, lifecycle),
+        jobs=JobService(pool, clock, hub, lifecycle, dispatcher=runs_service),
         tasks=task_service,
         admin=AdminService(pool, clock, task_service, auth.forget),
         auth=auth,
@@ -218,6 +255,10 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         reaper=reaper,
         worker=worker,
         background=background,
+        connections=ConnectionService(pool, clock),
+        pipelines=PipelineService(pool, clock),
+        runs=runs_service,
+        blob=blob,
     )
 
 
@@ -236,16 +277,15 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
         server,
     )
     jobs_pb2_grpc.add_JobOrchestrationServiceServicer_to_server(
-        JobServicer(parts.jobs, settings),  # type: ignore[abstract]
+        JobServicer(parts.jobs, parts.runs, settings),
         server,
     )
     connections_pb2_grpc.add_ConnectionServiceServicer_to_server(
-        connections_pb2_grpc.ConnectionServiceServicer(),  # type: ignore[abstract]
+        ConnectionServicer(parts.connections),  # type: ignore[abstract]
         server,
     )
     pipelines_pb2_grpc.add_PipelineServiceServicer_to_server(
-        pipelines_pb2_grpc.PipelineServiceServicer(),  # type: ignore[abstract]
-        server,
+        PipelineServicer(parts.pipelines), server
     )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -106,3 +106,7 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
         yield pool
     finally:
         await pool.close()
+
+
+# A real S3-compatible server (moto on loopback) for blob and file-provider tests.
+from tests.s3server import s3_bucket, s3_endpoint  # noqa: E402, F401

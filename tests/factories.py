@@ -5,13 +5,24 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
 from setu_client.clock import SystemClock
-from setu_server.models import Job, JobKind, JobState, Task, TaskKind
+from setu_server.models import (
+    Connection,
+    Job,
+    JobKind,
+    JobState,
+    Pipeline,
+    Placement,
+    Task,
+    TaskKind,
+    WriteMode,
+)
 from setu_server.service.admin import AdminService
-from setu_server.store import jobs, tasks
+from setu_server.store import connections, jobs, pipelines, tasks
 
 
 @dataclass(frozen=True)
@@ -66,4 +77,61 @@ async def make_task(
         max_attempts=max_attempts,
         payload=payload or {},
         now=now,
+    )
+
+
+async def make_connection(
+    pool: asyncpg.Pool,
+    workspace_id: uuid.UUID,
+    *,
+    name: str | None = None,
+    provider: str = "sqlite",
+    config: dict[str, Any] | None = None,
+    agent_id: uuid.UUID | None = None,
+) -> Connection:
+    """A connection row, unvalidated; placed on `agent_id` when given, else cloud."""
+    return await connections.insert_connection(
+        pool,
+        id=uuid.uuid4(),
+        workspace_id=workspace_id,
+        name=name or f"conn-{uuid.uuid4().hex[:8]}",
+        provider=provider,
+        config=config if config is not None else {"path": "/tmp/setu-test.db"},
+        placement=Placement.AGENT if agent_id else Placement.CLOUD,
+        agent_id=agent_id,
+        now=None,
+    )
+
+
+async def make_pipeline(
+    pool: asyncpg.Pool,
+    workspace_id: uuid.UUID,
+    *,
+    source: Connection | None = None,
+    destination: Connection | None = None,
+    name: str | None = None,
+    streams: list[str] | None = None,
+    spec: dict[str, Any] | None = None,
+    write_mode: WriteMode = WriteMode.APPEND,
+    schedule: str = "",
+    paused: bool = False,
+    next_run_at: datetime | None = None,
+) -> Pipeline:
+    """A pipeline row, unvalidated; new cloud connections when none are given."""
+    source = source or await make_connection(pool, workspace_id)
+    destination = destination or await make_connection(pool, workspace_id)
+    return await pipelines.insert_pipeline(
+        pool,
+        id=uuid.uuid4(),
+        workspace_id=workspace_id,
+        name=name or f"pipe-{uuid.uuid4().hex[:8]}",
+        source_connection_id=source.id,
+        destination_connection_id=destination.id,
+        streams=streams or [],
+        spec=spec or {},
+        write_mode=write_mode,
+        schedule=schedule,
+        paused=paused,
+        next_run_at=next_run_at,
+        now=None,
     )

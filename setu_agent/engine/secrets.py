@@ -33,7 +33,7 @@ def check_reference(value: Any, field: str) -> None:
     name = value.get(SECRET_KEY)
     if not isinstance(name, str) or not _NAME.match(name):
         raise ConfigError(
-            f"{field}: a secret reference is {{\"$secret\": \"NAME\"}} with NAME made of "
+            f'{field}: a secret reference is {{"$secret": "NAME"}} with NAME made of '
             f"letters, digits and underscores"
         )
 

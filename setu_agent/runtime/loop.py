@@ -28,6 +28,7 @@ from setu_agent.runtime.task import (
     TaskCancelled,
     TaskContext,
     TaskSource,
+    describe,
 )
 from setu_client.errors import (
     Cancelled,
@@ -186,7 +187,7 @@ class Runtime:
             raise
         except Exception as exc:
             log.exception("task failed", extra={"task_id": task.id, "kind": task.kind})
-            await self._report_failure(task, f"{type(exc).__name__}: {exc}", retryable=True)
+            await self._report_failure(task, describe(exc), retryable=True)
         else:
             await self._report(lambda: self._source.complete(task, result), "completed", task)
         finally:

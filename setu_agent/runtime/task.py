@@ -19,6 +19,15 @@ class LeasedTask:
     payload: dict[str, Any] = field(default_factory=dict)
 
 
+def describe(exc: BaseException) -> str:
+    """A failure as the job's timeline shows it: an error that speaks for
+    itself (`plain_message = True`: provider, blob, staging errors) as is;
+    anything else with its type, since the type is part of the story."""
+    if getattr(exc, "plain_message", False):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
 class TaskCancelled(Exception):
     """Raised by a handler that stopped because its job asked to cancel."""
 

@@ -13,6 +13,7 @@ from setu_server.rpc.convert import uid
 from setu_server.rpc.interceptor import principal
 from setu_server.rpc.types import Ctx
 from setu_server.service.jobs import JobService
+from setu_server.service.runs import RunService
 
 # Answer this long before the caller's deadline, so a long-poll ends in OK
 # rather than DEADLINE_EXCEEDED (DESIGN §4).
@@ -20,9 +21,20 @@ DEADLINE_MARGIN_SECONDS = 1.0
 
 
 class JobServicer(jobs_pb2_grpc.JobOrchestrationServiceServicer):
-    def __init__(self, jobs: JobService, settings: Settings) -> None:
+    def __init__(self, jobs: JobService, runs: RunService, settings: Settings) -> None:
         self._jobs = jobs
+        self._runs = runs
         self._settings = settings
+
+    async def SubmitRun(self, request: pb.SubmitRunRequest, context: Ctx) -> pb.SubmitRunResponse:
+        job = await self._runs.submit(
+            _workspace(),
+            uid(request.pipeline_id),
+            start=request.start,
+            dry_run=request.dry_run,
+            idempotency_key=request.idempotency_key,
+        )
+        return pb.SubmitRunResponse(job=convert.job(job))
 
     async def GetJob(self, request: pb.GetJobRequest, context: Ctx) -> pb.GetJobResponse:
         job = await self._jobs.get(_workspace(), uid(request.job_id))

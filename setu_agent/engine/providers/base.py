@@ -9,10 +9,14 @@ unresolved config, as the server stores it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from setu_agent.engine.types import Batch, Column, Stream
+
+if TYPE_CHECKING:
+    from setu_agent.engine.operators import Plan
 
 
 class WriteMode(StrEnum):
@@ -34,6 +38,8 @@ class ConfigError(ValueError):
 class ProviderError(Exception):
     """The provider failed (unreachable, refused, bad data); the message is
     the provider's own, fit to show the user."""
+
+    plain_message = True
 
 
 class Connector(Protocol):
@@ -77,6 +83,41 @@ class Provider(Protocol):
 
     async def connect(self, config: dict[str, Any]) -> Connector:
         """Opens a connector on the resolved config; raises ProviderError."""
+        ...
+
+
+@dataclass(frozen=True)
+class CopyBatch:
+    """Rows as one complete PostgreSQL binary COPY stream (engine.pgcopy)."""
+
+    data: bytes
+    rows: int
+
+
+@runtime_checkable
+class CopySource(Protocol):
+    """A source that produces binary COPY batches itself (PostgreSQL), so
+    no row becomes a Python object on the way."""
+
+    def copy_batches(self, stream: Stream, batch_rows: int) -> AsyncIterator[CopyBatch]: ...
+
+
+@runtime_checkable
+class CopyDestination(Protocol):
+    """A destination that loads binary COPY batches itself and runs the
+    operator chain in its own engine (PostgreSQL: compiled to SQL)."""
+
+    async def write_copy(
+        self,
+        stream: str,
+        columns: Sequence[Column],
+        parts: AsyncIterator[CopyBatch],
+        plan: Plan,
+        mode: WriteMode,
+        key: Sequence[str],
+    ) -> int:
+        """Loads every part (rows shaped as `columns`), applies the plan and
+        writes under the mode, atomically. Returns the rows written."""
         ...
 
 

@@ -1,0 +1,579 @@
+"""The `sqlite` provider: a SQLite file as a source or a destination.
+
+`sqlite3` is blocking, so every call runs in a worker thread, one at a time
+per connector (an asyncio.Lock guards the single connection). The connection
+starts read-only and is reopened read-write on the first write, so a source is
+never opened for writing. Values are stored in SQLite's natural forms (ISO 8601
+text for dates and times, text for numerics and JSON, 0/1 for booleans) and
+converted back to the neutral representation on read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, date, datetime, time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, TypeVar
+from uuid import UUID
+
+from setu_agent.engine.providers.base import ConfigError, Connector, ProviderError, WriteMode
+from setu_agent.engine.types import Batch, Column, Row, Stream
+
+T = TypeVar("T")
+Convert = Callable[[Any], Any]
+
+_KEYS = frozenset({"path", "create"})
+
+
+class SqliteProvider:
+    name = "sqlite"
+
+    def validate_config(self, config: dict[str, Any]) -> None:
+        _parse_config(config)
+
+    async def connect(self, config: dict[str, Any]) -> Connector:
+        path, create = _parse_config(config)
+        if not path.exists() and not create:
+            raise ProviderError(f"no SQLite database at {path}")
+        conn = await _in_thread(_open, path, "rwc" if create else "ro")
+        return SqliteConnector(path, conn, writable=create)
+
+
+PROVIDER = SqliteProvider()
+
+
+def _parse_config(config: dict[str, Any]) -> tuple[Path, bool]:
+    unknown = sorted(set(config) - _KEYS)
+    if unknown:
+        raise ConfigError(f"config: unknown key(s) {', '.join(unknown)}; sqlite takes path, create")
+    path = config.get("path")
+    if not isinstance(path, str) or not path.strip():
+        raise ConfigError("config.path: required, the SQLite file's path as a string")
+    create = config.get("create", False)
+    if not isinstance(create, bool):
+        raise ConfigError("config.create: must be true or false")
+    return Path(path).expanduser().resolve(), create
+
+
+def _open(path: Path, mode: str) -> sqlite3.Connection:
+    try:
+        # isolation_level=None: no implicit transactions; write() runs its own.
+        return sqlite3.connect(
+            f"{path.as_uri()}?mode={mode}", uri=True, check_same_thread=False, isolation_level=None
+        )
+    except sqlite3.Error as exc:
+        raise ProviderError(f"sqlite: cannot open {path}: {exc}") from exc
+
+
+async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """fn in a worker thread. A cancelled caller still waits for the thread to
+    finish, so the connection is never used by two threads at once."""
+    task = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await task
+        raise
+
+
+def quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class SqliteConnector:
+    def __init__(self, path: Path, conn: sqlite3.Connection, *, writable: bool) -> None:
+        self._path = path
+        self._conn = conn
+        self._writable = writable
+        self._lock = asyncio.Lock()
+
+    async def _run(self, what: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        async with self._lock:
+            return await _in_thread(_guarded, what, fn, self._conn)
+
+    async def test(self) -> str:
+        def probe(conn: sqlite3.Connection) -> str:
+            version = conn.execute("select sqlite_version()").fetchone()[0]
+            tables = conn.execute(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' "
+                "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
+            ).fetchone()[0]
+            return f"SQLite {version} at {self._path} ({tables} tables)"
+
+        return await self._run("test", probe)
+
+    async def discover(self) -> list[Stream]:
+        return await self._run("discover", _discover)
+
+    async def preview(self, stream: Stream, limit: int) -> Batch:
+        table = _table_of(stream)
+        convert = row_reader(table, stream.columns)
+        sql = f"{_select(table, stream.columns)} LIMIT ?"
+        what = f"reading {table!r}"
+        rows = await self._run(what, lambda conn: conn.execute(sql, (limit,)).fetchall())
+        return [convert(row) for row in rows]
+
+    async def read(self, stream: Stream, batch_rows: int) -> AsyncIterator[Batch]:
+        table = _table_of(stream)
+        convert = row_reader(table, stream.columns)
+        sql = _select(table, stream.columns)
+        what = f"reading {table!r}"
+        cursor = await self._run(what, lambda conn: conn.execute(sql))
+        try:
+            while True:
+                rows = await self._run(what, lambda _: cursor.fetchmany(batch_rows))
+                if not rows:
+                    return
+                yield [convert(row) for row in rows]
+        finally:
+            await self._run(what, lambda _: cursor.close())
+
+    async def write(
+        self,
+        stream: str,
+        columns: Sequence[Column],
+        batches: AsyncIterator[Batch],
+        mode: WriteMode,
+        key: Sequence[str],
+    ) -> int:
+        plan = _WritePlan(stream, list(columns), WriteMode(mode), list(key))
+        what = f"writing {stream!r}"
+        async with self._lock:
+            if not self._writable:
+                await _in_thread(self._conn.close)
+                self._conn = await _in_thread(_open, self._path, "rw")
+                self._writable = True
+            conn = self._conn
+            written = 0
+            try:
+                await _in_thread(_guarded, what, plan.begin, conn)
+                async for batch in batches:
+                    insert = functools.partial(plan.insert, batch=batch)
+                    await _in_thread(_guarded, what, insert, conn)
+                    written += len(batch)
+                await _in_thread(_guarded, what, plan.finish, conn)
+            except BaseException:
+                # Cancellation included: the destination keeps its old content.
+                await _in_thread(_rollback, conn)
+                raise
+            return written
+
+    async def close(self) -> None:
+        async with self._lock:
+            await _in_thread(self._conn.close)
+
+
+def _guarded(what: str, fn: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> T:
+    try:
+        return fn(conn)
+    except sqlite3.Error as exc:
+        raise ProviderError(f"sqlite: {what}: {exc}") from exc
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    # The original failure is what the caller must see, not a failed rollback.
+    with contextlib.suppress(sqlite3.Error):
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+
+def _table_of(stream: Stream) -> str:
+    return str(stream.locator.get("table", stream.name))
+
+
+def _select(table: str, columns: Sequence[Column]) -> str:
+    return f"SELECT {', '.join(quote(c.name) for c in columns)} FROM {quote(table)}"
+
+
+def _discover(conn: sqlite3.Connection) -> list[Stream]:
+    objects = conn.execute(
+        "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view') "
+        "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name"
+    ).fetchall()
+    return [_describe(conn, name, kind) for name, kind in objects]
+
+
+def _describe(conn: sqlite3.Connection, name: str, kind: str) -> Stream:
+    info = conn.execute(
+        'SELECT name, type, "notnull", pk FROM pragma_table_info(?) ORDER BY cid', (name,)
+    ).fetchall()
+    pk = [r[0] for r in sorted((r for r in info if r[3]), key=lambda r: r[3])]
+    # An INTEGER PRIMARY KEY is the rowid: never NULL, whatever notnull says.
+    rowid = pk[0] if len(pk) == 1 and _declared(info, pk[0]) == "INTEGER" else None
+    columns = tuple(
+        Column(col, neutral_of(declared), nullable=not notnull and col != rowid)
+        for col, declared, notnull, _ in info
+    )
+    estimate = 0
+    if kind == "table":
+        estimate = conn.execute(f"SELECT count(*) FROM {quote(name)}").fetchone()[0]
+    return Stream(
+        name=name,
+        columns=columns,
+        primary_key=tuple(pk),
+        row_estimate=estimate,
+        locator={"table": name},
+    )
+
+
+def _declared(info: list[Any], column: str) -> str:
+    return next(str(r[1]).strip().upper() for r in info if r[0] == column)
+
+
+class _WritePlan:
+    """The statements of one write, all run inside one transaction."""
+
+    def __init__(self, table: str, columns: list[Column], mode: WriteMode, key: list[str]) -> None:
+        names = [c.name for c in columns]
+        if mode.needs_key:
+            if not key:
+                raise ConfigError(f"write mode {mode.value} needs a key")
+            missing = [k for k in key if k not in names]
+            if missing:
+                raise ConfigError(f"key column(s) {', '.join(missing)} are not written")
+        self.table, self.columns, self.mode, self.key = table, columns, mode, key
+        self.to_sqlite = row_writer(table, columns)
+        self.key_at = [names.index(k) for k in key] if mode.needs_key else []
+        marks = ", ".join("?" for _ in names)
+        self.insert_sql = (
+            f"INSERT INTO {quote(table)} ({', '.join(map(quote, names))}) VALUES ({marks})"
+        )
+        if mode.needs_key:
+            updates = [f"{quote(n)} = excluded.{quote(n)}" for n in names if n not in key]
+            action = f"DO UPDATE SET {', '.join(updates)}" if updates else "DO NOTHING"
+            self.insert_sql += f" ON CONFLICT ({', '.join(map(quote, key))}) {action}"
+
+    def begin(self, conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        existing = conn.execute(
+            "SELECT name, type, pk FROM pragma_table_info(?)", (self.table,)
+        ).fetchall()
+        if existing:
+            self._check_table(conn, existing)
+        else:
+            conn.execute(self._create_sql())
+        if self.mode is WriteMode.OVERWRITE:
+            conn.execute(f"DELETE FROM {quote(self.table)}")
+        if self.mode is WriteMode.MERGE:
+            self._create_key_table(conn)
+
+    def _create_sql(self) -> str:
+        defs = [
+            f"{quote(c.name)} {DECLARED[c.type]}{'' if c.nullable else ' NOT NULL'}"
+            for c in self.columns
+        ]
+        if self.key:
+            defs.append(f"PRIMARY KEY ({', '.join(map(quote, self.key))})")
+        return f"CREATE TABLE {quote(self.table)} ({', '.join(defs)})"
+
+    def _check_table(self, conn: sqlite3.Connection, existing: list[Any]) -> None:
+        present = {r[0] for r in existing}
+        for column in self.columns:
+            if column.name not in present:
+                raise ProviderError(
+                    f"sqlite: table {self.table!r} has no column {column.name!r}; "
+                    "add it or leave it out of the write"
+                )
+        if self.mode.needs_key and not _has_unique_key(conn, self.table, existing, self.key):
+            raise ProviderError(
+                f"sqlite: {self.mode.value} into {self.table!r} needs a primary key or unique "
+                f"index on exactly ({', '.join(self.key)}); the table has none"
+            )
+
+    def _create_key_table(self, conn: sqlite3.Connection) -> None:
+        # The table's own declared types, so affinity stores the keys alike and
+        # the anti-join in finish() compares like with like.
+        info = conn.execute("SELECT name, type FROM pragma_table_info(?)", (self.table,))
+        declared = dict(info.fetchall())
+        defs = ", ".join(f"{quote(k)} {declared[k]}" for k in self.key)
+        conn.execute("DROP TABLE IF EXISTS temp.setu_merge_keys")
+        keys = ", ".join(map(quote, self.key))
+        conn.execute(f"CREATE TEMP TABLE setu_merge_keys ({defs}, PRIMARY KEY ({keys}))")
+
+    def insert(self, conn: sqlite3.Connection, batch: Batch) -> None:
+        rows = [self.to_sqlite(row) for row in batch]
+        conn.executemany(self.insert_sql, rows)
+        if self.mode is WriteMode.MERGE:
+            marks = ", ".join("?" for _ in self.key)
+            conn.executemany(
+                f"INSERT OR IGNORE INTO temp.setu_merge_keys VALUES ({marks})",
+                [tuple(row[i] for i in self.key_at) for row in rows],
+            )
+
+    def finish(self, conn: sqlite3.Connection) -> None:
+        if self.mode is WriteMode.MERGE:
+            match = " AND ".join(f"k.{quote(k)} = t.{quote(k)}" for k in self.key)
+            conn.execute(
+                f"DELETE FROM {quote(self.table)} AS t WHERE NOT EXISTS "
+                f"(SELECT 1 FROM temp.setu_merge_keys AS k WHERE {match})"
+            )
+            conn.execute("DROP TABLE temp.setu_merge_keys")
+        conn.execute("COMMIT")
+
+
+def _has_unique_key(
+    conn: sqlite3.Connection, table: str, existing: list[Any], key: list[str]
+) -> bool:
+    wanted = set(key)
+    # An INTEGER PRIMARY KEY is the rowid and has no index of its own.
+    if {r[0] for r in existing if r[2]} == wanted:
+        return True
+    for _, index, unique, _, partial in conn.execute(f"PRAGMA index_list({quote(table)})"):
+        if unique and not partial:
+            columns = {r[2] for r in conn.execute(f"PRAGMA index_info({quote(index)})")}
+            if columns == wanted:
+                return True
+    return False
+
+
+# --- types and values --------------------------------------------------------------
+
+# Declared types for the tables write() creates; each reads back as its own
+# neutral type (INT4, FLOAT4: INTEGER and REAL read as bigint and double).
+# Numerics are declared with TEXT affinity: NUMERIC affinity would turn '0.10'
+# into REAL 0.1, losing the scale and any digit past the 15th.
+DECLARED: dict[str, str] = {
+    "boolean": "BOOLEAN",
+    "smallint": "SMALLINT",
+    "integer": "INT4",
+    "bigint": "BIGINT",
+    "real": "FLOAT4",
+    "double": "DOUBLE",
+    "numeric": "DECIMAL_TEXT",
+    "text": "TEXT",
+    "bytes": "BLOB",
+    "date": "DATE",
+    "time": "TIME",
+    "timestamp": "DATETIME",
+    "timestamptz": "TIMESTAMPTZ",
+    "uuid": "UUID",
+    "json": "JSON",
+}
+
+_EXACT: dict[str, str] = {
+    "BOOLEAN": "boolean",
+    "BOOL": "boolean",
+    "SMALLINT": "smallint",
+    "INT2": "smallint",
+    "INT4": "integer",
+    "FLOAT4": "real",
+    "REAL": "double",
+    "FLOAT": "double",
+    "DOUBLE": "double",
+    "DOUBLE PRECISION": "double",
+    "NUMERIC": "numeric",
+    "DECIMAL": "numeric",
+    "DECIMAL_TEXT": "numeric",
+    "DATE": "date",
+    "DATETIME": "timestamp",
+    "TIMESTAMP": "timestamp",
+    "TIMESTAMPTZ": "timestamptz",
+    "TIMESTAMP WITH TIME ZONE": "timestamptz",
+    "TIME": "time",
+    "UUID": "uuid",
+    "JSON": "json",
+    "JSONB": "json",
+    "BLOB": "bytes",
+}
+
+
+def neutral_of(declared: str) -> str:
+    """The neutral type of a declared SQLite column type: known names first,
+    then SQLite's own affinity rules; anything else reads as text."""
+    base = " ".join(declared.split("(")[0].upper().split())
+    if base in _EXACT:
+        return _EXACT[base]
+    if "INT" in base:
+        return "bigint"
+    if any(part in base for part in ("CHAR", "CLOB", "TEXT")):
+        return "text"
+    if "BLOB" in base:
+        return "bytes"
+    if any(part in base for part in ("REAL", "FLOA", "DOUB")):
+        return "double"
+    return "text"
+
+
+def _r_boolean(v: Any) -> bool:
+    if isinstance(v, int | float) and v in (0, 1):
+        return bool(v)
+    if isinstance(v, str):
+        word = v.strip().lower()
+        if word in ("1", "t", "true", "y", "yes"):
+            return True
+        if word in ("0", "f", "false", "n", "no"):
+            return False
+    raise ValueError("not a boolean (0/1, true/false)")
+
+
+def _int_reader(bits: int) -> Convert:
+    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+    def read(v: Any) -> int:
+        if isinstance(v, float) and not v.is_integer():
+            raise ValueError("not a whole number")
+        if isinstance(v, bytes):
+            raise TypeError("a blob")
+        number = int(v)
+        if not low <= number <= high:
+            raise ValueError(f"out of range for a {bits}-bit integer")
+        return number
+
+    return read
+
+
+def _r_double(v: Any) -> float:
+    if isinstance(v, bytes):
+        raise TypeError("a blob")
+    return float(v)
+
+
+def _r_numeric(v: Any) -> Decimal:
+    if isinstance(v, float):
+        return Decimal(repr(v))  # the shortest repr, not the binary expansion
+    if isinstance(v, bytes):
+        raise TypeError("a blob")
+    return Decimal(v.strip() if isinstance(v, str) else v)
+
+
+def _r_text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _r_bytes(v: Any) -> bytes:
+    if isinstance(v, str):
+        return v.encode()
+    if not isinstance(v, bytes):
+        raise TypeError("a number")
+    return v
+
+
+def _r_date(v: Any) -> date:
+    return date.fromisoformat(v)
+
+
+def _r_time(v: Any) -> time:
+    value = time.fromisoformat(v)
+    if value.tzinfo is not None:
+        raise ValueError("a time with a zone")
+    return value
+
+
+def _r_timestamp(v: Any) -> datetime:
+    value = datetime.fromisoformat(v)
+    if value.tzinfo is not None:  # an offset in a naive column: keep the instant, in UTC
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+def _r_timestamptz(v: Any) -> datetime:
+    value = datetime.fromisoformat(v)
+    if value.tzinfo is None:  # SQLite's CURRENT_TIMESTAMP and datetime() are UTC
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def _r_uuid(v: Any) -> UUID:
+    return UUID(bytes=v) if isinstance(v, bytes) else UUID(v)
+
+
+def _r_json(v: Any) -> Any:
+    # A JSON column's numbers may be stored as numbers (NUMERIC affinity).
+    return v if isinstance(v, int | float) else json.loads(v)
+
+
+_READERS: dict[str, Convert] = {
+    "boolean": _r_boolean,
+    "smallint": _int_reader(16),
+    "integer": _int_reader(32),
+    "bigint": _int_reader(64),
+    "real": _r_double,
+    "double": _r_double,
+    "numeric": _r_numeric,
+    "text": _r_text,
+    "bytes": _r_bytes,
+    "date": _r_date,
+    "time": _r_time,
+    "timestamp": _r_timestamp,
+    "timestamptz": _r_timestamptz,
+    "uuid": _r_uuid,
+    "json": _r_json,
+}
+
+
+def _w_timestamptz(v: Any) -> str:
+    if not isinstance(v, datetime) or v.utcoffset() is None:
+        raise ValueError("a timestamptz needs an aware datetime")
+    # UTC text sorts in time order.
+    return v.astimezone(UTC).isoformat(sep=" ")
+
+
+def _w_timestamp(v: Any) -> str:
+    return str(v.isoformat(sep=" "))
+
+
+_dump_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+_WRITERS: dict[str, Convert] = {
+    "boolean": int,
+    "numeric": str,
+    "bytes": bytes,
+    "date": date.isoformat,
+    "time": time.isoformat,
+    "timestamp": _w_timestamp,
+    "timestamptz": _w_timestamptz,
+    "uuid": str,
+    "json": _dump_json,
+}
+
+
+def _converter(
+    table: str, columns: Sequence[Column], table_of: dict[str, Convert], verb: str
+) -> Callable[[Sequence[Any]], Row]:
+    convs = [table_of.get(c.type) for c in columns]
+    pairs = [(i, f) for i, f in enumerate(convs) if f is not None]
+
+    def convert(row: Sequence[Any]) -> Row:
+        values = list(row)
+        try:
+            for i, f in pairs:
+                if values[i] is not None:
+                    values[i] = f(values[i])
+        except (ValueError, TypeError, ArithmeticError, AttributeError) as exc:
+            raise _value_error(table, columns, convs, row, verb) from exc
+        return tuple(values)
+
+    return convert
+
+
+def _value_error(
+    table: str, columns: Sequence[Column], convs: list[Convert | None], row: Any, verb: str
+) -> ProviderError:
+    for column, f, value in zip(columns, convs, row, strict=True):
+        if f is None or value is None:
+            continue
+        try:
+            f(value)
+        except Exception as exc:
+            return ProviderError(
+                f"sqlite: table {table!r}, column {column.name!r}: cannot {verb} "
+                f"{value!r:.100} as {column.type} ({exc or type(exc).__name__})"
+            )
+    return ProviderError(f"sqlite: table {table!r}: cannot {verb} row {row!r:.200}")
+
+
+def row_reader(table: str, columns: Sequence[Column]) -> Callable[[Sequence[Any]], Row]:
+    """Converts a row as sqlite3 returns it into neutral values."""
+    return _converter(table, columns, _READERS, "read")
+
+
+def row_writer(table: str, columns: Sequence[Column]) -> Callable[[Sequence[Any]], Row]:
+    """Converts a row of neutral values into what SQLite stores."""
+    return _converter(table, columns, _WRITERS, "write")

@@ -1,0 +1,273 @@
+"""Moving streams: stage (source → blob), load (blob → destination) and
+direct (source → destination in one pass). Each picks the fastest path
+the two ends allow:
+
+- A CopySource gives binary COPY batches; anything else is read as Python
+  rows and encoded (engine.pgcopy).
+- A CopyDestination loads COPY batches and runs the operator chain itself;
+  anything else gets decoded rows with the chain applied in Python.
+
+The Reporter hears of every batch, and may raise TaskCancelled there: a
+batch is the grain of progress and of cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from setu_agent.engine import pgcopy, staging
+from setu_agent.engine.blob import BlobStore
+from setu_agent.engine.operators import PipelineSpec, Plan
+from setu_agent.engine.providers.base import (
+    ConfigError,
+    Connector,
+    CopyBatch,
+    CopyDestination,
+    CopySource,
+    ProviderError,
+    WriteMode,
+    qualified,
+)
+from setu_agent.engine.types import Batch, Column, Stream
+
+# Rows per batch: the grain of progress, cancellation and staged parts.
+DEFAULT_BATCH_ROWS = 100_000
+
+T = TypeVar("T")
+
+
+class Reporter(Protocol):
+    async def extracted(self, stream: str, rows: int) -> None: ...
+
+    async def loaded(self, stream: str, rows: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class StreamTotals:
+    stream: str
+    extracted: int
+    loaded: int
+    checksum: str = ""
+
+
+def select_streams(available: Sequence[Stream], wanted: Sequence[str]) -> list[Stream]:
+    """The pipeline's streams (all when none are named), in the order named."""
+    if not wanted:
+        return list(available)
+    chosen: list[Stream] = []
+    for name in wanted:
+        match = [s for s in available if name in (s.name, qualified(s))]
+        if not match:
+            offered = ", ".join(qualified(s) for s in available) or "none"
+            raise ProviderError(f"stream {name!r} not found in the source (it offers: {offered})")
+        chosen.append(match[0])
+    return chosen
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """How one stream lands: its operator plan, destination name and key."""
+
+    plan: Plan
+    destination: str
+    key: tuple[str, ...]
+
+
+def plan_stream(spec: PipelineSpec, stream: Stream, mode: WriteMode) -> StreamPlan:
+    plan = spec.chain_for(stream.name, stream.namespace).plan(stream.columns)
+    key = spec.primary_key_for(stream.name, stream.namespace)
+    if key is None:
+        output = {c.name for c in plan.output}
+        key = stream.primary_key if set(stream.primary_key) <= output else ()
+    if mode.needs_key and not key:
+        raise ConfigError(
+            f"write mode {mode.value} needs a key for stream {qualified(stream)}: the source "
+            f"has no primary key among the output columns; set spec.primary_key.{stream.name}"
+        )
+    return StreamPlan(plan, spec.destination_for(stream.name, stream.namespace), tuple(key))
+
+
+async def stage(
+    source: Connector,
+    streams: Sequence[Stream],
+    blob: BlobStore,
+    prefix: str,
+    reporter: Reporter,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+) -> staging.Manifest:
+    """Extracts every stream into parts under prefix and writes the manifest
+    last, so a manifest always describes complete data."""
+    staged: list[staging.StagedStream] = []
+    for index, stream in enumerate(streams):
+        name = qualified(stream)
+
+        async def counted(rows: int, name: str = name) -> None:
+            await reporter.extracted(name, rows)
+
+        batches = _copy_batches(source, stream, batch_rows)
+        staged.append(await staging.write_stream(blob, prefix, index, stream, batches, counted))
+    manifest = staging.Manifest(staged)
+    await staging.write_manifest(blob, prefix, manifest)
+    return manifest
+
+
+async def load(
+    destination: Connector,
+    manifest: staging.Manifest,
+    blob: BlobStore,
+    prefix: str,
+    spec: PipelineSpec,
+    mode: WriteMode,
+    reporter: Reporter,
+) -> list[StreamTotals]:
+    """Loads every staged stream, each atomically."""
+    plans = [plan_stream(spec, s.stream, mode) for s in manifest.streams]
+    totals: list[StreamTotals] = []
+    for staged, landing in zip(manifest.streams, plans, strict=True):
+        parts = _counted_parts(staging.read_parts(blob, prefix, staged), staged.name, reporter)
+        written = await _write(destination, staged.stream.columns, parts, landing, mode)
+        totals.append(StreamTotals(staged.name, staged.rows, written, staged.checksum))
+    return totals
+
+
+async def direct(
+    source: Connector,
+    destination: Connector,
+    streams: Sequence[Stream],
+    spec: PipelineSpec,
+    mode: WriteMode,
+    reporter: Reporter,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+) -> list[StreamTotals]:
+    """Source → operators → destination in one pass, no blob."""
+    plans = [plan_stream(spec, s, mode) for s in streams]
+    return [
+        await _direct_stream(source, destination, stream, landing, mode, reporter, batch_rows)
+        for stream, landing in zip(streams, plans, strict=True)
+    ]
+
+
+async def _direct_stream(
+    source: Connector,
+    destination: Connector,
+    stream: Stream,
+    landing: StreamPlan,
+    mode: WriteMode,
+    reporter: Reporter,
+    batch_rows: int,
+) -> StreamTotals:
+    name = qualified(stream)
+    extracted = 0
+
+    async def copies() -> AsyncIterator[CopyBatch]:
+        nonlocal extracted
+        async for batch in _copy_batches(source, stream, batch_rows):
+            extracted += batch.rows
+            await reporter.extracted(name, batch.rows)
+            yield batch
+
+    async def rows() -> AsyncIterator[Batch]:
+        nonlocal extracted
+        async for batch in read_ahead(source.read(stream, batch_rows)):
+            extracted += len(batch)
+            await reporter.extracted(name, len(batch))
+            yield batch
+            await reporter.loaded(name, len(batch))
+
+    if isinstance(destination, CopyDestination) or not isinstance(source, CopySource):
+        parts = _counted_parts(read_ahead(copies()), name, reporter)
+        written = await _write(destination, stream.columns, parts, landing, mode)
+    else:
+        # Rows for a Python writer: asyncpg decodes them faster than a COPY
+        # decoder written in Python could.
+        written = await destination.write(
+            landing.destination,
+            landing.plan.output,
+            _applied(rows(), landing.plan),
+            mode,
+            landing.key,
+        )
+    return StreamTotals(name, extracted, written)
+
+
+async def _write(
+    destination: Connector,
+    columns: Sequence[Column],
+    parts: AsyncIterator[CopyBatch],
+    landing: StreamPlan,
+    mode: WriteMode,
+) -> int:
+    if isinstance(destination, CopyDestination):
+        return await destination.write_copy(
+            landing.destination, columns, parts, landing.plan, mode, landing.key
+        )
+    return await destination.write(
+        landing.destination,
+        landing.plan.output,
+        _applied(_decoded(parts, columns), landing.plan),
+        mode,
+        landing.key,
+    )
+
+
+async def _copy_batches(
+    source: Connector, stream: Stream, batch_rows: int
+) -> AsyncIterator[CopyBatch]:
+    if isinstance(source, CopySource):
+        async for batch in source.copy_batches(stream, batch_rows):
+            yield batch
+        return
+    async for rows in source.read(stream, batch_rows):
+        yield CopyBatch(pgcopy.encode(stream.columns, rows), len(rows))
+
+
+async def _decoded(
+    parts: AsyncIterator[CopyBatch], columns: Sequence[Column]
+) -> AsyncIterator[Batch]:
+    async for part in parts:
+        yield pgcopy.decode(columns, part.data)
+
+
+async def _applied(batches: AsyncIterator[Batch], plan: Plan) -> AsyncIterator[Batch]:
+    async for batch in batches:
+        yield batch if plan.identity else plan.apply(batch)
+
+
+async def _counted_parts(
+    parts: AsyncIterator[CopyBatch], name: str, reporter: Reporter
+) -> AsyncIterator[CopyBatch]:
+    async for part in parts:
+        yield part
+        await reporter.loaded(name, part.rows)
+
+
+async def read_ahead(items: AsyncIterator[T], depth: int = 1) -> AsyncIterator[T]:
+    """Runs the producer one step ahead of the consumer, so a source reads
+    its next batch while the destination writes the last one."""
+    queue: asyncio.Queue[tuple[bool, T | Exception | None]] = asyncio.Queue(depth)
+
+    async def produce() -> None:
+        try:
+            async for item in items:
+                await queue.put((True, item))
+            await queue.put((False, None))
+        except Exception as exc:  # handed to the consumer, which raises it
+            await queue.put((False, exc))
+
+    producer = asyncio.create_task(produce())
+    try:
+        while True:
+            more, item = await queue.get()
+            if not more:
+                if isinstance(item, Exception):
+                    raise item
+                return
+            yield item  # type: ignore[misc]
+    finally:
+        producer.cancel()
+        with contextlib.suppress(BaseException):
+            await producer

@@ -1,0 +1,134 @@
+"""ConnectionService: proto in, domain call, proto out.
+
+TestConnection, DiscoverStreams and PreviewStream are not served here yet:
+the generated base answers them UNIMPLEMENTED.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from google.protobuf import json_format, struct_pb2
+
+from setu_client._proto.setu.v1 import common_pb2, connections_pb2_grpc
+from setu_client._proto.setu.v1 import connections_pb2 as pb
+from setu_client.errors import InvalidArgument
+from setu_server.models import Connection, Placement
+from setu_server.rpc import convert
+from setu_server.rpc.convert import uid
+from setu_server.rpc.interceptor import principal
+from setu_server.rpc.types import Ctx
+from setu_server.service.connections import ConnectionDraft, ConnectionService
+
+PLACEMENTS = {
+    Placement.CLOUD: common_pb2.PLACEMENT_CLOUD,
+    Placement.AGENT: common_pb2.PLACEMENT_AGENT,
+}
+PLACEMENTS_BACK = {v: k for k, v in PLACEMENTS.items()} | {
+    common_pb2.PLACEMENT_UNSPECIFIED: Placement.CLOUD
+}
+
+
+class ConnectionServicer(connections_pb2_grpc.ConnectionServiceServicer):
+    def __init__(self, connections: ConnectionService) -> None:
+        self._connections = connections
+
+    async def CreateConnection(
+        self, request: pb.CreateConnectionRequest, context: Ctx
+    ) -> pb.Connection:
+        draft = _draft(request, "")
+        return connection(await self._connections.create(caller_workspace(), draft))
+
+    async def GetConnection(self, request: pb.GetConnectionRequest, context: Ctx) -> pb.Connection:
+        found = await self._connections.get(caller_workspace(), uid(request.connection_id))
+        return connection(found)
+
+    async def ListConnections(
+        self, request: pb.ListConnectionsRequest, context: Ctx
+    ) -> pb.ListConnectionsResponse:
+        found, token = await self._connections.list_connections(
+            caller_workspace(), request.provider, request.page_size, request.page_token
+        )
+        return pb.ListConnectionsResponse(
+            connections=[connection(c) for c in found], next_page_token=token
+        )
+
+    async def UpdateConnection(
+        self, request: pb.UpdateConnectionRequest, context: Ctx
+    ) -> pb.Connection:
+        updated = await self._connections.update(
+            caller_workspace(),
+            uid(request.connection_id),
+            _draft(request.connection, "connection."),
+            list(request.update_mask.paths),
+        )
+        return connection(updated)
+
+    async def DeleteConnection(
+        self, request: pb.DeleteConnectionRequest, context: Ctx
+    ) -> pb.DeleteConnectionResponse:
+        await self._connections.delete(caller_workspace(), uid(request.connection_id))
+        return pb.DeleteConnectionResponse()
+
+
+def caller_workspace() -> UUID:
+    workspace_id = principal().workspace_id
+    assert workspace_id is not None, "client calls are authenticated with a workspace key"
+    return workspace_id
+
+
+def connection(c: Connection) -> pb.Connection:
+    message = pb.Connection(
+        id=str(c.id),
+        workspace_id=str(c.workspace_id),
+        name=c.name,
+        provider=c.provider,
+        placement=PLACEMENTS[c.placement],
+        agent_id=str(c.agent_id) if c.agent_id else "",
+        created_at=convert.ts(c.created_at),
+        updated_at=convert.ts(c.updated_at),
+    )
+    message.config.update(c.config)
+    return message
+
+
+def _draft(message: pb.CreateConnectionRequest | pb.Connection, prefix: str) -> ConnectionDraft:
+    placement = PLACEMENTS_BACK.get(message.placement)
+    if placement is None:
+        raise InvalidArgument(f"{prefix}placement: unknown value {message.placement}")
+    return ConnectionDraft(
+        name=message.name.strip(),
+        provider=message.provider.strip(),
+        config=struct_dict(message.config),
+        placement=placement,
+        agent_id=optional_uid(message.agent_id, f"{prefix}agent_id"),
+    )
+
+
+def optional_uid(value: str, field: str) -> UUID | None:
+    """An optional id the interceptor did not check (it sits in a message
+    that is also a response)."""
+    if not value:
+        return None
+    try:
+        return UUID(value)
+    except ValueError:
+        raise InvalidArgument(f"{field}: must be a UUID, got {value[:40]!r}") from None
+
+
+def struct_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
+    """A Struct as plain JSON values. Struct numbers are all doubles, so
+    whole numbers come back as ints: a port is 5432, not 5432.0."""
+    plain: dict[str, Any] = _whole(json_format.MessageToDict(struct))
+    return plain
+
+
+def _whole(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    return value

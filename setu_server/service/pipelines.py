@@ -1,0 +1,204 @@
+"""Pipelines: source -> operators -> destination, run by hand or on a schedule.
+
+The spec is validated by the engine's own parser, so a pipeline accepted
+here is one the runtimes can run; it is stored as given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+from croniter import CroniterError, croniter
+
+from setu_agent.engine.operators import SpecError, parse_spec
+from setu_client.clock import Clock
+from setu_client.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from setu_server.models import Pipeline, WriteMode
+from setu_server.service import paging
+from setu_server.service.connections import DEFAULT_PAGE_SIZE, check_name, merge_fields
+from setu_server.store import connections, pipelines
+from setu_server.store.db import transaction
+
+SpecValidator = Callable[[dict[str, Any]], object]
+
+CRON_FIELDS = 5
+
+
+@dataclass(frozen=True)
+class PipelineDraft:
+    """A pipeline's mutable fields, as a caller asks for them."""
+
+    name: str
+    # None only in a request that leaves it out: then it is INVALID_ARGUMENT.
+    source_connection_id: UUID | None
+    destination_connection_id: UUID | None
+    streams: list[str] = field(default_factory=list)
+    spec: dict[str, Any] = field(default_factory=dict)
+    write_mode: WriteMode = WriteMode.APPEND
+    schedule: str = ""
+    paused: bool = False
+
+
+MUTABLE_FIELDS = tuple(f.name for f in dataclasses.fields(PipelineDraft))
+
+
+def next_tick(schedule: str, after: datetime) -> datetime:
+    """The first time `schedule` fires strictly after `after` (UTC).
+    INVALID_ARGUMENT for anything but a five-field cron expression that fires."""
+    fields = schedule.split()
+    if len(fields) != CRON_FIELDS:
+        raise InvalidArgument(
+            f"schedule: expected a five-field cron expression (minute hour day month weekday), "
+            f"got {len(fields)} field(s) in {schedule!r}"
+        )
+    try:
+        tick: datetime = croniter(schedule, after).get_next(datetime)
+    except CroniterError as exc:
+        raise InvalidArgument(f"schedule: {schedule!r} is not valid: {exc}") from None
+    return tick
+
+
+def check_streams(streams: Sequence[str]) -> None:
+    seen: set[str] = set()
+    for i, stream in enumerate(streams):
+        if not stream.strip():
+            raise InvalidArgument(f"streams[{i}]: must not be empty")
+        if stream in seen:
+            raise InvalidArgument(f"streams[{i}]: {stream!r} is listed twice")
+        seen.add(stream)
+
+
+class PipelineService:
+    def __init__(
+        self, pool: asyncpg.Pool, clock: Clock, spec_validator: SpecValidator = parse_spec
+    ) -> None:
+        self._pool = pool
+        self._clock = clock
+        self._parse_spec = spec_validator
+
+    async def create(self, workspace_id: UUID, draft: PipelineDraft) -> Pipeline:
+        next_run_at = self._check(draft)
+        async with transaction(self._pool) as conn:
+            await _hold_connections(conn, workspace_id, draft)
+            try:
+                return await pipelines.insert_pipeline(
+                    conn,
+                    id=uuid.uuid4(),
+                    workspace_id=workspace_id,
+                    next_run_at=next_run_at,
+                    now=self._clock.sql_now(),
+                    **dataclasses.asdict(draft),
+                )
+            except AlreadyExists:
+                raise _name_taken(draft.name) from None
+
+    async def get(self, workspace_id: UUID, pipeline_id: UUID) -> Pipeline:
+        found = await pipelines.get_pipeline(self._pool, pipeline_id, workspace_id)
+        if found is None:
+            raise _not_found(pipeline_id)
+        return found
+
+    async def list_pipelines(
+        self, workspace_id: UUID, page_size: int, page_token: str
+    ) -> tuple[list[Pipeline], str]:
+        query = repr(("pipelines", workspace_id))
+        position = paging.decode(page_token, query)
+        after = str(position["name"]) if position else None
+        size = page_size or DEFAULT_PAGE_SIZE
+        found = await pipelines.list_pipelines(
+            self._pool, workspace_id, after=after, limit=size + 1
+        )
+        page, more = found[:size], len(found) > size
+        token = paging.encode({"name": page[-1].name}, query) if more else ""
+        return page, token
+
+    async def update(
+        self, workspace_id: UUID, pipeline_id: UUID, changes: PipelineDraft, paths: Sequence[str]
+    ) -> Pipeline:
+        """Replaces the fields named in `paths` (all mutable ones when empty)
+        and validates the pipeline that results as a whole. The next run is
+        recomputed only when the schedule or pause changed, so an edit of
+        anything else never moves or skips a tick."""
+        async with transaction(self._pool) as conn:
+            current = await pipelines.lock_pipeline(conn, pipeline_id, workspace_id)
+            if current is None:
+                raise _not_found(pipeline_id)
+            draft = merge_fields(_draft_of(current), changes, paths, MUTABLE_FIELDS)
+            next_run_at = self._check(draft)
+            if (draft.schedule, draft.paused) == (current.schedule, current.paused):
+                next_run_at = current.next_run_at
+            await _hold_connections(conn, workspace_id, draft)
+            wanted = dataclasses.replace(
+                current, next_run_at=next_run_at, **dataclasses.asdict(draft)
+            )
+            try:
+                updated = await pipelines.update_pipeline(conn, wanted, self._clock.sql_now())
+            except AlreadyExists:
+                raise _name_taken(draft.name) from None
+        assert updated is not None, "the row is locked"
+        return updated
+
+    async def delete(self, workspace_id: UUID, pipeline_id: UUID) -> None:
+        async with transaction(self._pool) as conn:
+            if await pipelines.lock_pipeline(conn, pipeline_id, workspace_id) is None:
+                raise _not_found(pipeline_id)
+            run = await pipelines.active_run(conn, pipeline_id)
+            if run is not None:
+                raise FailedPrecondition(
+                    f"pipeline {pipeline_id} has an active run {run}; cancel it first"
+                )
+            await pipelines.delete_pipeline(conn, pipeline_id, workspace_id)
+
+    def _check(self, draft: PipelineDraft) -> datetime | None:
+        """Validates everything but the connections; returns the next run."""
+        check_name(draft.name)
+        check_streams(draft.streams)
+        try:
+            self._parse_spec(draft.spec)
+        except SpecError as exc:
+            raise InvalidArgument(str(exc)) from None
+        if not draft.schedule:
+            return None
+        # Checked even when paused, so that unpausing cannot meet a bad schedule.
+        tick = next_tick(draft.schedule, self._clock.now())
+        return None if draft.paused else tick
+
+
+async def _hold_connections(
+    conn: asyncpg.Connection, workspace_id: UUID, draft: PipelineDraft
+) -> None:
+    """Both connections exist in the workspace, and stay until the transaction ends."""
+    ends = {"source": draft.source_connection_id, "destination": draft.destination_connection_id}
+    for end, connection_id in ends.items():
+        if connection_id is None:
+            raise InvalidArgument(f"{end}_connection_id: required")
+        if not await connections.hold_connection(conn, connection_id, workspace_id):
+            raise NotFound(f"{end} connection {connection_id} not found")
+
+
+def _draft_of(p: Pipeline) -> PipelineDraft:
+    return PipelineDraft(
+        name=p.name,
+        source_connection_id=p.source_connection_id,
+        destination_connection_id=p.destination_connection_id,
+        streams=p.streams,
+        spec=p.spec,
+        write_mode=p.write_mode,
+        schedule=p.schedule,
+        paused=p.paused,
+    )
+
+
+def _not_found(pipeline_id: UUID) -> NotFound:
+    return NotFound(f"pipeline {pipeline_id} not found")
+
+
+def _name_taken(name: str) -> AlreadyExists:
+    return AlreadyExists(f"a pipeline named {name!r} already exists in this workspace")

@@ -1,0 +1,124 @@
+"""The bookkeeping of a run as the cloud worker moves its data: phase,
+progress, staged artifacts and per-stream counts. Every write here is what
+a retry or a watcher relies on, so each one commits before the work it
+describes goes on."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from setu_agent.engine.staging import Manifest
+from setu_client.clock import Clock
+from setu_server.models import EventLevel, Job, Phase, RunOutput
+from setu_server.service.lifecycle import JobLifecycle
+from setu_server.store import jobs, runs
+from setu_server.store.db import transaction
+
+
+class RunBook:
+    def __init__(self, pool: asyncpg.Pool, clock: Clock, lifecycle: JobLifecycle) -> None:
+        self._pool = pool
+        self._clock = clock
+        self._lifecycle = lifecycle
+
+    async def job(self, job_id: UUID) -> Job | None:
+        return await jobs.get_job_any(self._pool, job_id)
+
+    async def connection(self, connection_id: UUID) -> tuple[str, dict[str, Any]]:
+        """(provider, config with secret references); LookupError when gone."""
+        found = await runs.connection_config(self._pool, connection_id)
+        if found is None:
+            raise LookupError(f"connection {connection_id} no longer exists")
+        return found
+
+    async def enter_phase(self, job_id: UUID, phase: Phase, message: str) -> None:
+        job = await runs.set_phase(self._pool, job_id, phase, message, self._clock.sql_now())
+        if job is not None:
+            self._lifecycle.published([job])
+
+    async def plan(
+        self,
+        job_id: UUID,
+        *,
+        rows_total: int | None = None,
+        extract_runtime: str | None = None,
+        load_runtime: str | None = None,
+    ) -> None:
+        await runs.set_plan(
+            self._pool,
+            job_id,
+            now=self._clock.sql_now(),
+            rows_total=rows_total,
+            extract_runtime=extract_runtime,
+            load_runtime=load_runtime,
+        )
+
+    async def progress(self, job_id: UUID, extracted: int, loaded: int) -> bool:
+        """Writes the counts; True when the run was asked to cancel."""
+        return await runs.set_progress(self._pool, job_id, extracted, loaded, self._clock.sql_now())
+
+    async def staged(
+        self, job_id: UUID, task_id: UUID | None, prefix: str, manifest: Manifest
+    ) -> None:
+        """Records what the extract staged and moves the run to `load`, in one
+        transaction: from here a retry loads and never reads the source."""
+        now = self._clock.sql_now()
+        async with transaction(self._pool) as conn:
+            for staged in manifest.streams:
+                await runs.save_artifact(
+                    conn,
+                    job_id=job_id,
+                    task_id=task_id,
+                    stream=staged.name,
+                    blob_prefix=prefix,
+                    parts=[part.path for part in staged.parts],
+                    rows=staged.rows,
+                    checksum=staged.checksum,
+                    now=now,
+                )
+                await runs.save_output(
+                    conn,
+                    job_id,
+                    staged.name,
+                    now=now,
+                    rows_extracted=staged.rows,
+                    checksum=staged.checksum,
+                )
+            parts = sum(len(s.parts) for s in manifest.streams)
+            job = await runs.set_phase(
+                conn,
+                job_id,
+                Phase.LOAD,
+                f"Staged {manifest.rows} rows of {len(manifest.streams)} stream(s) "
+                f"in {parts} part(s)",
+                now,
+            )
+        if job is not None:
+            self._lifecycle.published([job])
+
+    async def stream_loaded(
+        self, job_id: UUID, stream: str, extracted: int, loaded: int, checksum: str | None
+    ) -> None:
+        await runs.save_output(
+            self._pool,
+            job_id,
+            stream,
+            now=self._clock.sql_now(),
+            rows_extracted=extracted,
+            rows_loaded=loaded,
+            checksum=checksum,
+            loaded=True,
+        )
+
+    async def outputs(self, job_id: UUID) -> list[RunOutput]:
+        return await runs.outputs(self._pool, job_id)
+
+    async def event(
+        self, job_id: UUID, message: str, *, level: EventLevel = EventLevel.INFO, stream: str = ""
+    ) -> None:
+        await jobs.insert_event(
+            self._pool, job_id, message, now=self._clock.sql_now(), level=level, stream=stream
+        )

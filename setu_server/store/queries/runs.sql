@@ -1,0 +1,90 @@
+-- Runs: the bookkeeping of a pipeline run as its runtimes move data.
+-- Progress writes bump the job's version and notify `setu_job` like a
+-- transition does (without touching state), so WatchJob shows them.
+
+-- name: pipeline_for_run
+-- A pipeline with both its connections, for a new run. $1 pipeline_id, $2 workspace_id
+SELECT p.id, p.workspace_id, p.name, p.streams, p.spec, p.write_mode,
+       s.id AS source_id, s.name AS source_name, s.provider AS source_provider,
+       s.placement AS source_placement, s.agent_id AS source_agent_id,
+       d.id AS destination_id, d.name AS destination_name, d.provider AS destination_provider,
+       d.placement AS destination_placement, d.agent_id AS destination_agent_id
+FROM pipeline p
+JOIN connection s ON s.id = p.source_connection_id
+JOIN connection d ON d.id = p.destination_connection_id
+WHERE p.id = $1 AND p.workspace_id = $2;
+
+-- name: job_by_idempotency_key
+-- $1 workspace_id, $2 idempotency_key
+SELECT * FROM job WHERE workspace_id = $1 AND idempotency_key = $2;
+
+-- name: connection_for_runtime
+-- A connection as a runtime needs it (config with secret references). $1 id
+SELECT id, workspace_id, provider, config, placement, agent_id FROM connection WHERE id = $1;
+
+-- name: set_run_progress
+-- Absolute row counts of a run; answers whether it was asked to cancel.
+-- $1 job_id, $2 rows_extracted, $3 rows_loaded, $4 now
+UPDATE job
+SET rows_extracted = $2, rows_loaded = $3, version = version + 1,
+    updated_at = coalesce($4, now())
+WHERE id = $1
+RETURNING cancel_requested,
+    pg_notify('setu_job', json_build_object(
+        'job_id', id, 'version', version, 'state', state)::text) AS notified;
+
+-- name: set_run_plan
+-- What a run expects to move and where its stages run; null keeps a value.
+-- $1 job_id, $2 rows_total, $3 extract_runtime, $4 load_runtime, $5 now
+UPDATE job
+SET rows_total = coalesce($2, rows_total),
+    extract_runtime = coalesce($3, extract_runtime),
+    load_runtime = coalesce($4, load_runtime),
+    version = version + 1, updated_at = coalesce($5, now())
+WHERE id = $1
+RETURNING pg_notify('setu_job', json_build_object(
+    'job_id', id, 'version', version, 'state', state)::text) AS notified;
+
+-- name: save_artifact
+-- What an extract staged for one stream; a re-extract replaces it.
+-- $1 id, $2 job_id, $3 task_id, $4 stream, $5 blob_prefix, $6 parts text[],
+-- $7 rows, $8 checksum, $9 now
+INSERT INTO artifact (id, job_id, task_id, stream, blob_prefix, parts, rows, checksum, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9, now()))
+ON CONFLICT (job_id, stream) DO UPDATE
+SET task_id = EXCLUDED.task_id, blob_prefix = EXCLUDED.blob_prefix, parts = EXCLUDED.parts,
+    rows = EXCLUDED.rows, checksum = EXCLUDED.checksum, created_at = EXCLUDED.created_at;
+
+-- name: save_output
+-- One stream's counts; null keeps a value. $1 job_id, $2 stream,
+-- $3 rows_extracted, $4 rows_loaded, $5 checksum, $6 loaded (marks loaded_at), $7 now
+INSERT INTO job_output (job_id, stream, rows_extracted, rows_loaded, checksum, loaded_at, updated_at)
+VALUES ($1, $2, coalesce($3, 0), coalesce($4, 0), coalesce($5, ''),
+        CASE WHEN $6 THEN coalesce($7, now()) END, coalesce($7, now()))
+ON CONFLICT (job_id, stream) DO UPDATE
+SET rows_extracted = coalesce($3, job_output.rows_extracted),
+    rows_loaded = coalesce($4, job_output.rows_loaded),
+    checksum = coalesce($5, job_output.checksum),
+    loaded_at = CASE WHEN $6 THEN coalesce($7, now()) ELSE job_output.loaded_at END,
+    updated_at = coalesce($7, now());
+
+-- name: run_outputs
+-- Per-stream bookkeeping of a run, loaded or not. $1 job_id
+SELECT stream, rows_extracted, rows_loaded, checksum, loaded_at IS NOT NULL AS loaded
+FROM job_output WHERE job_id = $1 ORDER BY stream;
+
+-- name: set_run_phase
+-- Where a running run is (extract, load, direct), with an event; the row
+-- when it moved. Not a transition: the state stays running.
+-- $1 job_id, $2 phase, $3 event message, $4 now
+WITH moved AS (
+    UPDATE job SET phase = $2, version = version + 1, updated_at = coalesce($4, now())
+    WHERE id = $1 AND state = 'running'
+    RETURNING *
+), logged AS (
+    INSERT INTO job_event (job_id, level, message, created_at)
+    SELECT id, 'info', $3, coalesce($4, now()) FROM moved
+)
+SELECT moved.*, pg_notify('setu_job', json_build_object(
+    'job_id', id, 'version', version, 'state', state)::text) AS notified
+FROM moved;

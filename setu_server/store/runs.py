@@ -1,0 +1,153 @@
+"""Runs: the pipeline a run moves, its progress and its staged artifacts."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from setu_server.models import (
+    Endpoint,
+    Job,
+    Phase,
+    PipelineForRun,
+    Placement,
+    RunOutput,
+    WriteMode,
+)
+from setu_server.store.db import Executor, translate_errors
+from setu_server.store.jobs import job_of
+from setu_server.store.queries import QUERIES
+
+
+def _endpoint(r: asyncpg.Record, side: str) -> Endpoint:
+    return Endpoint(
+        id=r[f"{side}_id"],
+        name=r[f"{side}_name"],
+        provider=r[f"{side}_provider"],
+        placement=Placement(r[f"{side}_placement"]),
+        agent_id=r[f"{side}_agent_id"],
+    )
+
+
+async def pipeline_for_run(
+    db: Executor, pipeline_id: UUID, workspace_id: UUID
+) -> PipelineForRun | None:
+    with translate_errors():
+        r = await db.fetchrow(QUERIES.pipeline_for_run, pipeline_id, workspace_id)
+    if r is None:
+        return None
+    return PipelineForRun(
+        id=r["id"],
+        workspace_id=r["workspace_id"],
+        name=r["name"],
+        streams=list(r["streams"]),
+        spec=r["spec"],
+        write_mode=WriteMode(r["write_mode"]),
+        source=_endpoint(r, "source"),
+        destination=_endpoint(r, "destination"),
+    )
+
+
+async def job_by_idempotency_key(db: Executor, workspace_id: UUID, key: str) -> Job | None:
+    with translate_errors():
+        r = await db.fetchrow(QUERIES.job_by_idempotency_key, workspace_id, key)
+    return job_of(r) if r else None
+
+
+async def connection_config(db: Executor, connection_id: UUID) -> tuple[str, dict[str, Any]] | None:
+    """(provider, config with secret references) of a connection."""
+    with translate_errors():
+        r = await db.fetchrow(QUERIES.connection_for_runtime, connection_id)
+    return (r["provider"], r["config"]) if r else None
+
+
+async def set_progress(
+    db: Executor, job_id: UUID, extracted: int, loaded: int, now: datetime | None
+) -> bool:
+    """Writes the counts; True when the run was asked to cancel."""
+    with translate_errors():
+        cancel: bool | None = await db.fetchval(
+            QUERIES.set_run_progress, job_id, extracted, loaded, now
+        )
+    return bool(cancel)
+
+
+async def set_plan(
+    db: Executor,
+    job_id: UUID,
+    *,
+    now: datetime | None,
+    rows_total: int | None = None,
+    extract_runtime: str | None = None,
+    load_runtime: str | None = None,
+) -> None:
+    with translate_errors():
+        await db.execute(
+            QUERIES.set_run_plan, job_id, rows_total, extract_runtime, load_runtime, now
+        )
+
+
+async def save_artifact(
+    db: Executor,
+    *,
+    job_id: UUID,
+    task_id: UUID | None,
+    stream: str,
+    blob_prefix: str,
+    parts: list[str],
+    rows: int,
+    checksum: str,
+    now: datetime | None,
+) -> None:
+    with translate_errors():
+        await db.execute(
+            QUERIES.save_artifact,
+            uuid.uuid4(),
+            job_id,
+            task_id,
+            stream,
+            blob_prefix,
+            parts,
+            rows,
+            checksum,
+            now,
+        )
+
+
+async def save_output(
+    db: Executor,
+    job_id: UUID,
+    stream: str,
+    *,
+    now: datetime | None,
+    rows_extracted: int | None = None,
+    rows_loaded: int | None = None,
+    checksum: str | None = None,
+    loaded: bool = False,
+) -> None:
+    with translate_errors():
+        await db.execute(
+            QUERIES.save_output, job_id, stream, rows_extracted, rows_loaded, checksum, loaded, now
+        )
+
+
+async def outputs(db: Executor, job_id: UUID) -> list[RunOutput]:
+    with translate_errors():
+        rows = await db.fetch(QUERIES.run_outputs, job_id)
+    return [
+        RunOutput(r["stream"], r["rows_extracted"], r["rows_loaded"], r["checksum"], r["loaded"])
+        for r in rows
+    ]
+
+
+async def set_phase(
+    db: Executor, job_id: UUID, phase: Phase, message: str, now: datetime | None
+) -> Job | None:
+    """Moves a running run to phase; None when it is not running."""
+    with translate_errors():
+        r = await db.fetchrow(QUERIES.set_run_phase, job_id, phase.value, message, now)
+    return job_of(r) if r else None

@@ -1,0 +1,213 @@
+"""cloud → cloud runs that go direct, cancel, fail, or are cancelled before
+they start; and the counts that reconcile them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from setu_client import SetuClient
+from setu_client._proto.setu.v1 import common_pb2
+from setu_server.server import Running
+from tests.databases import postgres_config, scratch_database
+from tests.factories import Tenant, make_tenant
+from tests.servers import in_process
+
+S = common_pb2
+
+
+@pytest.fixture
+async def tenant(pool: asyncpg.Pool) -> Tenant:
+    return await make_tenant(pool)
+
+
+@pytest.fixture
+async def databases(pg_server_url: str) -> AsyncIterator[tuple[str, str]]:
+    async with (
+        scratch_database(pg_server_url) as source,
+        scratch_database(pg_server_url) as destination,
+    ):
+        yield source, destination
+
+
+async def fill(url: str, table: str, rows: int) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(
+            f"CREATE TABLE {table} (id bigint PRIMARY KEY, label text, score double precision)"
+        )
+        await conn.execute(
+            f"INSERT INTO {table} SELECT i, 'row ' || i, i / 3.0 FROM generate_series(1, $1) i",
+            rows,
+        )
+    finally:
+        await conn.close()
+
+
+async def fetch(url: str, query: str) -> list[tuple[Any, ...]]:
+    conn = await asyncpg.connect(url)
+    try:
+        return [tuple(r) for r in await conn.fetch(query)]
+    finally:
+        await conn.close()
+
+
+async def pipeline(client: SetuClient, source: str, destination: str, **fields: Any) -> str:
+    src = await client.create_connection("source", "postgres", postgres_config(source))
+    dst = await client.create_connection("destination", "postgres", postgres_config(destination))
+    created = await client.create_pipeline("copy", src.id, dst.id, **fields)
+    return str(created.id)
+
+
+@pytest.fixture
+async def client_for(database_url: str, tenant: Tenant, tmp_path: Path) -> AsyncIterator[Any]:
+    """Opens an in-process server with the given settings and an SDK client on it."""
+    stack: list[Any] = []
+
+    async def open_(**settings: Any) -> tuple[Running, SetuClient]:
+        settings = {
+            "data_dir": tmp_path / "server",
+            "task_retry_backoff_seconds": 0.05,
+        } | settings
+        server_cm = in_process(database_url, **settings)
+        server = await server_cm.__aenter__()
+        client = SetuClient(f"127.0.0.1:{server.port}", tenant.api_key)
+        await client.__aenter__()
+        stack.append((server_cm, client))
+        return server, client
+
+    yield open_
+    for server_cm, client in reversed(stack):
+        await client.__aexit__(None, None, None)
+        await server_cm.__aexit__(None, None, None)
+
+
+async def test_a_small_fresh_run_copies_directly_and_its_counts_reconcile(
+    client_for: Any, databases: tuple[str, str], tmp_path: Path
+) -> None:
+    source, destination = databases
+    await fill(source, "orders", 300)
+    await fill(source, "refunds", 40)
+    _, client = await client_for(batch_rows=64)
+    job = await client.submit_run(await pipeline(client, source, destination))
+    await client.wait_for_job(job.id)
+    done = await client.get_job(job.id)
+
+    assert done.state == S.JOB_STATE_SUCCEEDED, done.error_message
+    assert done.phase == S.PHASE_DIRECT
+    assert not list((tmp_path / "server" / "blobs").rglob("*.zst"))  # nothing staged
+    for table in ("orders", "refunds"):
+        query = f"SELECT * FROM {table} ORDER BY id"
+        assert await fetch(destination, query) == await fetch(source, query)
+    outputs = await client.job_outputs(job.id)
+    assert [(o.stream, o.rows_extracted, o.rows_loaded) for o in outputs.streams] == [
+        ("public.orders", 300, 300),
+        ("public.refunds", 40, 40),
+    ]
+    assert (outputs.totals.rows_extracted, outputs.totals.rows_loaded) == (340, 340)
+
+
+async def test_cancel_during_a_long_run_ends_cancelled_within_a_batch_and_keeps_the_destination(
+    client_for: Any, databases: tuple[str, str]
+) -> None:
+    source, destination = databases
+    await fill(source, "events", 30_000)
+    await fill(destination, "events", 3)  # the pre-run content
+    _, client = await client_for(batch_rows=100, direct_max_rows=0)
+    job = await client.submit_run(await pipeline(client, source, destination))
+
+    async for snapshot in client.watch_job(job.id):
+        if snapshot.progress.rows_extracted > 0:
+            break
+    cancelled = await client.cancel_job(job.id, "enough")
+    at_cancel = cancelled.progress.rows_extracted
+    await client.wait_for_job(job.id)
+    done = await client.get_job(job.id)
+
+    assert done.state == S.JOB_STATE_CANCELLED
+    assert "enough" in done.error_message
+    # One batch may be in flight when the cancel lands, one more staged ahead.
+    assert done.progress.rows_extracted <= at_cancel + 2 * 100
+    assert done.progress.rows_extracted < 30_000
+    assert await fetch(destination, "SELECT id FROM events ORDER BY id") == [(1,), (2,), (3,)]
+
+
+async def test_a_failing_destination_fails_the_run_with_its_message_after_the_last_attempt(
+    client_for: Any, databases: tuple[str, str], database_url: str
+) -> None:
+    source, destination = databases
+    await fill(source, "items", 50)
+    conn = await asyncpg.connect(destination)
+    try:  # a table that cannot take the rows
+        await conn.execute("CREATE TABLE items (id bigint PRIMARY KEY)")
+    finally:
+        await conn.close()
+    _, client = await client_for(direct_max_rows=0)
+    job = await client.submit_run(await pipeline(client, source, destination))
+    await client.wait_for_job(job.id)
+    done = await client.get_job(job.id)
+
+    assert done.state == S.JOB_STATE_FAILED
+    assert done.error_message.startswith("runtime migrate: ")
+    assert "has no column(s) label, score" in done.error_message
+    attempts = await fetch(
+        database_url, f"SELECT attempt, max_attempts FROM task WHERE job_id = '{job.id}'"
+    )
+    assert attempts == [(3, 3)]
+    # Every retry resumed at load: the source was extracted once.
+    events = [e.message async for e in client.job_events(job.id)]
+    assert sum("Staged" in m for m in events) == 1
+    assert sum("Resuming at load" in m for m in events) == 2, "\n".join(events)
+
+
+async def test_a_run_cancelled_while_pending_is_never_started(
+    client_for: Any, databases: tuple[str, str], database_url: str
+) -> None:
+    source, destination = databases
+    await fill(source, "items", 10)
+    _, idle = await client_for(worker_concurrency=0)  # nobody leases
+    pipeline_id = await pipeline(idle, source, destination)
+    job = await idle.submit_run(pipeline_id)
+    assert job.state == S.JOB_STATE_PENDING
+    cancelled = await idle.cancel_job(job.id)
+    assert cancelled.state == S.JOB_STATE_CANCELLED
+
+    _, busy = await client_for()  # a worker now; it must find nothing to do
+    other = await busy.submit_run(pipeline_id)
+    await busy.wait_for_job(other.id)
+    assert (await busy.get_job(other.id)).state == S.JOB_STATE_SUCCEEDED
+    job_after = await busy.get_job(job.id)
+    assert job_after.state == S.JOB_STATE_CANCELLED and not job_after.started_at.seconds
+    states = await fetch(database_url, f"SELECT state FROM task WHERE job_id = '{job.id}'")
+    assert states == [("cancelled",)]
+
+
+async def test_a_dry_run_plans_without_moving_data(
+    client_for: Any, databases: tuple[str, str]
+) -> None:
+    source, destination = databases
+    await fill(source, "items", 10)
+    _, client = await client_for()
+    job = await client.submit_run(await pipeline(client, source, destination), dry_run=True)
+    await client.wait_for_job(job.id)
+    done = await client.get_job(job.id)
+    assert done.state == S.JOB_STATE_SUCCEEDED, done.error_message
+    assert done.result["dry_run"] is True
+    assert [s["stream"] for s in done.result["streams"]] == ["items"]
+    assert await fetch(destination, "SELECT to_regclass('items')") == [(None,)]
+
+
+async def test_a_repeated_idempotency_key_answers_the_first_run(
+    client_for: Any, databases: tuple[str, str]
+) -> None:
+    source, destination = databases
+    await fill(source, "items", 10)
+    _, client = await client_for(worker_concurrency=0)
+    pipeline_id = await pipeline(client, source, destination)
+    first = await client.submit_run(pipeline_id, idempotency_key="nightly-2026-11-30")
+    again = await client.submit_run(pipeline_id, idempotency_key="nightly-2026-11-30")
+    assert again.id == first.id

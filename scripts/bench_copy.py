@@ -57,7 +57,7 @@ CREATE TABLE payments (
 FILL = """
 INSERT INTO payments
 SELECT i,
-       (i * 7919) % 100000,
+       ((i::bigint * 7919) % 100000)::integer,
        round((random() * 10000)::numeric, 2),
        (ARRAY['paid', 'pending', 'refunded', 'void'])[1 + i % 4],
        timestamptz '2024-01-01' + make_interval(secs => i * 17),

@@ -1,5 +1,6 @@
 """setu: the command line. `setu dev` runs a local server with dev credentials;
-`setu admin …` manages workspaces, API keys and agents on a running server."""
+`setu admin …` manages workspaces, API keys and agents on a running server;
+`setu connections|pipelines|run|jobs …` are a client's commands (cli_client)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from setu_client._proto.setu.v1 import admin_pb2 as apb
 from setu_client._proto.setu.v1 import admin_pb2_grpc
 from setu_client.channel import open_channel
 from setu_client.errors import SetuError, from_rpc_error
+from setu_server.cli_client import add_client_commands, run_client_command
 from setu_server.config import Settings
 from setu_server.server import serving
 from setu_server.service.secrets import TokenKind, new_secret
@@ -180,7 +182,10 @@ def main(argv: list[str] | None = None) -> None:
     dev.add_argument("--data-dir", default=os.environ.get("SETU_DATA_DIR", ".setu/dev"))
     dev.add_argument("--listen", default=os.environ.get("SETU_LISTEN", "127.0.0.1:50051"))
     _admin_parser(sub)
+    add_client_commands(sub)
     args = parser.parse_args(argv)
+    if hasattr(args, "handler"):
+        sys.exit(run_client_command(args))
     try:
         if args.command == "dev":
             asyncio.run(_dev(args, Path(args.data_dir).resolve()))

@@ -78,7 +78,7 @@ ORDER BY c.relname, a.attnum
 """
 
 TABLE_PAGES = """
-SELECT c.relkind,
+SELECT c.relkind::text AS relkind,
        pg_relation_size(c.oid) / current_setting('block_size')::int AS pages,
        CASE WHEN c.relpages > 0 AND c.reltuples > 0
             THEN c.reltuples / c.relpages ELSE 0 END AS rows_per_page

@@ -1,0 +1,741 @@
+"""setu's client commands: connections, pipelines, runs and jobs, over the SDK.
+
+Every command talks to a running server with an API key. Human output is
+aligned tables and key: value blocks; `--json` prints one JSON document.
+Expected failures (a refused call, a bad file, an unknown name) print
+`error: <message>` and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC
+from pathlib import Path
+from typing import Any, TextIO, TypeVar
+
+import yaml
+from google.protobuf import timestamp_pb2
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+
+from setu_client import RetryPolicy, SetuClient
+from setu_client._proto.setu.v1 import common_pb2, connections_pb2, jobs_pb2, pipelines_pb2
+from setu_client.client import TERMINAL_STATES
+from setu_client.errors import NotFound, SetuError, Unavailable
+
+EXIT_SUCCEEDED = 0
+EXIT_FAILED = 1
+EXIT_ERROR = 2
+EXIT_CANCELLED = 3
+EXIT_STILL_RUNNING = 4
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES_HELP = """exit codes:
+  0  the job succeeded
+  1  the job failed
+  2  the command itself failed (bad input, refused call, server unreachable)
+  3  the job was cancelled
+  4  (jobs wait --timeout) the job had not ended in time
+  130  interrupted (Ctrl-C): the job keeps running; `setu jobs cancel ID` stops it"""
+
+# A CLI call should fail in seconds when the server is down, not after the
+# SDK's default five-minute retry budget.
+CLI_RETRY = RetryPolicy(initial_seconds=0.1, max_seconds=2.0, budget_seconds=5.0)
+
+T = TypeVar("T")
+Handler = Callable[[SetuClient, argparse.Namespace, "Session"], Awaitable[int]]
+
+
+class CliError(Exception):
+    """Bad input to a command: reported like a refused call."""
+
+
+@dataclass
+class Session:
+    """What the interrupt handler needs to know about the running command."""
+
+    watching: str = ""
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def enum_name(prefix: str, value: str) -> str:
+    """JOB_STATE_SUCCEEDED → succeeded."""
+    return value.removeprefix(prefix).lower() if not value.endswith("UNSPECIFIED") else "-"
+
+
+def _state(job: common_pb2.Job) -> str:
+    return enum_name("JOB_STATE_", common_pb2.JobState.Name(job.state))
+
+
+def _phase(job: common_pb2.Job) -> str:
+    return enum_name("PHASE_", common_pb2.Phase.Name(job.phase))
+
+
+def when(ts: timestamp_pb2.Timestamp) -> str:
+    if not ts.seconds and not ts.nanos:
+        return "-"
+    return ts.ToDatetime(tzinfo=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Columns aligned to their widest cell; the last one is left ragged."""
+    lines = [list(headers), *(list(r) for r in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
+
+
+def block(pairs: Iterable[tuple[str, str]]) -> str:
+    pairs = list(pairs)
+    width = max(len(k) for k, _ in pairs) + 1
+    return "\n".join(f"{(k + ':').ljust(width)} {v}" for k, v in pairs)
+
+
+def as_dict(message: Message) -> dict[str, Any]:
+    return MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+
+
+def _emit(args: argparse.Namespace, document: Any, human: str) -> None:
+    print(json.dumps(document, indent=2) if args.json else human)
+
+
+def _phase_rows(job: common_pb2.Job) -> int:
+    loading = job.phase in (common_pb2.PHASE_LOAD, common_pb2.PHASE_DIRECT)
+    return job.progress.rows_loaded if loading else job.progress.rows_extracted
+
+
+def progress_line(job: common_pb2.Job, rate: float | None, bar_width: int = 20) -> str:
+    """One line of the live display: state, phase, rows, a bar once the total
+    is known (for the current phase's counter), and the rate if measured."""
+    p = job.progress
+    total = f"/{p.rows_total:,}" if p.rows_total else ""
+    loading = job.phase in (common_pb2.PHASE_LOAD, common_pb2.PHASE_DIRECT)
+    parts = [
+        f"{_state(job):<9}",
+        f"{_phase(job):<7}",
+        f"extracted {p.rows_extracted:,}{'' if loading else total}",
+        f"loaded {p.rows_loaded:,}{total if loading else ''}",
+    ]
+    if p.rows_total:
+        fraction = min(_phase_rows(job) / p.rows_total, 1.0)
+        filled = round(fraction * bar_width)
+        parts.append(f"[{'#' * filled}{'-' * (bar_width - filled)}] {fraction:4.0%}")
+    if rate is not None:
+        parts.append(f"{rate:,.0f} rows/s")
+    return "  ".join(parts)
+
+
+@dataclass
+class RateMeter:
+    """Rows per second in the current phase, since its first snapshot."""
+
+    _phase: int = -1
+    _rows: int = 0
+    _since: float = 0.0
+
+    def rate(self, job: common_pb2.Job, now: float) -> float | None:
+        rows = _phase_rows(job)
+        if job.phase == common_pb2.PHASE_UNSPECIFIED:
+            return None  # not moving rows yet
+        if job.phase != self._phase:
+            self._phase, self._rows, self._since = job.phase, rows, now
+            return None
+        elapsed = now - self._since
+        return (rows - self._rows) / elapsed if elapsed > 0 else None
+
+
+@dataclass
+class ProgressDisplay:
+    """On a terminal one line redrawn in place; elsewhere a line per visible
+    change, so logs stay readable."""
+
+    out: TextIO
+    tty: bool
+    clock: Callable[[], float] = time.monotonic  # the rate only: UI, not logic
+    _meter: RateMeter = field(default_factory=RateMeter)
+    _width: int = 0
+    _last: str = ""
+
+    def show(self, job: common_pb2.Job) -> None:
+        line = progress_line(job, self._meter.rate(job, self.clock()))
+        if self.tty:
+            self.out.write("\r" + line.ljust(self._width))
+            self._width = max(self._width, len(line))
+        elif progress_line(job, None) != self._last:
+            self.out.write(line + "\n")
+        self._last = progress_line(job, None)
+        self.out.flush()
+
+    def close(self) -> None:
+        if self.tty and self._width:
+            self.out.write("\r" + " " * self._width + "\r")
+            self.out.flush()
+
+
+# ---------------------------------------------------------------- blocks
+
+
+def _connection_pairs(c: connections_pb2.Connection) -> list[tuple[str, str]]:
+    return [
+        ("id", c.id),
+        ("name", c.name),
+        ("provider", c.provider),
+        ("placement", enum_name("PLACEMENT_", common_pb2.Placement.Name(c.placement))),
+        ("agent_id", c.agent_id or "-"),
+        ("config", json.dumps(as_dict(c.config), sort_keys=True)),
+        ("created_at", when(c.created_at)),
+        ("updated_at", when(c.updated_at)),
+    ]
+
+
+def _pipeline_pairs(p: pipelines_pb2.Pipeline, names: dict[str, str]) -> list[tuple[str, str]]:
+    return [
+        ("id", p.id),
+        ("name", p.name),
+        ("source", names.get(p.source_connection_id, p.source_connection_id)),
+        ("destination", names.get(p.destination_connection_id, p.destination_connection_id)),
+        ("streams", ", ".join(p.streams) or "(all)"),
+        ("write_mode", enum_name("WRITE_MODE_", common_pb2.WriteMode.Name(p.write_mode))),
+        ("schedule", p.schedule or "-"),
+        ("paused", str(p.paused).lower()),
+        ("spec", json.dumps(as_dict(p.spec), sort_keys=True)),
+        ("next_run_at", when(p.next_run_at)),
+        ("created_at", when(p.created_at)),
+    ]
+
+
+def _job_pairs(j: common_pb2.Job) -> list[tuple[str, str]]:
+    p = j.progress
+    pairs = [
+        ("id", j.id),
+        ("state", _state(j) + (" (cancel requested)" if j.cancel_requested else "")),
+        ("kind", enum_name("JOB_KIND_", common_pb2.JobKind.Name(j.kind))),
+        ("pipeline_id", j.pipeline_id or "-"),
+        ("phase", _phase(j)),
+        ("dry_run", str(j.dry_run).lower()),
+        (
+            "rows",
+            f"extracted {p.rows_extracted:,}, loaded {p.rows_loaded:,}, total {p.rows_total:,}",
+        ),
+        ("runtimes", f"extract {j.extract_runtime or '-'}, load {j.load_runtime or '-'}"),
+        ("created_at", when(j.created_at)),
+        ("started_at", when(j.started_at)),
+        ("finished_at", when(j.finished_at)),
+    ]
+    if j.started_at.seconds and j.finished_at.seconds:
+        took = j.finished_at.ToDatetime() - j.started_at.ToDatetime()
+        pairs.append(("duration", f"{took.total_seconds():.1f}s"))
+    if j.result.fields:
+        pairs.append(("result", json.dumps(as_dict(j.result), sort_keys=True)))
+    if j.error_message:
+        pairs.append(("error", j.error_message))
+    return pairs
+
+
+def _outputs_table(outputs: jobs_pb2.GetJobOutputsResponse) -> str:
+    rows = [
+        (s.stream, f"{s.rows_extracted:,}", f"{s.rows_loaded:,}", s.checksum or "-")
+        for s in outputs.streams
+    ]
+    return table(("STREAM", "EXTRACTED", "LOADED", "CHECKSUM"), rows) if rows else "no outputs"
+
+
+# ---------------------------------------------------------------- input
+
+
+def read_documents(source: str) -> list[dict[str, Any]]:
+    """The objects in a YAML or JSON file (by extension, else by content;
+    "-" is stdin): one object or a list of them."""
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text()
+    except OSError as exc:
+        raise CliError(f"{source}: {exc.strerror or exc}") from exc
+    suffix = "" if source == "-" else Path(source).suffix.lower()
+    is_json = suffix == ".json" or (suffix not in (".yaml", ".yml") and text.lstrip()[:1] in "{[")
+    try:
+        loaded = json.loads(text) if is_json else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise CliError(f"{source}: not valid {'JSON' if is_json else 'YAML'}: {exc}") from exc
+    items = loaded if isinstance(loaded, list) else [loaded]
+    if not items or not all(isinstance(i, dict) for i in items):
+        raise CliError(f"{source}: expected an object or a list of objects")
+    return items
+
+
+def _fields(
+    item: dict[str, Any], what: str, required: Sequence[str], optional: Sequence[str]
+) -> None:
+    unknown = sorted(set(item) - set(required) - set(optional))
+    if unknown:
+        raise CliError(
+            f"{what}: unknown field(s) {', '.join(unknown)}; "
+            f"it takes {', '.join([*required, *optional])}"
+        )
+    missing = [k for k in required if not item.get(k)]
+    if missing:
+        raise CliError(f"{what}: missing {', '.join(missing)}")
+
+
+# ---------------------------------------------------------------- names
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+async def _by_name_or_id(
+    ref: str, kind: str, get: Callable[[str], Awaitable[T]], every: AsyncIterator[Any]
+) -> T:
+    if _is_uuid(ref):
+        return await get(ref)
+    async for found in every:
+        if found.name == ref:
+            return found  # type: ignore[no-any-return]
+    raise NotFound(f"no {kind} named {ref!r}")
+
+
+async def connection_ref(client: SetuClient, ref: str) -> connections_pb2.Connection:
+    return await _by_name_or_id(ref, "connection", client.get_connection, client.list_connections())
+
+
+async def pipeline_ref(client: SetuClient, ref: str) -> pipelines_pb2.Pipeline:
+    return await _by_name_or_id(ref, "pipeline", client.get_pipeline, client.list_pipelines())
+
+
+async def _connection_names(client: SetuClient) -> dict[str, str]:
+    return {c.id: c.name async for c in client.list_connections()}
+
+
+# ---------------------------------------------------------------- connections
+
+
+async def _create_each(
+    args: argparse.Namespace, kind: str, create: Callable[[dict[str, Any], str], Awaitable[Message]]
+) -> int:
+    """Creates the file's objects in order, reporting each, and stops at the
+    first refusal; with --json the ones made so far are still printed."""
+    items = read_documents(args.file)
+    made: list[dict[str, Any]] = []
+    try:
+        for n, item in enumerate(items, 1):
+            what = f"{args.file}: {kind} {item.get('name') or n}"
+            try:
+                answer = await create(item, what)
+            except ValueError as exc:  # the SDK's checks of enum-like fields
+                raise CliError(f"{what}: {exc}") from exc
+            made.append(as_dict(answer))
+            if not args.json:
+                print(f"created {kind} {made[-1]['name']} ({made[-1]['id']})")
+    finally:
+        if args.json and made:
+            print(json.dumps(made if len(items) > 1 else made[0], indent=2))
+    return 0
+
+
+async def connections_create(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    async def create(item: dict[str, Any], what: str) -> Message:
+        _fields(item, what, ("name", "provider"), ("config", "placement", "agent_id"))
+        return await client.create_connection(
+            item["name"],
+            item["provider"],
+            item.get("config") or {},
+            item.get("placement") or "cloud",
+            item.get("agent_id"),
+        )
+
+    return await _create_each(args, "connection", create)
+
+
+async def connections_list(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    found = [c async for c in client.list_connections(provider=args.provider)]
+    rows = [
+        (
+            c.name,
+            c.provider,
+            enum_name("PLACEMENT_", common_pb2.Placement.Name(c.placement)),
+            c.id,
+            when(c.created_at),
+        )
+        for c in found
+    ]
+    human = table(("NAME", "PROVIDER", "PLACEMENT", "ID", "CREATED"), rows)
+    _emit(args, {"connections": [as_dict(c) for c in found]}, human if rows else "no connections")
+    return 0
+
+
+async def connections_get(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    c = await connection_ref(client, args.name_or_id)
+    _emit(args, as_dict(c), block(_connection_pairs(c)))
+    return 0
+
+
+async def connections_delete(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    c = await connection_ref(client, args.name_or_id)
+    await client.delete_connection(c.id)
+    _emit(args, {"deleted": c.id}, f"deleted connection {c.name} ({c.id})")
+    return 0
+
+
+# ---------------------------------------------------------------- pipelines
+
+_PIPELINE_OPTIONAL = ("streams", "spec", "write_mode", "schedule", "paused")
+
+
+async def pipelines_create(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    async def create(item: dict[str, Any], what: str) -> Message:
+        _fields(item, what, ("name", "source", "destination"), _PIPELINE_OPTIONAL)
+        streams = item.get("streams") or []
+        if not isinstance(streams, list) or not all(isinstance(s, str) for s in streams):
+            raise CliError(f"{what}: streams must be a list of names")
+        source = await connection_ref(client, str(item["source"]))
+        destination = await connection_ref(client, str(item["destination"]))
+        return await client.create_pipeline(
+            item["name"],
+            source.id,
+            destination.id,
+            streams=streams,
+            spec=item.get("spec"),
+            write_mode=item.get("write_mode") or "append",
+            schedule=item.get("schedule") or "",
+            paused=bool(item.get("paused", False)),
+        )
+
+    return await _create_each(args, "pipeline", create)
+
+
+async def pipelines_list(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    found = [p async for p in client.list_pipelines()]
+    names = await _connection_names(client) if found and not args.json else {}
+    rows = [
+        (
+            p.name,
+            names.get(p.source_connection_id, p.source_connection_id),
+            names.get(p.destination_connection_id, p.destination_connection_id),
+            enum_name("WRITE_MODE_", common_pb2.WriteMode.Name(p.write_mode)),
+            p.schedule or "-",
+            "paused" if p.paused else "",
+            p.id,
+        )
+        for p in found
+    ]
+    headers = ("NAME", "SOURCE", "DESTINATION", "MODE", "SCHEDULE", "PAUSED", "ID")
+    human = table(headers, rows) if rows else "no pipelines"
+    _emit(args, {"pipelines": [as_dict(p) for p in found]}, human)
+    return 0
+
+
+async def pipelines_get(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    p = await pipeline_ref(client, args.name_or_id)
+    names = {} if args.json else await _connection_names(client)
+    _emit(args, as_dict(p), block(_pipeline_pairs(p, names)))
+    return 0
+
+
+async def pipelines_delete(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    p = await pipeline_ref(client, args.name_or_id)
+    await client.delete_pipeline(p.id)
+    _emit(args, {"deleted": p.id}, f"deleted pipeline {p.name} ({p.id})")
+    return 0
+
+
+# ---------------------------------------------------------------- runs and jobs
+
+_EXIT_BY_STATE = {
+    common_pb2.JOB_STATE_SUCCEEDED: EXIT_SUCCEEDED,
+    common_pb2.JOB_STATE_FAILED: EXIT_FAILED,
+    common_pb2.JOB_STATE_CANCELLED: EXIT_CANCELLED,
+}
+
+
+async def _report_end(client: SetuClient, job: common_pb2.Job, args: argparse.Namespace) -> int:
+    """The job's final block and per-stream outputs; the exit code its state means."""
+    outputs = await client.job_outputs(job.id)
+    human = f"{block(_job_pairs(job))}\n\n{_outputs_table(outputs)}"
+    _emit(args, {"job": as_dict(job), "outputs": as_dict(outputs)}, human)
+    return _EXIT_BY_STATE.get(job.state, EXIT_STILL_RUNNING)
+
+
+async def _follow(
+    client: SetuClient, job_id: str, args: argparse.Namespace, session: Session
+) -> int:
+    # With --json stdout carries the one document, so the display goes to stderr.
+    out = sys.stderr if args.json else sys.stdout
+    display = ProgressDisplay(out, tty=out.isatty())
+    session.watching = job_id
+    last: common_pb2.Job | None = None
+    try:
+        async for job in client.watch_job(job_id):
+            display.show(job)
+            last = job
+    finally:
+        display.close()
+    session.watching = ""
+    if not args.json and not display.tty:
+        print()  # set the summary apart from the progress lines
+    return await _report_end(client, last or await client.get_job(job_id), args)
+
+
+async def run(client: SetuClient, args: argparse.Namespace, session: Session) -> int:
+    if args.wait and args.no_start:
+        raise CliError("--wait would wait for ever on a job left READY; drop one of them")
+    pipeline = await pipeline_ref(client, args.pipeline)
+    job = await client.submit_run(
+        pipeline.id,
+        start=not args.no_start,
+        dry_run=args.dry_run,
+        idempotency_key=args.idempotency_key,
+    )
+    if not args.wait:
+        _emit(args, as_dict(job), job.id)
+        return 0
+    if not args.json:
+        print(f"job {job.id}  (pipeline {pipeline.name})", flush=True)
+    return await _follow(client, job.id, args, session)
+
+
+async def jobs_get(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    job = await client.get_job(args.id)
+    _emit(args, as_dict(job), block(_job_pairs(job)))
+    return 0
+
+
+async def jobs_start(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    job = await client.start_job(args.id)
+    _emit(args, as_dict(job), f"job {job.id} is {_state(job)}")
+    return 0
+
+
+async def jobs_wait(client: SetuClient, args: argparse.Namespace, session: Session) -> int:
+    session.watching = args.id
+    # On timeout _report_end shows the state the job is still in, and exits 4.
+    with contextlib.suppress(TimeoutError):
+        await client.wait_for_job(args.id, timeout=args.timeout)
+    session.watching = ""
+    return await _report_end(client, await client.get_job(args.id), args)
+
+
+async def jobs_watch(client: SetuClient, args: argparse.Namespace, session: Session) -> int:
+    return await _follow(client, args.id, args, session)
+
+
+async def jobs_cancel(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    job = await client.cancel_job(args.id, args.reason)
+    if job.state in TERMINAL_STATES:
+        human = f"job {job.id} is {_state(job)}"
+    else:
+        human = f"cancel requested: job {job.id} is {_state(job)}"
+    _emit(args, as_dict(job), human)
+    return 0
+
+
+async def jobs_events(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    events = [e async for e in client.job_events(args.id)]
+    rows = [
+        (
+            when(e.created_at),
+            enum_name("EVENT_LEVEL_", common_pb2.EventLevel.Name(e.level)),
+            e.stream or "-",
+            e.message,
+        )
+        for e in events
+    ]
+    human = table(("TIME", "LEVEL", "STREAM", "MESSAGE"), rows) if rows else "no events"
+    _emit(args, {"events": [as_dict(e) for e in events]}, human)
+    return 0
+
+
+async def jobs_outputs(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    outputs = await client.job_outputs(args.id)
+    t = outputs.totals
+    totals = f"total: extracted {t.rows_extracted:,}, loaded {t.rows_loaded:,}"
+    _emit(args, as_dict(outputs), f"{_outputs_table(outputs)}\n\n{totals}")
+    return 0
+
+
+async def jobs_list(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    pipeline_id = (await pipeline_ref(client, args.pipeline)).id if args.pipeline else ""
+    states = [common_pb2.JobState.Value(f"JOB_STATE_{s.upper()}") for s in args.state]
+    found: list[common_pb2.Job] = []
+    listing = client.list_jobs(
+        states=states, pipeline_id=pipeline_id, page_size=min(args.limit, 500)
+    )
+    async for job in listing:
+        found.append(job)
+        if len(found) == args.limit:
+            break  # asyncio.run closes the abandoned listing on the way out
+    rows = [
+        (
+            j.id,
+            _state(j),
+            enum_name("JOB_KIND_", common_pb2.JobKind.Name(j.kind)),
+            _phase(j),
+            f"{j.progress.rows_extracted:,}",
+            f"{j.progress.rows_loaded:,}",
+            when(j.created_at),
+            when(j.finished_at),
+        )
+        for j in found
+    ]
+    headers = ("ID", "STATE", "KIND", "PHASE", "EXTRACTED", "LOADED", "CREATED", "FINISHED")
+    _emit(args, {"jobs": [as_dict(j) for j in found]}, table(headers, rows) if rows else "no jobs")
+    return 0
+
+
+# ---------------------------------------------------------------- parser and entry
+
+_STATES = ("ready", "pending", "running", "succeeded", "failed", "cancelled")
+_FILE_HELP = "YAML or JSON (by extension, else by content): one object or a list; - for stdin"
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("server options")
+    group.add_argument(
+        "--server",
+        default=os.environ.get("SETU_SERVER", "127.0.0.1:50051"),
+        help="host:port of setu-server (env SETU_SERVER; default 127.0.0.1:50051)",
+    )
+    group.add_argument(
+        "--api-key", default=os.environ.get("SETU_API_KEY", ""), help="required (env SETU_API_KEY)"
+    )
+    group.add_argument("--tls", action="store_true", help="connect with TLS")
+    group.add_argument(
+        "--root-cert", metavar="FILE", type=Path, help="PEM roots to trust (implies --tls)"
+    )
+    group.add_argument("--json", action="store_true", help="print one JSON document")
+    return common
+
+
+class _Commands:
+    """Adds leaf commands that share the server options."""
+
+    def __init__(self, group: Any, common: argparse.ArgumentParser) -> None:
+        self._group = group
+        self._common = common
+
+    def add(self, name: str, handler: Handler, help: str, *refs: str, **kw: Any) -> Any:
+        parser = self._group.add_parser(
+            name, help=help, description=help, parents=[self._common], **kw
+        )
+        parser.set_defaults(handler=handler)
+        for ref in refs:
+            parser.add_argument(ref.lower(), metavar=ref)
+        return parser
+
+
+def _object_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    for noun, create, listing, get, delete in (
+        ("connections", connections_create, connections_list, connections_get, connections_delete),
+        ("pipelines", pipelines_create, pipelines_list, pipelines_get, pipelines_delete),
+    ):
+        parser = sub.add_parser(noun, help=f"create, list, show and delete {noun}")
+        leaves = _Commands(parser.add_subparsers(dest="action", required=True), common)
+        leaves.add("create", create, f"create {noun} from a file").add_argument(
+            "-f", "--file", required=True, metavar="FILE", help=_FILE_HELP
+        )
+        made = leaves.add("list", listing, f"list {noun}")
+        if noun == "connections":
+            made.add_argument("--provider", default="", help="only this provider's")
+        leaves.add("get", get, f"show one of the {noun}", "NAME_OR_ID")
+        leaves.add("delete", delete, f"delete one of the {noun}", "NAME_OR_ID")
+
+
+def _job_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    codes = {"epilog": EXIT_CODES_HELP, "formatter_class": argparse.RawDescriptionHelpFormatter}
+    runner = _Commands(sub, common).add(
+        "run", run, "submit a run of a pipeline and print its job id", "PIPELINE", **codes
+    )
+    runner.add_argument("--wait", action="store_true", help="show progress until the run ends")
+    runner.add_argument("--no-start", action="store_true", help="leave it READY (jobs start ID)")
+    runner.add_argument("--dry-run", action="store_true", help="validate and plan, move no data")
+    runner.add_argument("--idempotency-key", default="", metavar="K", help="submit at most once")
+
+    jobs = sub.add_parser("jobs", help="inspect, wait for and cancel jobs")
+    leaves = _Commands(jobs.add_subparsers(dest="action", required=True), common)
+    leaves.add("get", jobs_get, "show a job", "ID")
+    leaves.add("start", jobs_start, "start a READY job", "ID")
+    leaves.add("wait", jobs_wait, "wait until a job ends", "ID", **codes).add_argument(
+        "--timeout", type=float, metavar="S", help="give up after S seconds (exit 4)"
+    )
+    leaves.add("watch", jobs_watch, "show a job's progress until it ends", "ID", **codes)
+    leaves.add("cancel", jobs_cancel, "ask a job to stop (a no-op once ended)", "ID").add_argument(
+        "--reason", default="", help="recorded in the job's events"
+    )
+    leaves.add("events", jobs_events, "a job's timeline", "ID")
+    leaves.add("outputs", jobs_outputs, "a job's rows per stream", "ID")
+    listing = leaves.add("list", jobs_list, "recent jobs, newest first")
+    listing.add_argument(
+        "--state",
+        nargs="+",
+        action="extend",
+        default=[],
+        choices=_STATES,
+        metavar="S",
+        help=f"only jobs in these states: {', '.join(_STATES)}",
+    )
+    listing.add_argument("--pipeline", default="", metavar="P", help="a pipeline name or id")
+    listing.add_argument("--limit", type=int, default=20, metavar="N", help="at most N (20)")
+
+
+def add_client_commands(sub: Any) -> None:
+    """Registers connections, pipelines, run and jobs on `setu`'s subparsers."""
+    common = _common_options()
+    _object_commands(sub, common)
+    _job_commands(sub, common)
+
+
+async def _dispatch(args: argparse.Namespace, session: Session) -> int:
+    if not args.api_key:
+        raise CliError("an API key is required (--api-key or SETU_API_KEY)")
+    if getattr(args, "limit", 1) < 1:
+        raise CliError("--limit must be at least 1")
+    try:
+        roots = args.root_cert.read_bytes() if args.root_cert else None
+    except OSError as exc:
+        raise CliError(f"--root-cert: {exc}") from exc
+    handler: Handler = args.handler
+    async with SetuClient(
+        args.server, args.api_key, tls=args.tls, root_certificates=roots, retry=CLI_RETRY
+    ) as client:
+        return await handler(client, args, session)
+
+
+def run_client_command(args: argparse.Namespace) -> int:
+    """Runs the parsed command; returns the process's exit code."""
+    session = Session()
+    try:
+        return asyncio.run(_dispatch(args, session))
+    except KeyboardInterrupt:
+        if session.watching:
+            print(
+                f"\nstopped waiting; job {session.watching} carries on.\n"
+                f"to cancel it: setu jobs cancel {session.watching}",
+                file=sys.stderr,
+            )
+        return EXIT_INTERRUPTED
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except SetuError as exc:
+        where = f"cannot reach {args.server}: " if isinstance(exc, Unavailable) else ""
+        print(f"error: {where}{exc.message}", file=sys.stderr)
+        return EXIT_ERROR

@@ -38,11 +38,11 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from setu_agent.engine import transfer  # noqa: E402
-from setu_agent.engine.blob import LocalBlobStore  # noqa: E402
-from setu_agent.engine.operators import parse_spec  # noqa: E402
-from setu_agent.engine.providers.base import WriteMode  # noqa: E402
-from setu_agent.engine.providers.postgres import PROVIDER  # noqa: E402
+from setu_agent.engine import transfer
+from setu_agent.engine.blob import LocalBlobStore
+from setu_agent.engine.operators import parse_spec
+from setu_agent.engine.providers.base import WriteMode
+from setu_agent.engine.providers.postgres import PROVIDER
 
 TABLE = """
 CREATE TABLE payments (

@@ -123,12 +123,20 @@ class PostgresProvider:
                 f"config: unknown field(s) {', '.join(unknown)}; postgres takes "
                 f"{', '.join(sorted(KEYS))}"
             )
-        for field in ("database", "user"):
-            if not isinstance(config.get(field), str) or not config[field]:
-                raise ConfigError(f"config.{field}: required, a non-empty string")
-        for field in ("host", "schema"):
-            if field in config and (not isinstance(config[field], str) or not config[field]):
-                raise ConfigError(f"config.{field}: a non-empty string")
+        # Where the database is may be as private as how to log in to it:
+        # host, database and user may be secret references too.
+        for field in ("host", "database", "user"):
+            if field not in config and field == "host":
+                continue
+            value = config.get(field)
+            if is_reference(value):
+                check_reference(value, f"config.{field}")
+            elif not isinstance(value, str) or not value:
+                raise ConfigError(
+                    f"config.{field}: required, a non-empty string or a secret reference"
+                )
+        if "schema" in config and (not isinstance(config["schema"], str) or not config["schema"]):
+            raise ConfigError("config.schema: a non-empty string")
         port = config.get("port", 5432)
         if not isinstance(port, int | float) or int(port) != port or not 0 < port < 65536:
             raise ConfigError("config.port: an integer from 1 to 65535")

@@ -1,14 +1,217 @@
-"""The dispatch table: task kind -> handler. The data-flow work fills it
-(`test`, `discover`, `preview`, `extract`, `load`); a kind missing here is
-failed by the runtime with a clear, non-retryable error."""
+"""The dispatch table: task kind -> handler, one engine for both placements.
+
+An agent runs `extract`, `load`, `test`, `discover` and `preview`; the
+cloud worker runs the last three for cloud connections (and `migrate`,
+which lives in setu-server). Secret references are resolved here, by the
+runtime that executes the stage, from its own store: a resolved secret is
+never reported back. A kind missing from the table is failed by the runtime
+with a clear, non-retryable error.
+"""
 
 from __future__ import annotations
 
+import base64
 import importlib
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import date, datetime, time
+from decimal import Decimal
+from typing import Any
 
-from setu_agent.runtime import Handler
+from setu_agent.engine import transfer
+from setu_agent.engine.blob import BlobSettings, BlobStore, open_blob
+from setu_agent.engine.operators import SpecError, parse_spec
+from setu_agent.engine.providers import get_provider
+from setu_agent.engine.providers.base import ConfigError, Connector, ProviderError
+from setu_agent.engine.s3 import S3Settings
+from setu_agent.engine.secrets import SecretStore
+from setu_agent.engine.staging import read_manifest
+from setu_agent.runtime import Handler, TaskContext
+from setu_agent.runtime.task import NonRetryable
+from setu_agent.specs import ConnectionSpec, SpecSource
 
-HANDLERS: dict[str, Handler] = {}
+PREVIEW_LIMIT = 20
+
+
+class ContextReporter:
+    """Progress of an edge stage: into the next heartbeat, and a cancel check
+    once per batch (the heartbeat answer sets the flag)."""
+
+    def __init__(self, ctx: TaskContext) -> None:
+        self._ctx = ctx
+        self.rows_read = 0
+        self.rows_written = 0
+
+    async def extracted(self, stream: str, rows: int) -> None:
+        self.rows_read += rows
+        self._ctx.report(rows_read=self.rows_read, stream=stream)
+        self._ctx.check_cancelled()
+
+    async def loaded(self, stream: str, rows: int) -> None:
+        self.rows_written += rows
+        self._ctx.report(rows_written=self.rows_written, stream=stream)
+        self._ctx.check_cancelled()
+
+
+def jsonable(value: Any) -> Any:
+    """A neutral value as JSON for a preview: exact numbers as strings."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value  # json: already dicts, lists and scalars
+
+
+class EngineHandlers:
+    def __init__(
+        self,
+        secrets: SecretStore,
+        specs: SpecSource | None = None,
+        *,
+        blob_override: BlobSettings | None = None,
+        batch_rows: int = transfer.DEFAULT_BATCH_ROWS,
+    ) -> None:
+        self._secrets = secrets
+        self._specs = specs
+        self._blob_override = blob_override
+        self._batch_rows = batch_rows
+
+    def table(self) -> dict[str, Handler]:
+        handlers: dict[str, Handler] = {
+            "test": self.test,
+            "discover": self.discover,
+            "preview": self.preview,
+        }
+        if self._specs is not None:
+            handlers |= {"extract": self.extract, "load": self.load}
+        return handlers
+
+    # -- connection operations: the spec rides in the payload
+
+    async def test(self, ctx: TaskContext) -> dict[str, Any]:
+        try:
+            connector = await self._connect(_connection(ctx))
+        except (ConfigError, ProviderError) as exc:
+            return {"ok": False, "message": str(exc)}
+        try:
+            return {"ok": True, "message": await connector.test()}
+        except ProviderError as exc:
+            return {"ok": False, "message": str(exc)}
+        finally:
+            await connector.close()
+
+    async def discover(self, ctx: TaskContext) -> dict[str, Any]:
+        async with self._connected(_connection(ctx)) as connector:
+            streams = await connector.discover()
+        return {"streams": [s.to_dict() for s in streams]}
+
+    async def preview(self, ctx: TaskContext) -> dict[str, Any]:
+        wanted = str(ctx.task.payload.get("stream", ""))
+        limit = int(ctx.task.payload.get("limit") or PREVIEW_LIMIT)
+        async with self._connected(_connection(ctx)) as connector:
+            stream = transfer.select_streams(await connector.discover(), [wanted])[0]
+            rows = await connector.preview(stream, limit)
+        names = stream.column_names
+        return {
+            "columns": [c.to_dict() for c in stream.columns],
+            "rows": [{n: jsonable(v) for n, v in zip(names, row, strict=True)} for row in rows],
+        }
+
+    # -- run stages: the spec comes from the server, by task id
+
+    async def extract(self, ctx: TaskContext) -> dict[str, Any]:
+        assert self._specs is not None
+        spec = await self._specs.extract_spec(ctx.task)
+        async with (
+            self._connected(spec.source) as source,
+            self._blob(spec.blob) as blob,
+        ):
+            streams = transfer.select_streams(await source.discover(), spec.streams)
+            manifest = await transfer.stage(
+                source, streams, blob, spec.blob_prefix, ContextReporter(ctx), self._batch_rows
+            )
+        return {
+            "artifact": {
+                "blob_prefix": spec.blob_prefix,
+                "manifest_path": "manifest.json",
+                "streams": [
+                    {
+                        "stream": s.name,
+                        "rows": s.rows,
+                        "parts": [p.path for p in s.parts],
+                        "checksum": s.checksum,
+                    }
+                    for s in manifest.streams
+                ],
+            },
+            "rows_extracted": manifest.rows,
+        }
+
+    async def load(self, ctx: TaskContext) -> dict[str, Any]:
+        assert self._specs is not None
+        spec = await self._specs.load_spec(ctx.task)
+        try:
+            chain = parse_spec(spec.spec)
+        except SpecError as exc:
+            raise NonRetryable(str(exc)) from exc
+        async with self._blob(spec.blob) as blob:
+            manifest = await read_manifest(blob, spec.blob_prefix)
+            async with self._connected(spec.destination) as destination:
+                totals = await transfer.load(
+                    destination,
+                    manifest,
+                    blob,
+                    spec.blob_prefix,
+                    chain,
+                    spec.write_mode,
+                    ContextReporter(ctx),
+                )
+        return {
+            "rows_loaded": sum(t.loaded for t in totals),
+            "rows_by_stream": {t.stream: t.loaded for t in totals},
+        }
+
+    # -- plumbing
+
+    async def _connect(self, connection: ConnectionSpec) -> Connector:
+        provider = get_provider(connection.provider)
+        return await provider.connect(self._secrets.resolve(connection.config))
+
+    @asynccontextmanager
+    async def _connected(self, connection: ConnectionSpec) -> AsyncIterator[Connector]:
+        try:
+            connector = await self._connect(connection)
+        except ConfigError as exc:
+            raise NonRetryable(str(exc)) from exc
+        try:
+            yield connector
+        finally:
+            await connector.close()
+
+    @asynccontextmanager
+    async def _blob(self, settings: BlobSettings) -> AsyncIterator[BlobStore]:
+        settings = self._blob_override or settings
+        store = open_blob(
+            settings, S3Settings(settings.endpoint_url, settings.region or "us-east-1")
+        )
+        try:
+            yield store
+        finally:
+            await store.close()
+
+
+def _connection(ctx: TaskContext) -> ConnectionSpec:
+    try:
+        return ConnectionSpec.from_payload(ctx.task.payload["connection"])
+    except (KeyError, TypeError) as exc:
+        raise NonRetryable("the task carries no connection to work on") from exc
 
 
 def load_extra(spec: str) -> dict[str, Handler]:

@@ -14,7 +14,9 @@ import platform
 import signal
 from pathlib import Path
 
-from setu_agent.handlers import HANDLERS, load_extra
+from setu_agent.engine.blob import BlobSettings
+from setu_agent.engine.secrets import SecretStore
+from setu_agent.handlers import EngineHandlers, load_extra
 from setu_agent.runtime import Runtime
 from setu_agent.runtime.grpc_source import GrpcTaskSource
 from setu_agent.runtime.loop import backoff
@@ -68,6 +70,12 @@ def parser() -> argparse.ArgumentParser:
         help="override the staging location the server names (env SETU_BLOB_URL)",
     )
     p.add_argument(
+        "--batch-rows",
+        type=int,
+        default=int(_env("AGENT_BATCH_ROWS", "100000")),
+        help="rows per batch: the grain of progress and cancel (env SETU_AGENT_BATCH_ROWS)",
+    )
+    p.add_argument(
         "--grace-seconds",
         type=float,
         default=float(_env("GRACE_SECONDS", "30")),
@@ -82,13 +90,30 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def blob_override(url: str) -> BlobSettings | None:
+    """The agent's own view of the staging location, when its mount or bucket
+    differs from the server's: a folder, or s3://bucket."""
+    if not url:
+        return None
+    if url.startswith("s3://"):
+        return BlobSettings("s3", url[len("s3://") :].strip("/"), _env("S3_ENDPOINT_URL"))
+    return BlobSettings("local", str(Path(url).resolve()))
+
+
 async def run(args: argparse.Namespace) -> None:
-    handlers = dict(HANDLERS)
-    if args.extra_handlers:
-        handlers |= load_extra(args.extra_handlers)
+    secrets = SecretStore.from_file(Path(args.secrets_file) if args.secrets_file else None)
     root = args.root_cert_pem
     async with open_channel(args.server, args.token, tls=args.tls, root_certificates=root) as ch:
         source = GrpcTaskSource(ch)
+        engine = EngineHandlers(
+            secrets,
+            source,
+            blob_override=blob_override(args.blob_url),
+            batch_rows=args.batch_rows,
+        )
+        handlers = engine.table()
+        if args.extra_handlers:
+            handlers |= load_extra(args.extra_handlers)
         runtime = Runtime(source, handlers, name="setu-agent", concurrency=args.concurrency)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

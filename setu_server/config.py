@@ -66,6 +66,9 @@ class Settings:
     reaper_interval_seconds: float = field(
         default=5.0, metadata={"help": "how often expired leases are requeued"}
     )
+    scheduler_interval_seconds: float = field(
+        default=1.0, metadata={"help": "how often pipeline schedules are checked for due ticks"}
+    )
     worker_concurrency: int = field(
         default=4, metadata={"help": "cloud tasks this server runs at once"}
     )

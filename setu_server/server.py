@@ -17,7 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from setu_agent.engine.blob import BlobSettings, BlobStore, open_blob
 from setu_agent.engine.s3 import S3Settings
 from setu_agent.engine.secrets import SecretStore
-from setu_agent.handlers import HANDLERS as CLOUD_HANDLERS
+from setu_agent.handlers import EngineHandlers
 from setu_agent.runtime import Runtime
 from setu_agent.runtime.task import Handler
 from setu_client._proto.setu.v1 import (
@@ -35,6 +35,7 @@ from setu_client._proto.setu.v1 import (
 from setu_client.clock import Clock, SystemClock
 from setu_server.config import Settings
 from setu_server.maintenance.reaper import Reaper
+from setu_server.maintenance.scheduler import Scheduler
 from setu_server.rpc import reflection
 from setu_server.rpc.admin import AdminServicer
 from setu_server.rpc.agents import AgentServicer
@@ -45,9 +46,11 @@ from setu_server.rpc.pipelines import PipelineServicer
 from setu_server.service.admin import AdminService
 from setu_server.service.agents import AgentPresence
 from setu_server.service.auth import Authenticator
+from setu_server.service.connection_ops import ConnectionOps
 from setu_server.service.connections import ConnectionService
 from setu_server.service.jobs import JobService
 from setu_server.service.lifecycle import JobLifecycle
+from setu_server.service.outcomes import TaskOutcomes
 from setu_server.service.pipelines import PipelineService
 from setu_server.service.runbook import RunBook
 from setu_server.service.runs import RunService
@@ -111,6 +114,7 @@ class Services:
     admin: AdminService
     presence: AgentPresence
     reaper: Reaper
+    scheduler: Scheduler
     worker: Runtime
     background: list[asyncio.Task[None]]
     auth: Authenticator
@@ -118,6 +122,7 @@ class Services:
     pipelines: PipelineService
     runs: RunService
     blob: BlobStore
+    connection_ops: ConnectionOps
 
 
 @dataclass
@@ -183,16 +188,16 @@ async def database_url(settings: Settings, stack: contextlib.AsyncExitStack) -> 
     return url
 
 
-def blob_store(settings: Settings) -> BlobStore:
-    """Local folder by default; S3 for `s3://bucket` (credentials: the AWS
-    environment variables or instance role, as botocore finds them)."""
+def blob_settings(settings: Settings) -> BlobSettings:
+    """Where runs stage: a local folder by default; S3 for `s3://bucket`.
+    Runtimes bring their own S3 credentials (the AWS environment variables
+    or an instance role, as botocore finds them); the settings name none."""
     if settings.blob_url.startswith("s3://"):
         bucket, _, rest = settings.blob_url[len("s3://") :].partition("/")
         if not bucket or rest.strip("/"):
             raise SystemExit(f"SETU_BLOB_URL wants s3://BUCKET, got {settings.blob_url!r}")
-        where = BlobSettings("s3", bucket, settings.s3_endpoint_url, settings.s3_region)
-        return open_blob(where, S3Settings(settings.s3_endpoint_url, settings.s3_region))
-    return open_blob(BlobSettings("local", str(Path(settings.blob_root).resolve())))
+        return BlobSettings("s3", bucket, settings.s3_endpoint_url, settings.s3_region)
+    return BlobSettings("local", str(Path(settings.blob_root).resolve()))
 
 
 async def build_services(settings: Settings, url: str, clock: Clock) -> Services:
@@ -225,20 +230,29 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         poll_seconds=settings.lease_poll_seconds,
         retry_backoff_seconds=settings.task_retry_backoff_seconds,
     )
-    task_service = TaskService(pool, clock, lifecycle, signals, policy)
+    where = blob_settings(settings)
+    blob = open_blob(where, S3Settings(where.endpoint_url, where.region or "us-east-1"))
+    runs_service = RunService(pool, clock, lifecycle, where)
+    outcomes = TaskOutcomes(lifecycle, clock.sql_now, runs_service)
+    task_service = TaskService(pool, clock, lifecycle, signals, policy, outcomes)
     reaper = Reaper(task_service, settings.reaper_interval_seconds)
-    runs_service = RunService(pool, clock, lifecycle)
-    blob = blob_store(settings)
+    scheduler = Scheduler(pool, clock, runs_service, settings.scheduler_interval_seconds)
+    secrets = SecretStore.from_file(Path(settings.secrets_file) if settings.secrets_file else None)
     migrate_handler = Migrate(
         RunBook(pool, clock, lifecycle),
         blob,
-        SecretStore.from_file(Path(settings.secrets_file) if settings.secrets_file else None),
+        secrets,
         MigrateSettings(batch_rows=settings.batch_rows, direct_max_rows=settings.direct_max_rows),
     )
-    handlers: dict[str, Handler] = {**CLOUD_HANDLERS, "migrate": migrate_handler}
+    handlers: dict[str, Handler] = {
+        **EngineHandlers(secrets, batch_rows=settings.batch_rows).table(),
+        "migrate": migrate_handler,
+    }
     worker = cloud_worker(task_service, handlers, settings.worker_concurrency)
+    job_service = JobService(pool, clock, hub, lifecycle, dispatcher=runs_service)
     background = [
         asyncio.create_task(reaper.run(), name="setu-reaper"),
+        asyncio.create_task(scheduler.run(), name="setu-scheduler"),
         asyncio.create_task(worker.run(), name="setu-cloud-worker"),
     ]
     return Services(
@@ -247,18 +261,20 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         signals=signals,
         listener=listener,
         lifecycle=lifecycle,
-        jobs=JobService(pool, clock, hub, lifecycle, dispatcher=runs_service),
+        jobs=job_service,
         tasks=task_service,
         admin=AdminService(pool, clock, task_service, auth.forget),
         auth=auth,
         presence=AgentPresence(pool, clock),
         reaper=reaper,
+        scheduler=scheduler,
         worker=worker,
         background=background,
         connections=ConnectionService(pool, clock),
         pipelines=PipelineService(pool, clock),
         runs=runs_service,
         blob=blob,
+        connection_ops=ConnectionOps(pool, clock, job_service),
     )
 
 
@@ -270,10 +286,8 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
     parts = await build_services(settings, url, clock)
     server = grpc.aio.server(interceptors=[CallInterceptor(parts.auth)], options=GRPC_OPTIONS)
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(parts.admin), server)
-    # Servicers not yet complete answer UNIMPLEMENTED for the RPCs that later
-    # issues fill in (their generated base methods), hence the abstract ignores.
     agents_pb2_grpc.add_AgentServiceServicer_to_server(
-        AgentServicer(parts.presence, parts.tasks, settings),  # type: ignore[abstract]
+        AgentServicer(parts.presence, parts.tasks, parts.runs, settings),
         server,
     )
     jobs_pb2_grpc.add_JobOrchestrationServiceServicer_to_server(
@@ -281,7 +295,7 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
         server,
     )
     connections_pb2_grpc.add_ConnectionServiceServicer_to_server(
-        ConnectionServicer(parts.connections),  # type: ignore[abstract]
+        ConnectionServicer(parts.connections, parts.connection_ops),
         server,
     )
     pipelines_pb2_grpc.add_PipelineServiceServicer_to_server(

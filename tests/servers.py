@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
@@ -119,3 +120,53 @@ def agent_process(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def checked_in_agent(
+    port: int, token: str, log_path: Path, **env: str
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """A real `setu-agent` process, yielded once it has checked in (its own
+    log line says so: read from its output, no polling); killed on exit."""
+    full_env = (
+        os.environ
+        | {
+            "SETU_SERVER": f"127.0.0.1:{port}",
+            "SETU_AGENT_TOKEN": token,
+            "SETU_GRACE_SECONDS": "1",
+        }
+        | env
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "setu_agent.main",
+        env=full_env,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    checked_in = asyncio.Event()
+
+    async def copy_output() -> None:
+        assert proc.stdout is not None
+        with log_path.open("ab") as log:
+            async for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                if b"checked in" in line:
+                    checked_in.set()
+
+    copying = asyncio.create_task(copy_output())
+    try:
+        waiting = asyncio.create_task(checked_in.wait())
+        await asyncio.wait({waiting, copying}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+        if not checked_in.is_set():
+            waiting.cancel()
+            raise AssertionError(f"the agent did not check in; see {log_path}")
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+        await copying

@@ -7,9 +7,12 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict, ParseDict
 
+from setu_agent.engine.blob import BlobSettings
+from setu_agent.engine.providers.base import WriteMode
 from setu_agent.runtime.task import LeasedTask
+from setu_agent.specs import ConnectionSpec, ExtractSpec, LoadSpec
 from setu_client._proto.setu.v1 import agents_pb2 as pb
-from setu_client._proto.setu.v1 import agents_pb2_grpc
+from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
 from setu_client.errors import from_rpc_error
 
 # The client's own timeout on a lease long-poll: above the server's wait so
@@ -27,6 +30,23 @@ RESULT_FIELDS = {
     "discover": "discover",
     "preview": "preview",
 }
+
+
+WRITE_MODES = {
+    common_pb2.WRITE_MODE_UNSPECIFIED: WriteMode.APPEND,
+    common_pb2.WRITE_MODE_APPEND: WriteMode.APPEND,
+    common_pb2.WRITE_MODE_OVERWRITE: WriteMode.OVERWRITE,
+    common_pb2.WRITE_MODE_UPSERT: WriteMode.UPSERT,
+    common_pb2.WRITE_MODE_MERGE: WriteMode.MERGE,
+}
+
+
+def _connection(spec: pb.ConnectionSpec) -> ConnectionSpec:
+    return ConnectionSpec(spec.connection_id, spec.provider, MessageToDict(spec.config))
+
+
+def _blob(blob: pb.BlobSettings) -> BlobSettings:
+    return BlobSettings(blob.backend, blob.root, blob.endpoint_url, blob.region)
 
 
 class GrpcTaskSource:
@@ -64,6 +84,33 @@ class GrpcTaskSource:
         )
         answer: pb.HeartbeatResponse = await self._call(self._stub.Heartbeat, request)
         return answer.cancel_requested
+
+    async def extract_spec(self, task: LeasedTask) -> ExtractSpec:
+        request = pb.GetExtractSpecRequest(task_id=task.id, lease_token=task.lease_token)
+        spec: pb.ExtractSpec = await self._call(self._stub.GetExtractSpec, request)
+        return ExtractSpec(
+            job_id=spec.job_id,
+            pipeline_id=spec.pipeline_id,
+            source=_connection(spec.source),
+            streams=list(spec.streams),
+            blob_prefix=spec.blob_prefix,
+            blob=_blob(spec.blob),
+        )
+
+    async def load_spec(self, task: LeasedTask) -> LoadSpec:
+        request = pb.GetLoadSpecRequest(task_id=task.id, lease_token=task.lease_token)
+        spec: pb.LoadSpec = await self._call(self._stub.GetLoadSpec, request)
+        return LoadSpec(
+            job_id=spec.job_id,
+            pipeline_id=spec.pipeline_id,
+            destination=_connection(spec.destination),
+            write_mode=WRITE_MODES[spec.write_mode],
+            spec=MessageToDict(spec.spec),
+            blob_prefix=spec.artifact.blob_prefix,
+            blob=_blob(spec.blob),
+            manifest_path=spec.artifact.manifest_path,
+            streams=[s.stream for s in spec.artifact.streams],
+        )
 
     async def complete(self, task: LeasedTask, result: dict[str, Any]) -> None:
         request = pb.CompleteTaskRequest(task_id=task.id, lease_token=task.lease_token)

@@ -6,8 +6,11 @@ from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
+from setu_agent.engine.blob import BlobSettings
+from setu_agent.engine.providers.base import WriteMode
+from setu_agent.specs import ConnectionSpec
 from setu_client._proto.setu.v1 import agents_pb2 as pb
-from setu_client._proto.setu.v1 import agents_pb2_grpc
+from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
 from setu_server.config import Settings
 from setu_server.models import Task, TaskKind
 from setu_server.rpc import convert
@@ -15,6 +18,7 @@ from setu_server.rpc.convert import uid
 from setu_server.rpc.interceptor import principal
 from setu_server.rpc.types import Ctx
 from setu_server.service.agents import AgentPresence
+from setu_server.service.runs import RunService
 from setu_server.service.tasks import TaskService
 
 TASK_KINDS = {k: getattr(pb, f"TASK_KIND_{k.name}") for k in TaskKind}
@@ -42,19 +46,76 @@ def task_message(task: Task) -> pb.Task:
     return message
 
 
+WRITE_MODES = {
+    WriteMode.APPEND: common_pb2.WRITE_MODE_APPEND,
+    WriteMode.OVERWRITE: common_pb2.WRITE_MODE_OVERWRITE,
+    WriteMode.UPSERT: common_pb2.WRITE_MODE_UPSERT,
+    WriteMode.MERGE: common_pb2.WRITE_MODE_MERGE,
+}
+
+
+def _connection(spec: ConnectionSpec) -> pb.ConnectionSpec:
+    message = pb.ConnectionSpec(connection_id=spec.connection_id, provider=spec.provider)
+    message.config.update(spec.config)
+    return message
+
+
+def _blob(blob: BlobSettings) -> pb.BlobSettings:
+    return pb.BlobSettings(
+        backend=blob.backend, root=blob.root, endpoint_url=blob.endpoint_url, region=blob.region
+    )
+
+
 def _result(request: pb.CompleteTaskRequest) -> dict[str, Any]:
     which = request.WhichOneof("result")
     if which is None:
         return {}
-    body: dict[str, Any] = MessageToDict(getattr(request, which))
+    body: dict[str, Any] = MessageToDict(getattr(request, which), preserving_proto_field_name=True)
     return {"kind": which, **body}
 
 
 class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
-    def __init__(self, presence: AgentPresence, tasks: TaskService, settings: Settings) -> None:
+    def __init__(
+        self, presence: AgentPresence, tasks: TaskService, runs: RunService, settings: Settings
+    ) -> None:
         self._presence = presence
         self._tasks = tasks
+        self._runs = runs
         self._settings = settings
+
+    async def GetExtractSpec(
+        self, request: pb.GetExtractSpecRequest, context: Ctx
+    ) -> pb.ExtractSpec:
+        spec = await self._runs.extract_spec(
+            _runtime(), uid(request.task_id), uid(request.lease_token)
+        )
+        return pb.ExtractSpec(
+            job_id=spec.job_id,
+            pipeline_id=spec.pipeline_id,
+            source=_connection(spec.source),
+            streams=spec.streams,
+            blob_prefix=spec.blob_prefix,
+            blob=_blob(spec.blob),
+        )
+
+    async def GetLoadSpec(self, request: pb.GetLoadSpecRequest, context: Ctx) -> pb.LoadSpec:
+        spec = await self._runs.load_spec(
+            _runtime(), uid(request.task_id), uid(request.lease_token)
+        )
+        answer = pb.LoadSpec(
+            job_id=spec.job_id,
+            pipeline_id=spec.pipeline_id,
+            destination=_connection(spec.destination),
+            write_mode=WRITE_MODES[spec.write_mode],
+            artifact=pb.Artifact(
+                blob_prefix=spec.blob_prefix,
+                manifest_path=spec.manifest_path,
+                streams=[pb.StagedStream(stream=s) for s in spec.streams],
+            ),
+            blob=_blob(spec.blob),
+        )
+        answer.spec.update(spec.spec)
+        return answer
 
     async def CheckIn(self, request: pb.CheckInRequest, context: Ctx) -> pb.CheckInResponse:
         me = principal()

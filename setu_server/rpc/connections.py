@@ -1,8 +1,4 @@
-"""ConnectionService: proto in, domain call, proto out.
-
-TestConnection, DiscoverStreams and PreviewStream are not served here yet:
-the generated base answers them UNIMPLEMENTED.
-"""
+"""ConnectionService: proto in, domain call, proto out."""
 
 from __future__ import annotations
 
@@ -13,12 +9,13 @@ from google.protobuf import json_format, struct_pb2
 
 from setu_client._proto.setu.v1 import common_pb2, connections_pb2_grpc
 from setu_client._proto.setu.v1 import connections_pb2 as pb
-from setu_client.errors import InvalidArgument
-from setu_server.models import Connection, Placement
+from setu_client.errors import Aborted, InvalidArgument
+from setu_server.models import Connection, Job, JobState, Placement, TaskKind
 from setu_server.rpc import convert
 from setu_server.rpc.convert import uid
 from setu_server.rpc.interceptor import principal
 from setu_server.rpc.types import Ctx
+from setu_server.service.connection_ops import ConnectionOps
 from setu_server.service.connections import ConnectionDraft, ConnectionService
 
 PLACEMENTS = {
@@ -30,9 +27,65 @@ PLACEMENTS_BACK = {v: k for k, v in PLACEMENTS.items()} | {
 }
 
 
+CATALOG_STATUSES = {
+    "active": common_pb2.CATALOG_STATUS_ACTIVE,
+    "changed": common_pb2.CATALOG_STATUS_CHANGED,
+    "missing": common_pb2.CATALOG_STATUS_MISSING,
+}
+
+
 class ConnectionServicer(connections_pb2_grpc.ConnectionServiceServicer):
-    def __init__(self, connections: ConnectionService) -> None:
+    def __init__(self, connections: ConnectionService, ops: ConnectionOps) -> None:
         self._connections = connections
+        self._ops = ops
+
+    async def TestConnection(
+        self, request: pb.TestConnectionRequest, context: Ctx
+    ) -> pb.TestConnectionResponse:
+        job, runtime = await self._ops.run(
+            caller_workspace(),
+            uid(request.connection_id),
+            TaskKind.TEST,
+            {},
+            request.timeout_seconds,
+        )
+        result = job.result or {}
+        ok = job.state is JobState.SUCCEEDED and bool(result.get("ok"))
+        message = str(result.get("message", "")) if job.result else job.error_message
+        return pb.TestConnectionResponse(
+            ok=ok, message=message, job_id=str(job.id), runtime=runtime
+        )
+
+    async def DiscoverStreams(
+        self, request: pb.DiscoverStreamsRequest, context: Ctx
+    ) -> pb.DiscoverStreamsResponse:
+        job, runtime = await self._ops.run(
+            caller_workspace(),
+            uid(request.connection_id),
+            TaskKind.DISCOVER,
+            {},
+            request.timeout_seconds,
+        )
+        streams = [catalog_stream(s) for s in _succeeded(job).get("streams", [])]
+        return pb.DiscoverStreamsResponse(streams=streams, job_id=str(job.id), runtime=runtime)
+
+    async def PreviewStream(
+        self, request: pb.PreviewStreamRequest, context: Ctx
+    ) -> pb.PreviewStreamResponse:
+        params = {"stream": request.stream, "limit": request.limit or 20}
+        job, runtime = await self._ops.run(
+            caller_workspace(),
+            uid(request.connection_id),
+            TaskKind.PREVIEW,
+            params,
+            request.timeout_seconds,
+        )
+        result = _succeeded(job)
+        answer = pb.PreviewStreamResponse(job_id=str(job.id), runtime=runtime)
+        answer.columns.extend(column(c) for c in result.get("columns", []))
+        for row in result.get("rows", []):
+            answer.rows.add().update(row)
+        return answer
 
     async def CreateConnection(
         self, request: pb.CreateConnectionRequest, context: Ctx
@@ -132,3 +185,29 @@ def _whole(value: Any) -> Any:
     if isinstance(value, list):
         return [_whole(v) for v in value]
     return value
+
+
+def _succeeded(job: Job) -> dict[str, Any]:
+    if job.state is not JobState.SUCCEEDED:
+        raise Aborted(job.error_message or f"the {job.kind.value} ended {job.state.value}")
+    return job.result or {}
+
+
+def column(c: dict[str, Any]) -> common_pb2.Column:
+    return common_pb2.Column(
+        name=str(c["name"]), type=str(c["type"]), nullable=bool(c.get("nullable", True))
+    )
+
+
+def catalog_stream(s: dict[str, Any]) -> common_pb2.CatalogStream:
+    message = common_pb2.CatalogStream(
+        namespace=str(s.get("namespace", "")),
+        name=str(s["name"]),
+        columns=[column(c) for c in s.get("columns", [])],
+        primary_key=[str(k) for k in s.get("primary_key", [])],
+        row_estimate=int(s.get("row_estimate", 0)),
+        status=CATALOG_STATUSES.get(str(s.get("status")), common_pb2.CATALOG_STATUS_ACTIVE),
+    )
+    if s.get("discovered_at"):
+        message.discovered_at.FromJsonString(str(s["discovered_at"]).replace("+00:00", "Z"))
+    return message

@@ -12,9 +12,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
-from setu_server.models import EventLevel, Job, JobState, Task, runtime_name
+from setu_server.models import EventLevel, Job, JobState, Phase, Task, TaskKind, runtime_name
 from setu_server.service.lifecycle import JobLifecycle
-from setu_server.store import jobs
+from setu_server.service.runs import RunService
+from setu_server.store import jobs, runs
+from setu_server.store.catalog import record_discovery
 from setu_server.store.db import Executor
 
 
@@ -71,4 +73,108 @@ class JobEndsWithItsTask:
             f"{task.error_message}",
             level=EventLevel.ERROR,
             error_message=error,
+        )
+
+
+class TaskOutcomes(JobEndsWithItsTask):
+    """The data-flow meanings (DESIGN §6), by the kind of the task that ended:
+
+    - `test`, `preview`: the job ends with the task's result (one statement).
+    - `discover`: the result updates the connection's catalog, then ends it.
+    - `extract` (an agent staged the source): artifacts and counts are
+      recorded, the run moves to `load`, and the load is dispatched, to the
+      destination's agent or as a cloud `migrate` that resumes at load.
+    - `migrate` that handed off (cloud → agent): the load goes to the agent.
+    - `load`, and a `migrate` that finished: the run ends with its counts.
+
+    A failure keeps the base meaning: `runtime <kind>: <message>`, or
+    CANCELLED when the run asked to stop, unless the run already ended.
+    """
+
+    def __init__(
+        self,
+        lifecycle: JobLifecycle,
+        clock_now: Callable[[], datetime | None],
+        runs_service: RunService,
+    ) -> None:
+        super().__init__(lifecycle, clock_now)
+        self._runs = runs_service
+
+    def success_ends_job(self, result: dict[str, Any]) -> bool:
+        kind = result.get("kind")
+        if kind == "migrate":
+            return not result.get("handoff")
+        return kind not in ("extract", "load", "discover")
+
+    async def succeeded(self, db: Executor, task: Task, result: dict[str, Any]) -> list[Job]:
+        job = await jobs.get_job_any(db, task.job_id)
+        if job is None or job.state.terminal:
+            return []
+        where = runtime_name(task.runtime)
+        if task.kind is TaskKind.EXTRACT:
+            return await self._extracted(db, job, task, result, where)
+        if task.kind is TaskKind.MIGRATE and result.get("handoff"):
+            await self._runs.dispatch_load(db, job)
+            return []
+        if task.kind is TaskKind.LOAD:
+            return await self._loaded(db, job, task, result, where)
+        if task.kind is TaskKind.DISCOVER and job.connection_id is not None:
+            found = result.get("streams", [])
+            catalog = await record_discovery(db, job.connection_id, found, self._now())
+            result = {"streams": catalog}
+        return await super().succeeded(db, task, result)
+
+    async def _extracted(
+        self, db: Executor, job: Job, task: Task, result: dict[str, Any], where: str
+    ) -> list[Job]:
+        artifact = result.get("artifact", {})
+        prefix = str(artifact.get("blob_prefix", ""))
+        now = self._now()
+        staged = artifact.get("streams", [])
+        for stream in staged:
+            name, rows, checksum = str(stream["stream"]), int(stream["rows"]), stream["checksum"]
+            await runs.save_artifact(
+                db,
+                job_id=job.id,
+                task_id=task.id,
+                stream=name,
+                blob_prefix=prefix,
+                parts=[str(p) for p in stream.get("parts", [])],
+                rows=rows,
+                checksum=str(checksum),
+                now=now,
+            )
+            await runs.save_output(
+                db, job.id, name, now=now, rows_extracted=rows, checksum=str(checksum)
+            )
+        total = int(result.get("rows_extracted", 0))
+        await runs.set_plan(db, job.id, now=now, rows_total=total, extract_runtime=where)
+        await runs.set_progress(db, job.id, total, 0, now)
+        moved = await runs.set_phase(
+            db,
+            job.id,
+            Phase.LOAD,
+            f"Extract finished on {where}: {total} rows of {len(staged)} stream(s) staged",
+            now,
+        )
+        await self._runs.dispatch_load(db, moved or job)
+        return [moved] if moved else []
+
+    async def _loaded(
+        self, db: Executor, job: Job, task: Task, result: dict[str, Any], where: str
+    ) -> list[Job]:
+        now = self._now()
+        by_stream = {str(k): int(v) for k, v in result.get("rows_by_stream", {}).items()}
+        for stream, rows in by_stream.items():
+            await runs.save_output(db, job.id, stream, now=now, rows_loaded=rows, loaded=True)
+        loaded = int(result.get("rows_loaded", sum(by_stream.values())))
+        await runs.set_plan(db, job.id, now=now, load_runtime=where)
+        await runs.set_progress(db, job.id, job.rows_extracted, loaded, now)
+        return await jobs.transition_jobs(
+            db,
+            [job.id],
+            JobState.SUCCEEDED,
+            now=now,
+            message=f"Load finished on {where}: {loaded} rows",
+            result={"mode": "staged", "rows_extracted": job.rows_extracted, "rows_loaded": loaded},
         )

@@ -9,19 +9,28 @@ agent needs that agent online, or it fails at once with how to fix it.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 import asyncpg
-from setu_agent.engine.operators import SpecError, parse_spec
 
+from setu_agent.engine.blob import BlobSettings
+from setu_agent.engine.operators import SpecError, parse_spec
+from setu_agent.engine.providers.base import WriteMode
+from setu_agent.engine.staging import run_prefix
+from setu_agent.specs import ConnectionSpec, ExtractSpec, LoadSpec
 from setu_client.clock import Clock
-from setu_client.errors import AgentOffline, FailedPrecondition, NotFound
+from setu_client.errors import AgentOffline, FailedPrecondition, LeaseLost, NotFound
 from setu_server.models import (
+    Agent,
+    EventLevel,
     Job,
     JobKind,
     JobState,
     PipelineForRun,
+    TaskKind,
+    TaskState,
     runtime_name,
 )
 from setu_server.service.lifecycle import JobLifecycle
@@ -57,10 +66,13 @@ def placement_of(job: Job) -> RunPlacement:
 
 
 class RunService:
-    def __init__(self, pool: asyncpg.Pool, clock: Clock, lifecycle: JobLifecycle) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, clock: Clock, lifecycle: JobLifecycle, blob: BlobSettings
+    ) -> None:
         self._pool = pool
         self._clock = clock
         self._lifecycle = lifecycle
+        self._blob = blob
 
     async def submit(
         self,
@@ -78,34 +90,69 @@ class RunService:
         pipeline = await runs.pipeline_for_run(self._pool, pipeline_id, workspace_id)
         if pipeline is None:
             raise NotFound(f"pipeline {pipeline_id} not found")
-        try:
-            parse_spec(pipeline.spec)
-        except SpecError as exc:
-            raise FailedPrecondition(f"pipeline {pipeline.name} is invalid: {exc}") from exc
-        where = placement(pipeline.source, pipeline.destination)
-        now = self._clock.sql_now()
+        _check_spec(pipeline)
         async with transaction(self._pool) as conn:
-            job = await jobs.insert_job(
-                conn,
-                id=uuid.uuid4(),
-                workspace_id=workspace_id,
-                kind=JobKind.RUN,
-                state=JobState.PENDING if start else JobState.READY,
-                now=now,
-                pipeline_id=pipeline.id,
-                params=snapshot(pipeline, where),
-                dry_run=dry_run,
-                idempotency_key=idempotency_key or None,
-            )
-            await jobs.insert_event(
-                conn,
-                job.id,
-                f"Run of {pipeline.name} submitted ({where.flow}{', dry run' if dry_run else ''})",
-                now=now,
+            job = await self._create(
+                conn, pipeline, start=start, dry_run=dry_run, idempotency_key=idempotency_key
             )
             if start:
                 await self.dispatch(conn, job)
         return await self._reread(job)
+
+    async def submit_scheduled(self, db: Executor, pipeline: PipelineForRun, tick: datetime) -> Job:
+        """The run of one schedule tick, through the same path as a manual
+        run, in the caller's transaction. A tick that cannot run (invalid
+        pipeline, offline agent) is recorded as a failed run, so the history
+        shows it."""
+        job = await self._create(
+            db, pipeline, start=True, dry_run=False, idempotency_key="", scheduled_for=tick
+        )
+        try:
+            _check_spec(pipeline)
+            async with db.transaction():
+                await self.dispatch(db, job)
+        except FailedPrecondition as exc:
+            return await jobs.transition_job(
+                db,
+                job.id,
+                JobState.FAILED,
+                now=self._clock.sql_now(),
+                message=f"Scheduled run not started: {exc}",
+                level=EventLevel.ERROR,
+                error_message=str(exc),
+            )
+        return job
+
+    async def _create(
+        self,
+        db: Executor,
+        pipeline: PipelineForRun,
+        *,
+        start: bool,
+        dry_run: bool,
+        idempotency_key: str,
+        scheduled_for: datetime | None = None,
+    ) -> Job:
+        where = placement(pipeline.source, pipeline.destination)
+        now = self._clock.sql_now()
+        job = await jobs.insert_job(
+            db,
+            id=uuid.uuid4(),
+            workspace_id=pipeline.workspace_id,
+            kind=JobKind.RUN,
+            state=JobState.PENDING if start else JobState.READY,
+            now=now,
+            pipeline_id=pipeline.id,
+            params=snapshot(pipeline, where),
+            dry_run=dry_run,
+            idempotency_key=idempotency_key or None,
+            scheduled_for=scheduled_for,
+        )
+        how = ", dry run" if dry_run else ", scheduled" if scheduled_for else ""
+        await jobs.insert_event(
+            db, job.id, f"Run of {pipeline.name} submitted ({where.flow}{how})", now=now
+        )
+        return job
 
     async def dispatch(self, db: Executor, job: Job) -> None:
         """The first task of a pending run (also StartJob's dispatcher)."""
@@ -114,44 +161,122 @@ class RunService:
         where = placement_of(job)
         if where.first_agent is not None:
             await self._require_online(db, where.first_agent)
+        await self._dispatch(db, job, where.first_task, where.first_agent)
+
+    async def dispatch_load(self, db: Executor, job: Job) -> None:
+        """After the extract staged: the load on the destination's agent, or a
+        `migrate` in the cloud, which resumes at load."""
+        where = placement_of(job)
+        kind = TaskKind.LOAD if where.load_agent else TaskKind.MIGRATE
+        await self._dispatch(db, job, kind, where.load_agent)
+
+    async def _dispatch(
+        self, db: Executor, job: Job, kind: TaskKind, agent_id: UUID | None
+    ) -> None:
         task = await tasks.insert_task(
             db,
             id=uuid.uuid4(),
             job_id=job.id,
             workspace_id=job.workspace_id,
-            kind=where.first_task,
-            agent_id=where.first_agent,
+            kind=kind,
+            agent_id=agent_id,
             max_attempts=RUN_TASK_ATTEMPTS,
             payload={"job_id": str(job.id), "pipeline_id": str(job.pipeline_id)},
             now=self._clock.sql_now(),
         )
+        what = "staged data to load" if kind is TaskKind.MIGRATE and job.phase else kind.value
         await jobs.insert_event(
             db,
             job.id,
-            f"Dispatched {task.kind.value} to {runtime_name(task.runtime)}",
+            f"Dispatched {what} to {runtime_name(task.runtime)}",
             now=self._clock.sql_now(),
         )
 
+    async def extract_spec(self, runtime: str, task_id: UUID, token: UUID) -> ExtractSpec:
+        """What an agent needs to extract: ids, the source with its secret
+        references unresolved, and where to stage."""
+        job = await self._leased_job(runtime, task_id, token, TaskKind.EXTRACT)
+        pipeline = job.params["pipeline"]
+        return ExtractSpec(
+            job_id=str(job.id),
+            pipeline_id=str(job.pipeline_id),
+            source=await self._connection(pipeline["source_connection_id"]),
+            streams=list(pipeline["streams"]),
+            blob_prefix=run_prefix(job.workspace_id, job.pipeline_id, job.id),
+            blob=self._blob,
+        )
+
+    async def load_spec(self, runtime: str, task_id: UUID, token: UUID) -> LoadSpec:
+        """What an agent needs to load: the destination (references
+        unresolved), the write mode and the operator chain, and the staged
+        data's prefix and manifest."""
+        job = await self._leased_job(runtime, task_id, token, TaskKind.LOAD)
+        pipeline = job.params["pipeline"]
+        artifacts = await runs.outputs(self._pool, job.id)
+        return LoadSpec(
+            job_id=str(job.id),
+            pipeline_id=str(job.pipeline_id),
+            destination=await self._connection(pipeline["destination_connection_id"]),
+            write_mode=WriteMode(pipeline["write_mode"]),
+            spec=pipeline["spec"],
+            blob_prefix=run_prefix(job.workspace_id, job.pipeline_id, job.id),
+            blob=self._blob,
+            streams=[a.stream for a in artifacts],
+        )
+
+    async def _leased_job(self, runtime: str, task_id: UUID, token: UUID, kind: TaskKind) -> Job:
+        task = await tasks.get_for_runtime(self._pool, task_id, runtime)
+        if task is None:
+            raise NotFound(f"task {task_id} not found")
+        if task.state is not TaskState.LEASED or task.lease_token != token:
+            raise LeaseLost(f"task {task_id} is not leased with this token")
+        if task.kind is not kind:
+            raise FailedPrecondition(
+                f"task {task_id} is a {task.kind.value} task, not {kind.value}"
+            )
+        job = await jobs.get_job_any(self._pool, task.job_id)
+        assert job is not None, "a task's job outlives it"
+        return job
+
+    async def _connection(self, connection_id: str) -> ConnectionSpec:
+        found = await runs.connection_config(self._pool, UUID(connection_id))
+        if found is None:
+            raise FailedPrecondition(f"connection {connection_id} no longer exists")
+        provider, config = found
+        return ConnectionSpec(connection_id, provider, config)
+
     async def _require_online(self, db: Executor, agent_id: UUID) -> None:
         agent = await tenancy.get_agent(db, agent_id)
-        if agent is not None and agent.online(self._clock.now()):
-            return
-        name = f"agent {agent.name} ({agent_id})" if agent else f"agent {agent_id}"
-        if agent is not None and not agent.active:
-            raise AgentOffline(
-                f"{name} is deactivated; register a new agent and place the connection on it"
-            )
-        seen = (
-            f"last seen {agent.last_seen_at:%Y-%m-%d %H:%M:%S} UTC"
-            if agent and agent.last_seen_at
-            else "never seen"
-        )
-        raise AgentOffline(
-            f"{name} is offline ({seen}): start it with `setu-agent --server <address> "
-            f"--agent-token <token>` and submit the run again"
-        )
+        await require_online(agent, agent_id, self._clock.now())
 
     async def _reread(self, job: Job) -> Job:
         fresh = await jobs.get_job(self._pool, job.id, job.workspace_id)
         assert fresh is not None
         return fresh
+
+
+def _check_spec(pipeline: PipelineForRun) -> None:
+    try:
+        parse_spec(pipeline.spec)
+    except SpecError as exc:
+        raise FailedPrecondition(f"pipeline {pipeline.name} is invalid: {exc}") from exc
+
+
+async def require_online(agent: Agent | None, agent_id: UUID, now: datetime) -> None:
+    """Raises AgentOffline, saying how to bring the agent back."""
+    if agent is not None and agent.online(now):
+        return
+    name = f"agent {agent.name} ({agent_id})" if agent else f"agent {agent_id}"
+    if agent is not None and not agent.active:
+        raise AgentOffline(
+            f"{name} is deactivated; register a new agent and place the connection on it"
+        )
+    seen = (
+        f"last seen {agent.last_seen_at:%Y-%m-%d %H:%M:%S} UTC"
+        if agent and agent.last_seen_at
+        else "never seen"
+    )
+    raise AgentOffline(
+        f"{name} is offline ({seen}): start it with `setu-agent --server <address> "
+        f"--token <agent token>` and try again"
+    )

@@ -4,6 +4,8 @@ cloud → cloud: extract to the blob store, persist `phase = load`, load; or,
 for a fresh run whose delta is small, go direct (no blob). A retry resumes
 where the last attempt stopped: at `load` it reads the manifest and never
 touches the source again, and streams already loaded are skipped.
+cloud → agent: stage, then hand the load to the destination's agent.
+agent → cloud: the agent staged; this task starts at `load`.
 
 A direct run skips staging because for a small delta re-reading the source
 on a retry costs less than writing and reading every row twice; a large
@@ -27,6 +29,7 @@ from setu_agent.runtime import TaskContext
 from setu_agent.runtime.task import NonRetryable, TaskCancelled
 from setu_server.models import CLOUD, Job, Phase
 from setu_server.service.runbook import RunBook
+from setu_server.service.runs import placement_of
 
 # Runs whose source holds at most this many rows (the providers' estimate)
 # go direct when fresh. A named setting: SETU_DIRECT_MAX_ROWS.
@@ -107,7 +110,8 @@ class Migrate:
                 if job.dry_run:
                     return await self._dry_run(job, streams, spec, mode)
                 # 0 means the provider cannot tell (a file): stage, to be safe.
-                if job.phase is None and 0 < total <= self._settings.direct_max_rows:
+                direct = placement_of(job).load_agent is None
+                if direct and job.phase is None and 0 < total <= self._settings.direct_max_rows:
                     return await self._direct(job, source, streams, spec, mode, reporter, total)
                 await self._book.enter_phase(
                     job.id,
@@ -121,6 +125,9 @@ class Migrate:
             finally:
                 await source.close()
             await self._book.staged(job.id, UUID(ctx.task.id), prefix, manifest)
+        if placement_of(job).load_agent is not None:
+            # cloud → agent: the cloud's part ends here; the run goes on at the edge.
+            return {"handoff": "load", "rows_extracted": manifest.rows}
         return await self._load(job, manifest, prefix, spec, mode, reporter)
 
     async def _load(

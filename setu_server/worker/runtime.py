@@ -40,6 +40,8 @@ class LocalTaskSource:
         return cancel
 
     async def complete(self, task: LeasedTask, result: dict[str, Any]) -> None:
+        # Outcomes read the kind from the result, as from an agent's report.
+        result = {"kind": task.kind, **result}
         await self._tasks.complete(CLOUD, uuid.UUID(task.id), uuid.UUID(task.lease_token), result)
 
     async def fail(self, task: LeasedTask, error: str, retryable: bool) -> None:

@@ -1,0 +1,59 @@
+"""What a runtime is told about a stage: the connection (config with secret
+references unresolved), the streams, where the staged data lives and, for a
+load, the write mode and the operator chain (DESIGN §6). The server builds
+these; agents receive them over gRPC, the cloud worker directly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from setu_agent.engine.blob import BlobSettings
+from setu_agent.engine.providers.base import WriteMode
+from setu_agent.engine.staging import MANIFEST
+from setu_agent.runtime.task import LeasedTask
+
+
+@dataclass(frozen=True)
+class ConnectionSpec:
+    connection_id: str
+    provider: str
+    config: dict[str, Any]
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"id": self.connection_id, "provider": self.provider, "config": self.config}
+
+    @classmethod
+    def from_payload(cls, data: dict[str, Any]) -> ConnectionSpec:
+        return cls(str(data["id"]), str(data["provider"]), dict(data.get("config") or {}))
+
+
+@dataclass(frozen=True)
+class ExtractSpec:
+    job_id: str
+    pipeline_id: str
+    source: ConnectionSpec
+    streams: list[str]
+    blob_prefix: str
+    blob: BlobSettings
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    job_id: str
+    pipeline_id: str
+    destination: ConnectionSpec
+    write_mode: WriteMode
+    spec: dict[str, Any]
+    blob_prefix: str
+    blob: BlobSettings
+    manifest_path: str = MANIFEST
+    streams: list[str] = field(default_factory=list)
+
+
+class SpecSource(Protocol):
+    """Where a runtime gets the spec of the extract or load it leased."""
+
+    async def extract_spec(self, task: LeasedTask) -> ExtractSpec: ...
+
+    async def load_spec(self, task: LeasedTask) -> LoadSpec: ...

@@ -1,0 +1,90 @@
+"""Test, discover and preview: interactive calls answered by whichever
+runtime the connection is placed on (DESIGN §6).
+
+Each call is a job with one task on the connection's runtime (the cloud
+worker, or its agent); the RPC blocks, bounded, on the job through the watch
+hub, so an edge connection answers as synchronously as a cloud one and the
+call leaves a job in the history. One attempt: an interactive caller wants
+the failure, not a retry.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from setu_agent.specs import ConnectionSpec
+from setu_client.clock import Clock
+from setu_client.errors import DeadlineExceeded, NotFound
+from setu_server.models import CLOUD, Job, JobKind, JobState, Placement, TaskKind, runtime_name
+from setu_server.service.jobs import JobService
+from setu_server.service.runs import require_online
+from setu_server.store import connections, jobs, tasks, tenancy
+from setu_server.store.db import transaction
+
+DEFAULT_TIMEOUT_SECONDS = 30.0
+
+
+class ConnectionOps:
+    def __init__(self, pool: asyncpg.Pool, clock: Clock, job_service: JobService) -> None:
+        self._pool = pool
+        self._clock = clock
+        self._jobs = job_service
+
+    async def run(
+        self,
+        workspace_id: UUID,
+        connection_id: UUID,
+        kind: TaskKind,
+        params: dict[str, Any],
+        timeout_seconds: float,
+    ) -> tuple[Job, str]:
+        """The finished job and the runtime that answered; DeadlineExceeded
+        (the job then cancelled) when no answer came in time."""
+        found = await connections.get_connection(self._pool, connection_id, workspace_id)
+        if found is None:
+            raise NotFound(f"connection {connection_id} not found")
+        agent_id = found.agent_id if found.placement is Placement.AGENT else None
+        if agent_id is not None:
+            agent = await tenancy.get_agent(self._pool, agent_id)
+            await require_online(agent, agent_id, self._clock.now())
+        runtime = runtime_name(str(agent_id) if agent_id else CLOUD)
+        spec = ConnectionSpec(str(found.id), found.provider, found.config)
+        now = self._clock.sql_now()
+        async with transaction(self._pool) as conn:
+            job = await jobs.insert_job(
+                conn,
+                id=uuid.uuid4(),
+                workspace_id=workspace_id,
+                kind=JobKind(kind.value),
+                state=JobState.PENDING,
+                now=now,
+                connection_id=found.id,
+                params=params,
+            )
+            await tasks.insert_task(
+                conn,
+                id=uuid.uuid4(),
+                job_id=job.id,
+                workspace_id=workspace_id,
+                kind=kind,
+                agent_id=agent_id,
+                max_attempts=1,
+                payload={"connection": spec.to_payload(), **params},
+                now=now,
+            )
+            await jobs.insert_event(
+                conn, job.id, f"Dispatched {kind.value} of {found.name} to {runtime}", now=now
+            )
+        timeout = timeout_seconds or DEFAULT_TIMEOUT_SECONDS
+        done = await self._jobs.wait(workspace_id, job.id, timeout)
+        if not done.state.terminal:
+            await self._jobs.cancel(workspace_id, job.id, f"no answer within {timeout:g} s")
+            raise DeadlineExceeded(
+                f"{runtime} did not answer the {kind.value} of {found.name} within "
+                f"{timeout:g} s (job {job.id}); it may be busy: try again, or raise timeout_seconds"
+            )
+        return done, runtime

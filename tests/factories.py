@@ -63,16 +63,17 @@ async def make_task(
     max_attempts: int = 3,
     cloud: bool = False,
     now: datetime | None = None,
+    kind: TaskKind = TaskKind.TEST,
 ) -> Task:
-    """A pending `test` task on the tenant's agent (or the cloud), for a new
-    pending job unless one is given."""
+    """A pending task (`test` unless told) on the tenant's agent (or the
+    cloud), for a new pending job unless one is given."""
     job = job or await make_job(pool, tenant.workspace_id)
     return await tasks.insert_task(
         pool,
         id=uuid.uuid4(),
         job_id=job.id,
         workspace_id=tenant.workspace_id,
-        kind=TaskKind.TEST,
+        kind=kind,
         agent_id=None if cloud else tenant.agent_id,
         max_attempts=max_attempts,
         payload=payload or {},

@@ -142,7 +142,11 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
         return pb.LeaseTaskResponse(task=task_message(task))
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
-        progress = MessageToDict(request.progress) if request.HasField("progress") else None
+        progress = (
+            MessageToDict(request.progress, preserving_proto_field_name=True)
+            if request.HasField("progress")
+            else None
+        )
         expires, cancel = await self._tasks.heartbeat(
             _runtime(), uid(request.task_id), uid(request.lease_token), progress
         )

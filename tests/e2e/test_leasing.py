@@ -173,11 +173,12 @@ async def test_a_cloud_task_of_an_unknown_kind_fails_clearly_and_once(
 ) -> None:
     from setu_client import SetuClient
 
-    task = await make_task(pool, tenant, cloud=True)
+    # An extract runs at the edge only: the cloud's part of a run is `migrate`.
+    task = await make_task(pool, tenant, cloud=True, kind=TaskKind.EXTRACT)
     async with SetuClient(f"127.0.0.1:{server.port}", tenant.api_key) as client:
         outcome = await asyncio.wait_for(client.wait_for_job(str(task.job_id)), 30)
     assert outcome.error_message.startswith(
-        "runtime test: cloud worker cannot run tasks of kind 'test'"
+        "runtime extract: cloud worker cannot run tasks of kind 'extract'"
     )
     row = await tasks.get(pool, task.id)
     assert row is not None and row.attempt == 1, "not retried"

@@ -17,14 +17,12 @@ from setu_agent.engine.expr import (
     IsNull,
     Literal,
     Name,
-    OperatorError,
     Unary,
-    column_refs,
-    compile_filter,
     names,
     parse,
     tokenize,
 )
+from setu_agent.engine.expr_compile import OperatorError, column_refs, compile_filter
 from setu_agent.engine.operators import cast_literal
 
 

@@ -74,6 +74,9 @@ JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdroppe
 JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
 WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+  -- A partition's rows are read through its parent; offering both would
+  -- copy them twice when a pipeline takes every stream.
+  AND NOT c.relispartition
 ORDER BY c.relname, a.attnum
 """
 
@@ -96,13 +99,20 @@ UNIQUE_KEYS = """
 SELECT array_agg(a.attname ORDER BY a.attname)::text[] AS columns
 FROM pg_index i
 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+-- ON CONFLICT can only arbitrate on a plain, immediate, non-partial index.
 WHERE i.indrelid = $1::regclass AND i.indisunique AND i.indpred IS NULL
+  AND i.indexprs IS NULL AND i.indimmediate
 GROUP BY i.indexrelid
 """
 
 
 def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def _number(value: Any) -> bool:
+    # bool is an int to Python, but `true` is no port or timeout.
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _count(status: str) -> int:
@@ -138,7 +148,7 @@ class PostgresProvider:
         if "schema" in config and (not isinstance(config["schema"], str) or not config["schema"]):
             raise ConfigError("config.schema: a non-empty string")
         port = config.get("port", 5432)
-        if not isinstance(port, int | float) or int(port) != port or not 0 < port < 65536:
+        if not _number(port) or int(port) != port or not 0 < port < 65536:
             raise ConfigError("config.port: an integer from 1 to 65535")
         if "password" in config:
             if not is_reference(config["password"]):
@@ -150,7 +160,7 @@ class PostgresProvider:
         if config.get("ssl", "prefer") not in SSL_MODES:
             raise ConfigError(f"config.ssl: one of {', '.join(SSL_MODES)}")
         timeout = config.get("connect_timeout", 10)
-        if not isinstance(timeout, int | float) or not 0 < timeout <= 300:
+        if not _number(timeout) or not 0 < timeout <= 300:
             raise ConfigError("config.connect_timeout: seconds, more than 0 and at most 300")
 
     async def connect(self, config: dict[str, Any]) -> PostgresConnector:
@@ -169,7 +179,9 @@ class PostgresProvider:
                 # the server's per-session cache small.
                 statement_cache_size=32,
             )
-        except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        # InterfaceError: refused client settings, e.g. ssl verify-full
+        # without a root certificate to verify with.
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
             raise ProviderError(f"postgres: cannot connect to {where}: {exc}") from exc
         for name in ("json", "jsonb"):
             await conn.set_type_codec(
@@ -433,10 +445,15 @@ class _Load:
             if others
             else "DO NOTHING"
         )
-        # A key twice in one load would make ON CONFLICT touch a row twice.
+        # A key twice in one load would make ON CONFLICT touch a row twice;
+        # the last one loaded wins, as if the rows were upserted in order.
+        # _setu_out's ctids follow load order: both temp tables are filled
+        # by one sequential pass, and a temp table is never scanned in
+        # parallel or in sync with another scan.
         await self.conn.execute(
             f"INSERT INTO {self.target} ({self.names}) "
             f"SELECT DISTINCT ON ({keys}) {self.names} FROM _setu_out "
+            f"ORDER BY {keys}, ctid DESC "
             f"ON CONFLICT ({keys}) {action}"
         )
         if self.mode is WriteMode.MERGE:

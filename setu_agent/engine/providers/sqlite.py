@@ -6,6 +6,8 @@ starts read-only and is reopened read-write on the first write, so a source is
 never opened for writing. Values are stored in SQLite's natural forms (ISO 8601
 text for dates and times, text for numerics and JSON, 0/1 for booleans) and
 converted back to the neutral representation on read.
+
+Type and value conversion lives in sqlite_values.
 """
 
 from __future__ import annotations
@@ -13,20 +15,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
-from datetime import UTC, date, datetime, time
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
-from uuid import UUID
 
 from setu_agent.engine.providers.base import ConfigError, Connector, ProviderError, WriteMode
-from setu_agent.engine.types import Batch, Column, Row, Stream
+from setu_agent.engine.providers.sqlite_values import DECLARED, neutral_of, row_reader, row_writer
+from setu_agent.engine.types import Batch, Column, Stream
 
 T = TypeVar("T")
-Convert = Callable[[Any], Any]
 
 _KEYS = frozenset({"path", "create"})
 
@@ -331,249 +329,3 @@ def _has_unique_key(
             if columns == wanted:
                 return True
     return False
-
-
-# --- types and values --------------------------------------------------------------
-
-# Declared types for the tables write() creates; each reads back as its own
-# neutral type (INT4, FLOAT4: INTEGER and REAL read as bigint and double).
-# Numerics are declared with TEXT affinity: NUMERIC affinity would turn '0.10'
-# into REAL 0.1, losing the scale and any digit past the 15th.
-DECLARED: dict[str, str] = {
-    "boolean": "BOOLEAN",
-    "smallint": "SMALLINT",
-    "integer": "INT4",
-    "bigint": "BIGINT",
-    "real": "FLOAT4",
-    "double": "DOUBLE",
-    "numeric": "DECIMAL_TEXT",
-    "text": "TEXT",
-    "bytes": "BLOB",
-    "date": "DATE",
-    "time": "TIME",
-    "timestamp": "DATETIME",
-    "timestamptz": "TIMESTAMPTZ",
-    "uuid": "UUID",
-    "json": "JSON",
-}
-
-_EXACT: dict[str, str] = {
-    "BOOLEAN": "boolean",
-    "BOOL": "boolean",
-    "SMALLINT": "smallint",
-    "INT2": "smallint",
-    "INT4": "integer",
-    "FLOAT4": "real",
-    "REAL": "double",
-    "FLOAT": "double",
-    "DOUBLE": "double",
-    "DOUBLE PRECISION": "double",
-    "NUMERIC": "numeric",
-    "DECIMAL": "numeric",
-    "DECIMAL_TEXT": "numeric",
-    "DATE": "date",
-    "DATETIME": "timestamp",
-    "TIMESTAMP": "timestamp",
-    "TIMESTAMPTZ": "timestamptz",
-    "TIMESTAMP WITH TIME ZONE": "timestamptz",
-    "TIME": "time",
-    "UUID": "uuid",
-    "JSON": "json",
-    "JSONB": "json",
-    "BLOB": "bytes",
-}
-
-
-def neutral_of(declared: str) -> str:
-    """The neutral type of a declared SQLite column type: known names first,
-    then SQLite's own affinity rules; anything else reads as text."""
-    base = " ".join(declared.split("(")[0].upper().split())
-    if base in _EXACT:
-        return _EXACT[base]
-    if "INT" in base:
-        return "bigint"
-    if any(part in base for part in ("CHAR", "CLOB", "TEXT")):
-        return "text"
-    if "BLOB" in base:
-        return "bytes"
-    if any(part in base for part in ("REAL", "FLOA", "DOUB")):
-        return "double"
-    return "text"
-
-
-def _r_boolean(v: Any) -> bool:
-    if isinstance(v, int | float) and v in (0, 1):
-        return bool(v)
-    if isinstance(v, str):
-        word = v.strip().lower()
-        if word in ("1", "t", "true", "y", "yes"):
-            return True
-        if word in ("0", "f", "false", "n", "no"):
-            return False
-    raise ValueError("not a boolean (0/1, true/false)")
-
-
-def _int_reader(bits: int) -> Convert:
-    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
-
-    def read(v: Any) -> int:
-        if isinstance(v, float) and not v.is_integer():
-            raise ValueError("not a whole number")
-        if isinstance(v, bytes):
-            raise TypeError("a blob")
-        number = int(v)
-        if not low <= number <= high:
-            raise ValueError(f"out of range for a {bits}-bit integer")
-        return number
-
-    return read
-
-
-def _r_double(v: Any) -> float:
-    if isinstance(v, bytes):
-        raise TypeError("a blob")
-    return float(v)
-
-
-def _r_numeric(v: Any) -> Decimal:
-    if isinstance(v, float):
-        return Decimal(repr(v))  # the shortest repr, not the binary expansion
-    if isinstance(v, bytes):
-        raise TypeError("a blob")
-    return Decimal(v.strip() if isinstance(v, str) else v)
-
-
-def _r_text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
-def _r_bytes(v: Any) -> bytes:
-    if isinstance(v, str):
-        return v.encode()
-    if not isinstance(v, bytes):
-        raise TypeError("a number")
-    return v
-
-
-def _r_date(v: Any) -> date:
-    return date.fromisoformat(v)
-
-
-def _r_time(v: Any) -> time:
-    value = time.fromisoformat(v)
-    if value.tzinfo is not None:
-        raise ValueError("a time with a zone")
-    return value
-
-
-def _r_timestamp(v: Any) -> datetime:
-    value = datetime.fromisoformat(v)
-    if value.tzinfo is not None:  # an offset in a naive column: keep the instant, in UTC
-        value = value.astimezone(UTC).replace(tzinfo=None)
-    return value
-
-
-def _r_timestamptz(v: Any) -> datetime:
-    value = datetime.fromisoformat(v)
-    if value.tzinfo is None:  # SQLite's CURRENT_TIMESTAMP and datetime() are UTC
-        return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
-
-
-def _r_uuid(v: Any) -> UUID:
-    return UUID(bytes=v) if isinstance(v, bytes) else UUID(v)
-
-
-def _r_json(v: Any) -> Any:
-    # A JSON column's numbers may be stored as numbers (NUMERIC affinity).
-    return v if isinstance(v, int | float) else json.loads(v)
-
-
-_READERS: dict[str, Convert] = {
-    "boolean": _r_boolean,
-    "smallint": _int_reader(16),
-    "integer": _int_reader(32),
-    "bigint": _int_reader(64),
-    "real": _r_double,
-    "double": _r_double,
-    "numeric": _r_numeric,
-    "text": _r_text,
-    "bytes": _r_bytes,
-    "date": _r_date,
-    "time": _r_time,
-    "timestamp": _r_timestamp,
-    "timestamptz": _r_timestamptz,
-    "uuid": _r_uuid,
-    "json": _r_json,
-}
-
-
-def _w_timestamptz(v: Any) -> str:
-    if not isinstance(v, datetime) or v.utcoffset() is None:
-        raise ValueError("a timestamptz needs an aware datetime")
-    # UTC text sorts in time order.
-    return v.astimezone(UTC).isoformat(sep=" ")
-
-
-def _w_timestamp(v: Any) -> str:
-    return str(v.isoformat(sep=" "))
-
-
-_dump_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-
-_WRITERS: dict[str, Convert] = {
-    "boolean": int,
-    "numeric": str,
-    "bytes": bytes,
-    "date": date.isoformat,
-    "time": time.isoformat,
-    "timestamp": _w_timestamp,
-    "timestamptz": _w_timestamptz,
-    "uuid": str,
-    "json": _dump_json,
-}
-
-
-def _converter(
-    table: str, columns: Sequence[Column], table_of: dict[str, Convert], verb: str
-) -> Callable[[Sequence[Any]], Row]:
-    convs = [table_of.get(c.type) for c in columns]
-    pairs = [(i, f) for i, f in enumerate(convs) if f is not None]
-
-    def convert(row: Sequence[Any]) -> Row:
-        values = list(row)
-        try:
-            for i, f in pairs:
-                if values[i] is not None:
-                    values[i] = f(values[i])
-        except (ValueError, TypeError, ArithmeticError, AttributeError) as exc:
-            raise _value_error(table, columns, convs, row, verb) from exc
-        return tuple(values)
-
-    return convert
-
-
-def _value_error(
-    table: str, columns: Sequence[Column], convs: list[Convert | None], row: Any, verb: str
-) -> ProviderError:
-    for column, f, value in zip(columns, convs, row, strict=True):
-        if f is None or value is None:
-            continue
-        try:
-            f(value)
-        except Exception as exc:
-            return ProviderError(
-                f"sqlite: table {table!r}, column {column.name!r}: cannot {verb} "
-                f"{value!r:.100} as {column.type} ({exc or type(exc).__name__})"
-            )
-    return ProviderError(f"sqlite: table {table!r}: cannot {verb} row {row!r:.200}")
-
-
-def row_reader(table: str, columns: Sequence[Column]) -> Callable[[Sequence[Any]], Row]:
-    """Converts a row as sqlite3 returns it into neutral values."""
-    return _converter(table, columns, _READERS, "read")
-
-
-def row_writer(table: str, columns: Sequence[Column]) -> Callable[[Sequence[Any]], Row]:
-    """Converts a row of neutral values into what SQLite stores."""
-    return _converter(table, columns, _WRITERS, "write")

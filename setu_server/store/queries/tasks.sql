@@ -67,16 +67,36 @@ SELECT extract(epoch FROM min(run_after) - coalesce($2, now()))::float8 FROM tas
 WHERE runtime = $1 AND state = 'pending' AND run_after > coalesce($2, now());
 
 -- name: heartbeat_task
--- Extends a live lease; answers whether its job asked to cancel.
+-- Extends a live lease; answers whether its job asked to cancel. An edge
+-- stage's progress (rows_read of an extract, rows_written of a load) becomes
+-- its run's counts, with a version bump and a notify, so WatchJob shows it.
 -- $1 id, $2 lease_token, $3 lease seconds, $4 progress, $5 now
-UPDATE task
-SET lease_expires_at = coalesce($5, now()) + make_interval(secs => $3),
-    progress = coalesce($4, progress),
-    updated_at = coalesce($5, now())
-FROM job
-WHERE task.id = $1 AND task.lease_token = $2 AND task.state = 'leased'
-  AND task.lease_expires_at > coalesce($5, now()) AND job.id = task.job_id
-RETURNING task.lease_expires_at, job.cancel_requested;
+WITH beat AS (
+    UPDATE task
+    SET lease_expires_at = coalesce($5, now()) + make_interval(secs => $3),
+        progress = coalesce($4, progress),
+        updated_at = coalesce($5, now())
+    FROM job
+    WHERE task.id = $1 AND task.lease_token = $2 AND task.state = 'leased'
+      AND task.lease_expires_at > coalesce($5, now()) AND job.id = task.job_id
+    RETURNING task.job_id, task.kind, task.lease_expires_at, job.cancel_requested
+), counted AS (
+    UPDATE job
+    SET rows_extracted = CASE WHEN beat.kind = 'extract'
+                              THEN ($4::jsonb ->> 'rows_read')::bigint ELSE rows_extracted END,
+        rows_loaded = CASE WHEN beat.kind = 'load'
+                           THEN ($4::jsonb ->> 'rows_written')::bigint ELSE rows_loaded END,
+        version = job.version + 1,
+        updated_at = coalesce($5, now())
+    FROM beat
+    WHERE job.id = beat.job_id AND job.state = 'running'
+      AND ((beat.kind = 'extract' AND $4::jsonb ? 'rows_read')
+           OR (beat.kind = 'load' AND $4::jsonb ? 'rows_written'))
+    RETURNING pg_notify('setu_job', json_build_object(
+        'job_id', job.id, 'version', job.version, 'state', job.state)::text) AS notified
+)
+SELECT beat.lease_expires_at, beat.cancel_requested, (SELECT count(*) FROM counted) AS counted
+FROM beat;
 
 -- name: complete_task
 -- $1 id, $2 lease_token, $3 result, $4 now

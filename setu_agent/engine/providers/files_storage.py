@@ -1,0 +1,244 @@
+"""Where the `file` provider's files are: a local folder or file, or an S3
+prefix or key, behind one small protocol (list, read lines, write a temp
+file and swap it in).
+
+Separate from files.py because it is only I/O: it knows nothing of formats,
+types or write modes, and the connector sees one interface for both places.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncGenerator
+from contextlib import AsyncExitStack, aclosing
+from pathlib import Path, PurePosixPath
+from typing import Any, Protocol
+
+from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
+
+from setu_agent.engine import s3
+from setu_agent.engine.providers.base import ProviderError
+
+READ_HINT = 1024 * 1024
+
+# ---------------------------------------------------------------- storage
+
+
+class _Storage(Protocol):
+    """Where the files are: a local folder or file, or an S3 prefix or key.
+    A file is named by a ref: its path, or its key."""
+
+    single: bool
+
+    def target(self, stream: str, ext: str) -> str: ...
+
+    def where(self, ref: str) -> str: ...
+
+    async def list_files(self, ext: str) -> list[str]: ...
+
+    def chunks(self, ref: str) -> AsyncGenerator[list[bytes], None]: ...
+
+    async def exists(self, ref: str) -> bool: ...
+
+    async def temp_file(self, ref: str) -> Path: ...
+
+    async def copy_to(self, ref: str, temp: Path) -> None: ...
+
+    async def commit(self, ref: str, temp: Path) -> None: ...
+
+    async def test(self, ext: str) -> str: ...
+
+    async def close(self) -> None: ...
+
+
+def _check_stream_name(stream: str) -> None:
+    if not stream or "/" in stream or "\\" in stream or stream in (".", ".."):
+        raise ProviderError(f"stream name {stream!r} cannot name a file")
+
+
+class _LocalFiles:
+    def __init__(self, path: Path, single: bool) -> None:
+        self.path = path
+        self.single = single
+
+    def target(self, stream: str, ext: str) -> str:
+        _check_stream_name(stream)
+        return str(self.path if self.single else self.path / f"{stream}{ext}")
+
+    def where(self, ref: str) -> str:
+        return ref
+
+    async def list_files(self, ext: str) -> list[str]:
+        def scan() -> list[str]:
+            if self.single:
+                return [str(self.path)] if self.path.is_file() else []
+            return sorted(str(p) for p in self.path.iterdir() if p.suffix == ext and p.is_file())
+
+        try:
+            return await asyncio.to_thread(scan)
+        except OSError as exc:
+            raise ProviderError(f"cannot list {self.path}: {exc.strerror or exc}") from exc
+
+    async def chunks(self, ref: str) -> AsyncGenerator[list[bytes], None]:
+        try:
+            source = await asyncio.to_thread(open, ref, "rb")
+        except OSError as exc:
+            raise ProviderError(f"cannot open {ref}: {exc.strerror or exc}") from exc
+        try:
+            while lines := await asyncio.to_thread(source.readlines, READ_HINT):
+                yield lines
+        except OSError as exc:
+            raise ProviderError(f"cannot read {ref}: {exc.strerror or exc}") from exc
+        finally:
+            source.close()
+
+    async def exists(self, ref: str) -> bool:
+        return await asyncio.to_thread(os.path.isfile, ref)
+
+    async def temp_file(self, ref: str) -> Path:
+        # Beside the target, so the final rename stays on one filesystem.
+        path = Path(ref)
+        try:
+            await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ProviderError(f"cannot create {path.parent}: {exc.strerror or exc}") from exc
+        return path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+
+    async def copy_to(self, ref: str, temp: Path) -> None:
+        await asyncio.to_thread(shutil.copyfile, ref, temp)
+
+    async def commit(self, ref: str, temp: Path) -> None:
+        await asyncio.to_thread(os.replace, temp, ref)
+
+    async def test(self, ext: str) -> str:
+        def check() -> str:
+            kind = "file" if self.single else "folder"
+            exists = self.path.is_file() if self.single else self.path.is_dir()
+            if not exists:
+                raise ProviderError(f"{kind} {self.path} does not exist")
+            if not os.access(self.path, os.R_OK | (0 if self.single else os.X_OK)):
+                raise ProviderError(f"{kind} {self.path} is not readable")
+            if self.single:
+                return f"file {self.path} ({self.path.stat().st_size} bytes)"
+            count = sum(1 for p in self.path.iterdir() if p.suffix == ext and p.is_file())
+            return f"{count} {ext[1:]} files in {self.path}"
+
+        return await asyncio.to_thread(check)
+
+    async def close(self) -> None:
+        return None
+
+
+class _S3Files:
+    def __init__(self, settings: s3.S3Settings, bucket: str, key: str, single: bool) -> None:
+        self.settings = settings
+        self.bucket = bucket
+        self.single = single
+        # A prefix names a folder: s3://b/data and s3://b/data/ both list data/.
+        self.key = key if single or not key or key.endswith("/") else key + "/"
+        self._stack = AsyncExitStack()
+        self._client: Any = None
+        self._lock = asyncio.Lock()
+
+    async def _open(self) -> Any:
+        async with self._lock:
+            if self._client is None:
+                client = s3.s3_client(self.settings)
+                self._client = await self._stack.enter_async_context(client)
+        return self._client
+
+    def target(self, stream: str, ext: str) -> str:
+        _check_stream_name(stream)
+        return self.key if self.single else f"{self.key}{stream}{ext}"
+
+    def where(self, ref: str) -> str:
+        return f"s3://{self.bucket}/{ref}"
+
+    def _error(self, ref: str, exc: Exception) -> ProviderError:
+        if isinstance(exc, ClientError):
+            code = s3.error_code(exc)
+            if code == "NoSuchBucket":
+                where = self.settings.where()
+                return ProviderError(f"bucket {self.bucket} does not exist at {where}")
+            if s3.is_not_found(exc):
+                return ProviderError(f"{self.where(ref)} does not exist")
+            return ProviderError(f"{self.where(ref)}: {s3.error_message(exc)}")
+        return ProviderError(f"{self.where(ref)} at {self.settings.where()}: {exc}")
+
+    async def list_files(self, ext: str) -> list[str]:
+        client = await self._open()
+        keys: list[str] = []
+        try:
+            pages = client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.key, Delimiter="/"
+            )
+            async for page in pages:
+                keys.extend(item["Key"] for item in page.get("Contents", []))
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(self.key, exc) from exc
+        if self.single:
+            return [key for key in keys if key == self.key]
+        return sorted(key for key in keys if PurePosixPath(key).suffix == ext)
+
+    async def chunks(self, ref: str) -> AsyncGenerator[list[bytes], None]:
+        client = await self._open()
+        try:
+            async with aclosing(s3.iter_lines(client, self.bucket, ref)) as lines:
+                async for chunk in lines:
+                    yield chunk
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(ref, exc) from exc
+
+    async def exists(self, ref: str) -> bool:
+        client = await self._open()
+        try:
+            await client.head_object(Bucket=self.bucket, Key=ref)
+        except ClientError as exc:
+            if s3.is_not_found(exc):
+                return False
+            raise self._error(ref, exc) from exc
+        except BotoCoreError as exc:
+            raise self._error(ref, exc) from exc
+        return True
+
+    async def temp_file(self, ref: str) -> Path:
+        def make() -> Path:
+            handle, name = tempfile.mkstemp(prefix="setu-file-", suffix=PurePosixPath(ref).suffix)
+            os.close(handle)
+            return Path(name)
+
+        return await asyncio.to_thread(make)
+
+    async def copy_to(self, ref: str, temp: Path) -> None:
+        try:
+            await s3.download(await self._open(), self.bucket, ref, temp)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(ref, exc) from exc
+
+    async def commit(self, ref: str, temp: Path) -> None:
+        try:
+            await s3.upload(await self._open(), self.bucket, ref, temp)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(ref, exc) from exc
+
+    async def test(self, ext: str) -> str:
+        client = await self._open()
+        try:
+            await client.head_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            if s3.error_code(exc) in ("404", "NoSuchBucket"):
+                where = self.settings.where()
+                raise ProviderError(f"bucket {self.bucket} does not exist at {where}") from exc
+            raise self._error("", exc) from exc
+        except BotoCoreError as exc:
+            raise self._error("", exc) from exc
+        count = len(await self.list_files(ext))
+        return f"{count} {ext[1:]} files at {self.where(self.key)}"
+
+    async def close(self) -> None:
+        self._client = None
+        await self._stack.aclose()

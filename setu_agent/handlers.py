@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import base64
 import importlib
+import math
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import date, datetime, time
 from decimal import Decimal
@@ -32,6 +33,10 @@ from setu_agent.runtime.task import NonRetryable
 from setu_agent.specs import ConnectionSpec, SpecSource
 
 PREVIEW_LIMIT = 20
+
+# What this runtime lets a connection reach: (provider, resolved config),
+# raising ConfigError. The cloud's keeps tenants off the server's own files.
+ConnectPolicy = Callable[[str, dict[str, Any]], None]
 
 
 class ContextReporter:
@@ -56,6 +61,8 @@ class ContextReporter:
 
 def jsonable(value: Any) -> Any:
     """A neutral value as JSON for a preview: exact numbers as strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # NaN and the infinities have no JSON number
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, Decimal):
@@ -77,11 +84,13 @@ class EngineHandlers:
         *,
         blob_override: BlobSettings | None = None,
         batch_rows: int = transfer.DEFAULT_BATCH_ROWS,
+        policy: ConnectPolicy | None = None,
     ) -> None:
         self._secrets = secrets
         self._specs = specs
         self._blob_override = blob_override
         self._batch_rows = batch_rows
+        self._policy = policy
 
     def table(self) -> dict[str, Handler]:
         handlers: dict[str, Handler] = {
@@ -97,7 +106,7 @@ class EngineHandlers:
 
     async def test(self, ctx: TaskContext) -> dict[str, Any]:
         try:
-            connector = await self._connect(_connection(ctx))
+            connector = await self._connect(ctx, _connection(ctx))
         except (ConfigError, ProviderError) as exc:
             return {"ok": False, "message": str(exc)}
         try:
@@ -108,14 +117,14 @@ class EngineHandlers:
             await connector.close()
 
     async def discover(self, ctx: TaskContext) -> dict[str, Any]:
-        async with self._connected(_connection(ctx)) as connector:
+        async with self._connected(ctx, _connection(ctx)) as connector:
             streams = await connector.discover()
         return {"streams": [s.to_dict() for s in streams]}
 
     async def preview(self, ctx: TaskContext) -> dict[str, Any]:
         wanted = str(ctx.task.payload.get("stream", ""))
         limit = int(ctx.task.payload.get("limit") or PREVIEW_LIMIT)
-        async with self._connected(_connection(ctx)) as connector:
+        async with self._connected(ctx, _connection(ctx)) as connector:
             stream = transfer.select_streams(await connector.discover(), [wanted])[0]
             rows = await connector.preview(stream, limit)
         names = stream.column_names
@@ -130,7 +139,7 @@ class EngineHandlers:
         assert self._specs is not None
         spec = await self._specs.extract_spec(ctx.task)
         async with (
-            self._connected(spec.source) as source,
+            self._connected(ctx, spec.source) as source,
             self._blob(spec.blob) as blob,
         ):
             streams = transfer.select_streams(await source.discover(), spec.streams)
@@ -163,7 +172,7 @@ class EngineHandlers:
             raise NonRetryable(str(exc)) from exc
         async with self._blob(spec.blob) as blob:
             manifest = await read_manifest(blob, spec.blob_prefix)
-            async with self._connected(spec.destination) as destination:
+            async with self._connected(ctx, spec.destination) as destination:
                 totals = await transfer.load(
                     destination,
                     manifest,
@@ -180,14 +189,19 @@ class EngineHandlers:
 
     # -- plumbing
 
-    async def _connect(self, connection: ConnectionSpec) -> Connector:
+    async def _connect(self, ctx: TaskContext, connection: ConnectionSpec) -> Connector:
         provider = get_provider(connection.provider)
-        return await provider.connect(self._secrets.resolve(connection.config))
+        config = self._secrets.resolve(connection.config, ctx.redact)
+        if self._policy is not None:
+            self._policy(connection.provider, config)
+        return await provider.connect(config)
 
     @asynccontextmanager
-    async def _connected(self, connection: ConnectionSpec) -> AsyncIterator[Connector]:
+    async def _connected(
+        self, ctx: TaskContext, connection: ConnectionSpec
+    ) -> AsyncIterator[Connector]:
         try:
-            connector = await self._connect(connection)
+            connector = await self._connect(ctx, connection)
         except ConfigError as exc:
             raise NonRetryable(str(exc)) from exc
         try:

@@ -31,6 +31,13 @@ class Settings:
     )
     s3_endpoint_url: str = field(default="", metadata={"help": "S3 endpoint, for non-AWS S3"})
     s3_region: str = field(default="us-east-1", metadata={"help": "S3 region of the blob bucket"})
+    local_files_root: str = field(
+        default="",
+        metadata={
+            "help": "the only folder cloud connections may read or write files in "
+            "(default DATA_DIR/files)"
+        },
+    )
     secrets_file: str = field(
         default="",
         metadata={"help": "JSON file of NAME -> value for cloud connections' secret references"},
@@ -86,6 +93,10 @@ class Settings:
     @property
     def embedded_pg_dir(self) -> Path:
         return self.data_dir / "pg"
+
+    @property
+    def files_root(self) -> Path:
+        return Path(self.local_files_root) if self.local_files_root else self.data_dir / "files"
 
     @property
     def blob_root(self) -> str:

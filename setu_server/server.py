@@ -64,6 +64,7 @@ from setu_server.store.listener import Listener
 from setu_server.store.migrate import migrate
 from setu_server.worker import cloud_worker
 from setu_server.worker.migrate import Migrate, MigrateSettings
+from setu_server.worker.policy import CloudPolicy
 
 log = logging.getLogger("setu.server")
 
@@ -238,14 +239,16 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
     reaper = Reaper(task_service, settings.reaper_interval_seconds)
     scheduler = Scheduler(pool, clock, runs_service, settings.scheduler_interval_seconds)
     secrets = SecretStore.from_file(Path(settings.secrets_file) if settings.secrets_file else None)
+    reach = CloudPolicy(settings.files_root)
     migrate_handler = Migrate(
         RunBook(pool, clock, lifecycle),
         blob,
         secrets,
         MigrateSettings(batch_rows=settings.batch_rows, direct_max_rows=settings.direct_max_rows),
+        reach,
     )
     handlers: dict[str, Handler] = {
-        **EngineHandlers(secrets, batch_rows=settings.batch_rows).table(),
+        **EngineHandlers(secrets, batch_rows=settings.batch_rows, policy=reach).table(),
         "migrate": migrate_handler,
     }
     worker = cloud_worker(task_service, handlers, settings.worker_concurrency)

@@ -24,10 +24,12 @@ ADMIN_TOKEN = new_secret(TokenKind.ADMIN).token
 
 
 def server_settings(**overrides: object) -> Settings:
-    return replace(
-        Settings(listen="127.0.0.1:0", admin_token=ADMIN_TOKEN, grace_seconds=1.0),
-        **overrides,  # type: ignore[arg-type]
+    # Tests keep their files in their own tmp folders: cloud connections may
+    # use any local path here (tests/e2e/test_cloud_policy.py pins the rule).
+    base = Settings(
+        listen="127.0.0.1:0", admin_token=ADMIN_TOKEN, grace_seconds=1.0, local_files_root="/"
     )
+    return replace(base, **overrides)  # type: ignore[arg-type]
 
 
 @contextlib.asynccontextmanager

@@ -83,13 +83,18 @@ class SecretStore:
             )
         return value
 
-    def resolve(self, config: Any) -> Any:
-        """A copy of config with every reference replaced by its value."""
+    def resolve(self, config: Any, seen: set[str] | None = None) -> Any:
+        """A copy of config with every reference replaced by its value; each
+        value used is added to `seen`, so the caller can keep it out of
+        anything it reports."""
         if is_reference(config):
             check_reference(config, "config")
-            return self.lookup(config[SECRET_KEY])
+            value = self.lookup(config[SECRET_KEY])
+            if seen is not None:
+                seen.add(value)
+            return value
         if isinstance(config, dict):
-            return {key: self.resolve(value) for key, value in config.items()}
+            return {key: self.resolve(value, seen) for key, value in config.items()}
         if isinstance(config, list):
-            return [self.resolve(value) for value in config]
+            return [self.resolve(value, seen) for value in config]
         return config

@@ -84,7 +84,7 @@ class Runtime:
         self._slots: list[asyncio.Task[None]] = []
         self._running: dict[str, asyncio.Task[None]] = {}
         # Observability: tasks this runtime reported, by outcome.
-        self.reported: dict[str, int] = {"completed": 0, "failed": 0, "lost": 0}
+        self.reported: dict[str, int] = {"completed": 0, "failed": 0, "lost": 0, "refused": 0}
 
     def set_lease_ttl(self, seconds: float) -> None:
         self._ttl = seconds
@@ -131,6 +131,9 @@ class Runtime:
                     # stop() gave up on this task: the execution hands it back.
                     await asyncio.gather(execution, return_exceptions=True)
                 return
+            except Exception:
+                # A slot outlives any one task: the reaper recovers this one.
+                log.exception("task execution broke; the slot goes on", extra={"task_id": task.id})
             finally:
                 self._running.pop(task.id, None)
 
@@ -170,12 +173,13 @@ class Runtime:
             handler(context), name=f"handler-{task.id}"
         )
         beats = asyncio.create_task(self._heartbeats(context, work))
+        report = context.redacted
         try:
             result = await work
         except TaskCancelled as exc:
             await self._report_failure(task, str(exc) or "cancelled by request", retryable=False)
         except NonRetryable as exc:
-            await self._report_failure(task, str(exc), retryable=False)
+            await self._report_failure(task, report(str(exc)), retryable=False)
         except asyncio.CancelledError:
             if beats.done() and isinstance(beats.exception(), LeaseLost):
                 self.reported["lost"] += 1
@@ -187,9 +191,10 @@ class Runtime:
             raise
         except Exception as exc:
             log.exception("task failed", extra={"task_id": task.id, "kind": task.kind})
-            await self._report_failure(task, describe(exc), retryable=True)
+            await self._report_failure(task, report(describe(exc)), retryable=True)
         else:
-            await self._report(lambda: self._source.complete(task, result), "completed", task)
+            clean = report(result)
+            await self._report(lambda: self._source.complete(task, clean), "completed", task)
         finally:
             beats.cancel()
             with contextlib.suppress(asyncio.CancelledError, LeaseLost):
@@ -220,5 +225,16 @@ class Runtime:
         except LeaseLost:
             self.reported["lost"] += 1
             log.warning("report refused: lease lost", extra={"task_id": task.id})
+            return
+        except Exception as exc:
+            # Refused for good (a malformed result, a server error): say so
+            # once, as a failure nobody should retry, rather than go silent.
+            log.exception("report refused", extra={"task_id": task.id, "outcome": outcome})
+            if outcome == "completed":
+                with contextlib.suppress(Exception):
+                    await self._source.fail(
+                        task, f"the server refused the result: {describe(exc)}", False
+                    )
+            self.reported["refused"] += 1
             return
         self.reported[outcome] += 1

@@ -7,6 +7,9 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+# Shorter values (a port, "on") would blank out unrelated text.
+MIN_REDACTED = 3
+
 
 @dataclass(frozen=True)
 class LeasedTask:
@@ -43,6 +46,22 @@ class TaskContext:
         self.task = task
         self.cancel_requested = asyncio.Event()
         self.progress: dict[str, Any] = {}
+        # Secret values this task resolved: never in what it reports.
+        self.redact: set[str] = set()
+
+    def redacted(self, value: Any) -> Any:
+        """value (text, or a result's strings) with every secret it resolved
+        replaced by `***`: a provider's message may quote a host or user."""
+        if isinstance(value, str):
+            for secret in sorted(self.redact, key=len, reverse=True):
+                if len(secret) >= MIN_REDACTED:
+                    value = value.replace(secret, "***")
+            return value
+        if isinstance(value, dict):
+            return {k: self.redacted(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.redacted(v) for v in value]
+        return value
 
     def report(self, **progress: Any) -> None:
         """Progress to send with the next heartbeat (rows_read, rows_written, stream, message)."""

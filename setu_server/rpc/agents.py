@@ -70,7 +70,12 @@ def _result(request: pb.CompleteTaskRequest) -> dict[str, Any]:
     which = request.WhichOneof("result")
     if which is None:
         return {}
-    body: dict[str, Any] = MessageToDict(getattr(request, which), preserving_proto_field_name=True)
+    body: dict[str, Any] = MessageToDict(
+        getattr(request, which),
+        preserving_proto_field_name=True,
+        # A zero row count or `nullable: false` is an answer, not an absence.
+        always_print_fields_with_no_presence=True,
+    )
     return {"kind": which, **body}
 
 

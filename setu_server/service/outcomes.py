@@ -111,6 +111,19 @@ class TaskOutcomes(JobEndsWithItsTask):
         if job is None or job.state.terminal:
             return []
         where = runtime_name(task.runtime)
+        hands_on = task.kind is TaskKind.EXTRACT or (
+            task.kind is TaskKind.MIGRATE and bool(result.get("handoff"))
+        )
+        if hands_on and job.cancel_requested:
+            # Asked to stop while this stage finished: the next one never starts.
+            return await jobs.transition_jobs(
+                db,
+                [job.id],
+                JobState.CANCELLED,
+                now=self._now(),
+                message=f"Cancelled after {task.kind.value} on {where}; the load was not started",
+                error_message=job.error_message or "cancelled by request",
+            )
         if task.kind is TaskKind.EXTRACT:
             return await self._extracted(db, job, task, result, where)
         if task.kind is TaskKind.MIGRATE and result.get("handoff"):

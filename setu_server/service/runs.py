@@ -21,7 +21,13 @@ from setu_agent.engine.providers.base import WriteMode
 from setu_agent.engine.staging import run_prefix
 from setu_agent.specs import ConnectionSpec, ExtractSpec, LoadSpec
 from setu_client.clock import Clock
-from setu_client.errors import AgentOffline, FailedPrecondition, LeaseLost, NotFound
+from setu_client.errors import (
+    AgentOffline,
+    AlreadyExists,
+    FailedPrecondition,
+    LeaseLost,
+    NotFound,
+)
 from setu_server.models import (
     Agent,
     EventLevel,
@@ -91,12 +97,19 @@ class RunService:
         if pipeline is None:
             raise NotFound(f"pipeline {pipeline_id} not found")
         _check_spec(pipeline)
-        async with transaction(self._pool) as conn:
-            job = await self._create(
-                conn, pipeline, start=start, dry_run=dry_run, idempotency_key=idempotency_key
-            )
-            if start:
-                await self.dispatch(conn, job)
+        try:
+            async with transaction(self._pool) as conn:
+                job = await self._create(
+                    conn, pipeline, start=start, dry_run=dry_run, idempotency_key=idempotency_key
+                )
+                if start:
+                    await self.dispatch(conn, job)
+        except AlreadyExists:
+            # A concurrent submit with the same key won: answer its job.
+            first = await runs.job_by_idempotency_key(self._pool, workspace_id, idempotency_key)
+            if first is None:
+                raise
+            return first
         return await self._reread(job)
 
     async def submit_scheduled(self, db: Executor, pipeline: PipelineForRun, tick: datetime) -> Job:

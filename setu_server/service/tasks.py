@@ -20,7 +20,7 @@ from uuid import UUID
 import asyncpg
 
 from setu_client.clock import Clock
-from setu_client.errors import LeaseLost, NotFound
+from setu_client.errors import InvalidArgument, LeaseLost, NotFound
 from setu_server.models import (
     EventLevel,
     Job,
@@ -136,12 +136,13 @@ class TaskService:
         self, runtime: str, task_id: UUID, token: UUID, result: dict[str, Any]
     ) -> None:
         """Record success once; the same completion again is accepted quietly."""
+        claimed = result.get("kind")
         if self.outcomes.success_ends_job(result):
             done = await tasks.complete_and_end_job(
-                self._pool, task_id, token, result, self._clock.sql_now()
+                self._pool, task_id, token, result, self._clock.sql_now(), claimed
             )
             if done is None:
-                await self._repeated_completion(self._pool, runtime, task_id, token)
+                await self._repeated_completion(self._pool, runtime, task_id, token, claimed)
             elif done[1] is not None:
                 self._lifecycle.published([done[1]])
             return
@@ -150,15 +151,20 @@ class TaskService:
             if task is None:
                 await self._repeated_completion(conn, runtime, task_id, token)
                 return
+            if claimed is not None and claimed != task.kind.value:
+                raise _wrong_result(task, claimed)  # rolls the completion back
             changed = await self.outcomes.succeeded(conn, task, result)
         self._lifecycle.published(changed)
 
     async def _repeated_completion(
-        self, db: Executor, runtime: str, task_id: UUID, token: UUID
+        self, db: Executor, runtime: str, task_id: UUID, token: UUID, claimed: str | None = None
     ) -> None:
         """Nothing was completed: fine if this lease already completed it,
-        else the lease is lost."""
+        else the lease is lost, or the result was of another kind of task."""
         existing = await self._own(db, runtime, task_id)
+        live = existing.state is TaskState.LEASED and existing.lease_token == token
+        if live and claimed is not None and claimed != existing.kind.value:
+            raise _wrong_result(existing, claimed)
         if existing.state is not TaskState.SUCCEEDED or existing.lease_token != token:
             raise _lost_lease(existing)
 
@@ -217,7 +223,13 @@ class TaskService:
             )
             changed: list[Job] = []
             for task in reaped:
-                if task.state is TaskState.PENDING:
+                if task.state is TaskState.PENDING and await self._cancel_requested(conn, task):
+                    # The runtime died while asked to stop: nothing runs it again.
+                    await tasks.cancel_pending_tasks(conn, task.job_id, self._clock.sql_now())
+                    changed += await self.outcomes.failed(
+                        conn, replace(task, error_message="its runtime stopped heartbeating")
+                    )
+                elif task.state is TaskState.PENDING:
                     await jobs.insert_event(
                         conn,
                         task.job_id,
@@ -237,6 +249,10 @@ class TaskService:
         self._lifecycle.published(changed)
         return len(reaped)
 
+    async def _cancel_requested(self, db: Executor, task: Task) -> bool:
+        job = await jobs.get_job_any(db, task.job_id)
+        return job is not None and job.cancel_requested and not job.state.terminal
+
     async def fail_runtime(self, runtime: str, reason: str) -> int:
         """Fail every queued or held task of a runtime and their jobs (agent deactivated)."""
         async with transaction(self._pool) as conn:
@@ -255,6 +271,13 @@ class TaskService:
 
     async def _lost(self, runtime: str, task_id: UUID) -> Exception:
         return _lost_lease(await self._own(self._pool, runtime, task_id))
+
+
+def _wrong_result(task: Task, claimed: str) -> InvalidArgument:
+    kind = task.kind.value
+    return InvalidArgument(
+        f"task {task.id} is a {kind} task: its result must be a {kind} result, not {claimed}"
+    )
 
 
 def _lost_lease(task: Task) -> LeaseLost:

@@ -114,11 +114,17 @@ async def complete(
 
 
 async def complete_and_end_job(
-    db: Executor, id: UUID, token: UUID, result: dict[str, Any], now: datetime | None
+    db: Executor,
+    id: UUID,
+    token: UUID,
+    result: dict[str, Any],
+    now: datetime | None,
+    kind: str | None = None,
 ) -> tuple[Task, Job | None] | None:
-    """Complete a task whose success ends its job SUCCEEDED, in one statement."""
+    """Complete a task whose success ends its job SUCCEEDED, in one statement
+    (only a task of `kind`, when given)."""
     with translate_errors():
-        row = await db.fetchrow(QUERIES.complete_task_and_job, id, token, result, now)
+        row = await db.fetchrow(QUERIES.complete_task_and_job, id, token, result, now, kind)
     return (task_of(row), _moved_job(row)) if row else None
 
 

@@ -25,6 +25,7 @@ from setu_agent.engine.providers import get_provider
 from setu_agent.engine.providers.base import ConfigError, Connector, WriteMode
 from setu_agent.engine.secrets import SecretStore
 from setu_agent.engine.staging import Manifest, read_manifest, run_prefix
+from setu_agent.handlers import ConnectPolicy
 from setu_agent.runtime import TaskContext
 from setu_agent.runtime.task import NonRetryable, TaskCancelled
 from setu_server.models import CLOUD, Job, Phase
@@ -72,12 +73,18 @@ class RunReporter:
 
 class Migrate:
     def __init__(
-        self, book: RunBook, blob: BlobStore, secrets: SecretStore, settings: MigrateSettings
+        self,
+        book: RunBook,
+        blob: BlobStore,
+        secrets: SecretStore,
+        settings: MigrateSettings,
+        policy: ConnectPolicy | None = None,
     ) -> None:
         self._book = book
         self._blob = blob
         self._secrets = secrets
         self._settings = settings
+        self._policy = policy
 
     async def __call__(self, ctx: TaskContext) -> dict[str, Any]:
         job = await self._book.job(UUID(ctx.task.job_id))
@@ -101,18 +108,20 @@ class Migrate:
             await self._book.event(job.id, "Resuming at load: the staged data is read again")
             manifest = await read_manifest(self._blob, prefix)
         else:
-            source = await self._connect(pipeline["source_connection_id"])
+            source = await self._connect(ctx, pipeline["source_connection_id"])
             try:
                 offered = await source.discover()
                 streams = transfer.select_streams(offered, pipeline["streams"])
                 total = sum(s.row_estimate for s in streams)
                 await self._book.plan(job.id, rows_total=total, extract_runtime=CLOUD)
                 if job.dry_run:
-                    return await self._dry_run(job, streams, spec, mode)
+                    return await self._dry_run(ctx, job, streams, spec, mode)
                 # 0 means the provider cannot tell (a file): stage, to be safe.
                 direct = placement_of(job).load_agent is None
                 if direct and job.phase is None and 0 < total <= self._settings.direct_max_rows:
-                    return await self._direct(job, source, streams, spec, mode, reporter, total)
+                    return await self._direct(
+                        ctx, job, source, streams, spec, mode, reporter, total
+                    )
                 await self._book.enter_phase(
                     job.id,
                     Phase.EXTRACT,
@@ -128,10 +137,11 @@ class Migrate:
         if placement_of(job).load_agent is not None:
             # cloud → agent: the cloud's part ends here; the run goes on at the edge.
             return {"handoff": "load", "rows_extracted": manifest.rows}
-        return await self._load(job, manifest, prefix, spec, mode, reporter)
+        return await self._load(ctx, job, manifest, prefix, spec, mode, reporter)
 
     async def _load(
         self,
+        ctx: TaskContext,
         job: Job,
         manifest: Manifest,
         prefix: str,
@@ -143,7 +153,7 @@ class Migrate:
         done = {o.stream for o in await self._book.outputs(job.id) if o.loaded}
         await self._book.plan(job.id, rows_total=manifest.rows, load_runtime=CLOUD)
         await self._book.event(job.id, "Loading staged data in the cloud")
-        destination = await self._connect(pipeline["destination_connection_id"])
+        destination = await self._connect(ctx, pipeline["destination_connection_id"])
         try:
             for staged in manifest.streams:
                 if staged.name in done:
@@ -160,6 +170,7 @@ class Migrate:
 
     async def _direct(
         self,
+        ctx: TaskContext,
         job: Job,
         source: Connector,
         streams: list[Any],
@@ -172,7 +183,7 @@ class Migrate:
             job.id, Phase.DIRECT, f"Copying directly in the cloud (about {total} rows, no staging)"
         )
         await self._book.plan(job.id, load_runtime=CLOUD)
-        destination = await self._connect(job.params["pipeline"]["destination_connection_id"])
+        destination = await self._connect(ctx, job.params["pipeline"]["destination_connection_id"])
         try:
             for stream in streams:
                 totals = await transfer.direct(
@@ -185,7 +196,7 @@ class Migrate:
         return await self._finish(job, reporter, "direct")
 
     async def _dry_run(
-        self, job: Job, streams: list[Any], spec: PipelineSpec, mode: WriteMode
+        self, ctx: TaskContext, job: Job, streams: list[Any], spec: PipelineSpec, mode: WriteMode
     ) -> dict[str, Any]:
         planned = []
         for stream in streams:
@@ -199,7 +210,7 @@ class Migrate:
                     "key": list(landing.key),
                 }
             )
-        destination = await self._connect(job.params["pipeline"]["destination_connection_id"])
+        destination = await self._connect(ctx, job.params["pipeline"]["destination_connection_id"])
         try:
             reached = await destination.test()
         finally:
@@ -236,7 +247,9 @@ class Migrate:
             ],
         }
 
-    async def _connect(self, connection_id: str) -> Connector:
+    async def _connect(self, ctx: TaskContext, connection_id: str) -> Connector:
         provider_name, config = await self._book.connection(UUID(connection_id))
-        provider = get_provider(provider_name)
-        return await provider.connect(self._secrets.resolve(config))
+        resolved = self._secrets.resolve(config, ctx.redact)
+        if self._policy is not None:
+            self._policy(provider_name, resolved)
+        return await get_provider(provider_name).connect(resolved)

@@ -35,6 +35,7 @@ pytestmark = pytest.mark.slow
 
 ROWS = 2_000
 SECRET = f"pw-{uuid.uuid4().hex}"  # the edge databases' password: only agents know it
+HIDDEN_HOST = f"/tmp/no-such-socket-dir-{uuid.uuid4().hex}"  # a secret host nobody listens on
 
 
 @dataclass
@@ -113,6 +114,7 @@ async def edge(
         "SETU_AGENT_EXTRA_HANDLERS": "",  # the real engine, not the test handlers
         "SETU_SECRET_PG_USER": "postgres",
         "SETU_SECRET_PG_PASSWORD": SECRET,
+        "SETU_SECRET_HIDDEN_HOST": HIDDEN_HOST,
         "SETU_LOG_LEVEL": "debug",
     }
     async with (
@@ -284,6 +286,21 @@ async def test_edge_test_discover_and_preview_answer_synchronously_and_fail_fast
             {"id": 2, "body": "c81e728d9d4c2f636f067f89cc14862c", "amount": "3.0"},
         ]
 
+        # A failure quoting a resolved secret (here the host) reaches the
+        # caller with the secret blanked out.
+        hidden = await client.create_connection(
+            "hidden",
+            "postgres",
+            edge.edge_config(edge.source) | {"host": {"$secret": "HIDDEN_HOST"}},
+            "agent",
+            str(edge.tenant.agent_id),
+        )
+        refused = await client.test_connection(hidden.id)
+        assert not refused.ok
+        assert "cannot connect to ***" in refused.message
+        assert HIDDEN_HOST not in refused.message
+        assert HIDDEN_HOST not in str(await client.get_job(refused.job_id))
+
         # A connection on an agent that never checked in fails at once.
         ghost = await AdminService(pool, SystemClock()).create_agent(edge.tenant.workspace_id, "c")
         offline = await client.create_connection(
@@ -293,11 +310,13 @@ async def test_edge_test_discover_and_preview_answer_synchronously_and_fail_fast
             await client.test_connection(offline.id)
 
 
-async def until_running(client: SetuClient, job_id: str) -> None:
+async def until_extracting(client: SetuClient, job_id: str) -> None:
+    """Until the run's counts show rows extracted: the agent's heartbeats
+    carry its progress, so the extract is surely under way."""
     async for snapshot in client.watch_job(job_id):
-        if snapshot.state == S.JOB_STATE_RUNNING:
+        if snapshot.progress.rows_extracted > 0:
             return
-    raise AssertionError("the job ended before it ran")
+    raise AssertionError("the run ended before any extract progress showed")
 
 
 async def staged_keys(edge: Edge) -> list[str]:
@@ -356,9 +375,13 @@ async def test_kill_9_of_the_extracting_agent_requeues_and_its_restart_finishes_
         dst = await client.create_connection("dst", "postgres", postgres_config(edge.destination))
         pipeline = await client.create_pipeline("events", src.id, dst.id, streams=["events"])
         job = await client.submit_run(pipeline.id)
-        await until_running(client, job.id)
+        await until_extracting(client, job.id)
         first.kill()
         await first.wait()
+    # Nobody else may run the extract: the kill surely landed midway.
+    halfway = await client.get_job(job.id)
+    assert halfway.progress.rows_extracted < BIG
+    assert not any(m.startswith("Extract finished") for m in await events(client, job.id))
     async with edge.agent("a-again", edge.tenant.agent_token):
         await client.wait_for_job(job.id)
         done = await client.get_job(job.id)
@@ -392,3 +415,26 @@ async def test_a_failing_edge_load_fails_the_run_with_the_load_message(edge: Edg
     assert "has no column(s) body, amount" in job.error_message
     assert sum(m.startswith("Extract finished") for m in timeline) == 1
     assert any("(attempt 3 of 3)" in m for m in timeline)
+
+
+async def test_an_empty_edge_stream_moves_zero_rows_and_succeeds(edge: Edge) -> None:
+    client = edge.client
+    setup = await asyncpg.connect(edge.source)
+    await setup.execute("CREATE TABLE nothing (id bigint PRIMARY KEY, note text)")
+    await setup.close()
+    async with edge.agent("a", edge.tenant.agent_token):
+        src = await client.create_connection(
+            "src", "postgres", edge.edge_config(edge.source), "agent", str(edge.tenant.agent_id)
+        )
+        dst = await client.create_connection("dst", "postgres", postgres_config(edge.destination))
+        pipeline = await client.create_pipeline("nothing", src.id, dst.id, streams=["nothing"])
+        job = await client.submit_run(pipeline.id)
+        await client.wait_for_job(job.id)
+        done = await client.get_job(job.id)
+        outputs = await client.job_outputs(job.id)
+
+    assert done.state == S.JOB_STATE_SUCCEEDED, done.error_message
+    assert [(o.stream, o.rows_extracted, o.rows_loaded) for o in outputs.streams] == [
+        ("public.nothing", 0, 0)
+    ]
+    assert await rows_of(edge.destination, "nothing") == []

@@ -14,7 +14,7 @@ import pytest
 from setu_client._proto.setu.v1 import admin_pb2, admin_pb2_grpc, agents_pb2_grpc
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client.channel import open_channel
-from setu_server.models import JobKind, JobState, TaskKind
+from setu_server.models import JobKind, JobState, TaskKind, TaskState
 from setu_server.server import Running
 from setu_server.store import jobs, tasks
 from tests.factories import Tenant, make_task, make_tenant
@@ -269,3 +269,23 @@ async def test_eight_lessees_over_two_servers_lease_each_of_2000_tasks_once(
     )
     assert leases == total, "one lease event per task: nobody leased a task twice"
     assert JobKind.TEST  # the jobs are plain test jobs
+
+
+async def test_a_result_of_another_kind_of_task_is_refused_and_changes_nothing(
+    agent: agents_pb2_grpc.AgentServiceStub, pool: asyncpg.Pool, tenant: Tenant
+) -> None:
+    extract = await make_task(pool, tenant, kind=TaskKind.EXTRACT)
+    test = await make_task(pool, tenant)
+    for task, wrong in ((extract, "test"), (test, "extract")):
+        leased = (await agent.LeaseTask(pb.LeaseTaskRequest(wait_seconds=5))).task
+        assert leased.id == str(task.id)
+        request = pb.CompleteTaskRequest(task_id=leased.id, lease_token=leased.lease_token)
+        getattr(request, wrong).SetInParent()
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await agent.CompleteTask(request)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert f"must be a {task.kind.value} result, not {wrong}" in (info.value.details() or "")
+        still = await tasks.get(pool, task.id)
+        assert still is not None and still.state is TaskState.LEASED
+        job = await jobs.get_job(pool, task.job_id, tenant.workspace_id)
+        assert job is not None and job.state is JobState.RUNNING

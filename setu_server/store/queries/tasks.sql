@@ -108,14 +108,16 @@ WHERE id = $1 AND lease_token = $2 AND state = 'leased'
 RETURNING *;
 
 -- name: complete_task_and_job
--- A task whose success ends its job: both in one statement. Returns the
--- task's columns and `moved_job`. $1 id, $2 lease_token, $3 result, $4 now
+-- A task whose success ends its job: both in one statement, and only when
+-- the task is of the kind its result says (null: any). Returns the task's
+-- columns and `moved_job`. $1 id, $2 lease_token, $3 result, $4 now, $5 kind
 WITH done AS (
     UPDATE task
     SET state = 'succeeded', result = $3, finished_at = coalesce($4, now()),
         updated_at = coalesce($4, now())
     WHERE id = $1 AND lease_token = $2 AND state = 'leased'
       AND lease_expires_at > coalesce($4, now())
+      AND ($5::text IS NULL OR kind = $5::text)
     RETURNING *
 ), moved AS (
     SELECT j FROM done,

@@ -1,0 +1,81 @@
+"""What a cloud connection may reach: files under SETU_LOCAL_FILES_ROOT
+only, and S3 with its own credentials (setu_server/worker/policy.py)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from setu_client import SetuClient
+from setu_client._proto.setu.v1 import common_pb2
+from tests.factories import Tenant, make_tenant
+from tests.servers import in_process
+
+S = common_pb2
+
+
+@pytest.fixture
+async def client(
+    database_url: str, pool: asyncpg.Pool, tmp_path: Path
+) -> AsyncIterator[SetuClient]:
+    tenant: Tenant = await make_tenant(pool)
+    async with (
+        in_process(
+            database_url, data_dir=tmp_path / "server", local_files_root=str(tmp_path / "files")
+        ) as server,
+        SetuClient(f"127.0.0.1:{server.port}", tenant.api_key) as c,
+    ):
+        yield c
+
+
+def database(path: Path) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+    db.commit()
+    db.close()
+    return str(path)
+
+
+async def test_a_cloud_connection_reaches_files_only_under_the_root(
+    client: SetuClient, tmp_path: Path
+) -> None:
+    inside = await client.create_connection(
+        "inside", "sqlite", {"path": database(tmp_path / "files" / "a.db")}
+    )
+    assert (await client.test_connection(inside.id)).ok
+
+    outside = await client.create_connection(
+        "outside", "sqlite", {"path": database(tmp_path / "elsewhere.db")}
+    )
+    refused = await client.test_connection(outside.id)
+    assert not refused.ok
+    assert "may only use files under" in refused.message
+
+    sneaky = await client.create_connection(
+        "sneaky", "file", {"url": str(tmp_path / "files" / ".." / "server"), "format": "jsonl"}
+    )
+    assert "may only use files under" in (await client.test_connection(sneaky.id)).message
+
+    # A run that would write outside the root fails at once, not after retries.
+    pipeline = await client.create_pipeline("out", inside.id, sneaky.id)
+    job = await client.submit_run(pipeline.id)
+    await client.wait_for_job(job.id)
+    done = await client.get_job(job.id)
+    assert done.state == S.JOB_STATE_FAILED
+    assert "may only use files under" in done.error_message
+
+
+async def test_a_cloud_file_connection_on_s3_brings_its_own_credentials(
+    client: SetuClient,
+) -> None:
+    bare = await client.create_connection(
+        "bare", "file", {"url": "s3://setu-blobs/", "format": "csv"}
+    )
+    refused = await client.test_connection(bare.id)
+    assert not refused.ok
+    assert "brings its own credentials" in refused.message

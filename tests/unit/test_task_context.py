@@ -1,0 +1,45 @@
+"""What a runtime reports about a task: never a secret the task resolved;
+preview values as JSON."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+from setu_agent.engine.secrets import SecretStore
+from setu_agent.handlers import jsonable
+from setu_agent.runtime.task import LeasedTask, TaskContext
+
+
+def context() -> TaskContext:
+    return TaskContext(LeasedTask("t", "j", "test", 1, 3, "lease"))
+
+
+def test_resolved_secrets_are_blanked_out_of_messages_and_results() -> None:
+    ctx = context()
+    store = SecretStore({"HOST": "db.internal.example", "PW": "hunter2!"}, environ={})
+    config = store.resolve(
+        {"host": {"$secret": "HOST"}, "password": {"$secret": "PW"}, "port": 5432}, ctx.redact
+    )
+    assert config["host"] == "db.internal.example"
+    message = "cannot connect to db.internal.example:5432 with hunter2!"
+    assert ctx.redacted(message) == "cannot connect to ***:5432 with ***"
+    assert ctx.redacted({"ok": False, "notes": [message], "port": 5432}) == {
+        "ok": False,
+        "notes": ["cannot connect to ***:5432 with ***"],
+        "port": 5432,
+    }
+
+
+def test_very_short_values_are_not_blanked_everywhere() -> None:
+    ctx = context()
+    ctx.redact.add("on")
+    assert ctx.redacted("connection refused") == "connection refused"
+
+
+def test_preview_values_are_json() -> None:
+    assert jsonable(Decimal("1.50")) == "1.50"
+    assert jsonable(math.nan) == "nan"
+    assert jsonable(-math.inf) == "-inf"
+    assert jsonable(2.5) == 2.5
+    assert jsonable(b"\x00\x01") == "AAE="

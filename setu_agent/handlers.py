@@ -27,7 +27,7 @@ from setu_agent.engine.providers import get_provider
 from setu_agent.engine.providers.base import ConfigError, Connector, ProviderError
 from setu_agent.engine.s3 import S3Settings
 from setu_agent.engine.secrets import SecretStore
-from setu_agent.engine.staging import read_manifest
+from setu_agent.engine.staging import Manifest, read_manifest
 from setu_agent.runtime import Handler, TaskContext
 from setu_agent.runtime.task import NonRetryable
 from setu_agent.specs import ConnectionSpec, SpecSource
@@ -172,6 +172,8 @@ class EngineHandlers:
             raise NonRetryable(str(exc)) from exc
         async with self._blob(spec.blob) as blob:
             manifest = await read_manifest(blob, spec.blob_prefix)
+            if spec.streams:  # one load task per stream
+                manifest = Manifest([s for s in manifest.streams if s.name in spec.streams])
             async with self._connected(ctx, spec.destination) as destination:
                 totals = await transfer.load(
                     destination,

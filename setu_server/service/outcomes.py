@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from setu_server.models import EventLevel, Job, JobState, Phase, Task, TaskKind, runtime_name
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.runs import RunService
-from setu_server.store import jobs, runs
+from setu_server.store import jobs, runs, tasks
 from setu_server.store.catalog import record_discovery
 from setu_server.store.db import Executor
 
@@ -100,6 +100,13 @@ class TaskOutcomes(JobEndsWithItsTask):
         super().__init__(lifecycle, clock_now)
         self._runs = runs_service
 
+    async def failed(self, db: Executor, task: Task) -> list[Job]:
+        moved = await super().failed(db, task)
+        if moved:
+            # The run has ended: its other stages (a sibling load) never start.
+            await tasks.cancel_pending_tasks(db, task.job_id, self._now())
+        return moved
+
     def success_ends_job(self, result: dict[str, Any]) -> bool:
         kind = result.get("kind")
         if kind == "migrate":
@@ -170,19 +177,37 @@ class TaskOutcomes(JobEndsWithItsTask):
             f"Extract finished on {where}: {total} rows of {len(staged)} stream(s) staged",
             now,
         )
-        await self._runs.dispatch_load(db, moved or job)
+        if await self._runs.dispatch_load(db, moved or job) == 0:
+            return await jobs.transition_jobs(
+                db,
+                [job.id],
+                JobState.SUCCEEDED,
+                now=now,
+                message="The source offered no streams: nothing to load",
+                result={"mode": "staged", "rows_extracted": 0, "rows_loaded": 0},
+            )
         return [moved] if moved else []
 
     async def _loaded(
         self, db: Executor, job: Job, task: Task, result: dict[str, Any], where: str
     ) -> list[Job]:
+        """One stream's load (a load task per stream): the run ends with the
+        last of them. The job row is locked first, so two loads finishing at
+        once cannot both think the other is still running."""
+        await jobs.lock_job(db, job.id, job.workspace_id)
         now = self._now()
         by_stream = {str(k): int(v) for k, v in result.get("rows_by_stream", {}).items()}
         for stream, rows in by_stream.items():
             await runs.save_output(db, job.id, stream, now=now, rows_loaded=rows, loaded=True)
-        loaded = int(result.get("rows_loaded", sum(by_stream.values())))
+            await jobs.insert_event(
+                db, job.id, f"Loaded {rows} rows on {where}", now=now, stream=stream
+            )
+        outputs = await runs.outputs(db, job.id)
+        loaded = sum(o.rows_loaded for o in outputs)
         await runs.set_plan(db, job.id, now=now, load_runtime=where)
         await runs.set_progress(db, job.id, job.rows_extracted, loaded, now)
+        if await tasks.count_unfinished_tasks(db, job.id):
+            return []
         return await jobs.transition_jobs(
             db,
             [job.id],

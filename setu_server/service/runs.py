@@ -35,6 +35,7 @@ from setu_server.models import (
     JobKind,
     JobState,
     PipelineForRun,
+    Task,
     TaskKind,
     TaskState,
     runtime_name,
@@ -176,16 +177,32 @@ class RunService:
             await self._require_online(db, where.first_agent)
         await self._dispatch(db, job, where.first_task, where.first_agent)
 
-    async def dispatch_load(self, db: Executor, job: Job) -> None:
-        """After the extract staged: the load on the destination's agent, or a
-        `migrate` in the cloud, which resumes at load."""
+    async def dispatch_load(self, db: Executor, job: Job) -> int:
+        """After the extract staged: on the destination's agent, one `load`
+        task per stream, so a retry reloads only the stream that failed (a
+        load is atomic per stream, and an append must not land twice); in
+        the cloud, one `migrate` that resumes at load and skips loaded streams.
+        Returns the tasks dispatched."""
         where = placement_of(job)
-        kind = TaskKind.LOAD if where.load_agent else TaskKind.MIGRATE
-        await self._dispatch(db, job, kind, where.load_agent)
+        if where.load_agent is None:
+            await self._dispatch(db, job, TaskKind.MIGRATE, None)
+            return 1
+        staged = await runs.outputs(db, job.id)
+        for output in staged:
+            await self._dispatch(db, job, TaskKind.LOAD, where.load_agent, output.stream)
+        return len(staged)
 
     async def _dispatch(
-        self, db: Executor, job: Job, kind: TaskKind, agent_id: UUID | None
+        self,
+        db: Executor,
+        job: Job,
+        kind: TaskKind,
+        agent_id: UUID | None,
+        stream: str | None = None,
     ) -> None:
+        payload = {"job_id": str(job.id), "pipeline_id": str(job.pipeline_id)}
+        if stream is not None:
+            payload["stream"] = stream
         task = await tasks.insert_task(
             db,
             id=uuid.uuid4(),
@@ -194,7 +211,7 @@ class RunService:
             kind=kind,
             agent_id=agent_id,
             max_attempts=RUN_TASK_ATTEMPTS,
-            payload={"job_id": str(job.id), "pipeline_id": str(job.pipeline_id)},
+            payload=payload,
             now=self._clock.sql_now(),
         )
         what = "staged data to load" if kind is TaskKind.MIGRATE and job.phase else kind.value
@@ -203,12 +220,13 @@ class RunService:
             job.id,
             f"Dispatched {what} to {runtime_name(task.runtime)}",
             now=self._clock.sql_now(),
+            stream=stream or "",
         )
 
     async def extract_spec(self, runtime: str, task_id: UUID, token: UUID) -> ExtractSpec:
         """What an agent needs to extract: ids, the source with its secret
         references unresolved, and where to stage."""
-        job = await self._leased_job(runtime, task_id, token, TaskKind.EXTRACT)
+        job, _ = await self._leased_job(runtime, task_id, token, TaskKind.EXTRACT)
         pipeline = job.params["pipeline"]
         return ExtractSpec(
             job_id=str(job.id),
@@ -223,9 +241,10 @@ class RunService:
         """What an agent needs to load: the destination (references
         unresolved), the write mode and the operator chain, and the staged
         data's prefix and manifest."""
-        job = await self._leased_job(runtime, task_id, token, TaskKind.LOAD)
+        job, task = await self._leased_job(runtime, task_id, token, TaskKind.LOAD)
         pipeline = job.params["pipeline"]
-        artifacts = await runs.outputs(self._pool, job.id)
+        stream = task.payload.get("stream")
+        streams = [stream] if stream else [o.stream for o in await runs.outputs(self._pool, job.id)]
         return LoadSpec(
             job_id=str(job.id),
             pipeline_id=str(job.pipeline_id),
@@ -234,10 +253,12 @@ class RunService:
             spec=pipeline["spec"],
             blob_prefix=run_prefix(job.workspace_id, job.pipeline_id, job.id),
             blob=self._blob,
-            streams=[a.stream for a in artifacts],
+            streams=streams,
         )
 
-    async def _leased_job(self, runtime: str, task_id: UUID, token: UUID, kind: TaskKind) -> Job:
+    async def _leased_job(
+        self, runtime: str, task_id: UUID, token: UUID, kind: TaskKind
+    ) -> tuple[Job, Task]:
         task = await tasks.get_for_runtime(self._pool, task_id, runtime)
         if task is None:
             raise NotFound(f"task {task_id} not found")
@@ -249,7 +270,7 @@ class RunService:
             )
         job = await jobs.get_job_any(self._pool, task.job_id)
         assert job is not None, "a task's job outlives it"
-        return job
+        return job, task
 
     async def _connection(self, connection_id: str) -> ConnectionSpec:
         found = await runs.connection_config(self._pool, UUID(connection_id))

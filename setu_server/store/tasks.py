@@ -180,6 +180,12 @@ async def count_leased_tasks(db: Executor, job_id: UUID) -> int:
     return count
 
 
+async def count_unfinished_tasks(db: Executor, job_id: UUID) -> int:
+    with translate_errors():
+        count: int = await db.fetchval(QUERIES.count_unfinished_tasks, job_id)
+    return count
+
+
 async def cancel_pending_tasks(db: Executor, job_id: UUID, now: datetime | None) -> None:
     with translate_errors():
         await db.execute(QUERIES.cancel_pending_tasks, job_id, now)

@@ -3,6 +3,7 @@ they start; and the counts that reconcile them."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -34,15 +35,17 @@ async def databases(pg_server_url: str) -> AsyncIterator[tuple[str, str]]:
         yield source, destination
 
 
-async def fill(url: str, table: str, rows: int) -> None:
+async def fill(url: str, table: str, rows: int, first: int = 1) -> None:
     conn = await asyncpg.connect(url)
     try:
         await conn.execute(
             f"CREATE TABLE {table} (id bigint PRIMARY KEY, label text, score double precision)"
         )
         await conn.execute(
-            f"INSERT INTO {table} SELECT i, 'row ' || i, i / 3.0 FROM generate_series(1, $1) i",
+            f"INSERT INTO {table} SELECT i, 'row ' || i, i / 3.0 "
+            f"FROM generate_series($2::bigint, $2::bigint + $1 - 1) i",
             rows,
+            first,
         )
     finally:
         await conn.close()
@@ -134,6 +137,71 @@ async def test_cancel_during_a_long_run_ends_cancelled_within_a_batch_and_keeps_
     assert done.progress.rows_extracted <= at_cancel + 2 * 100
     assert done.progress.rows_extracted < 30_000
     assert await fetch(destination, "SELECT id FROM events ORDER BY id") == [(1,), (2,), (3,)]
+
+
+@contextlib.asynccontextmanager
+async def row_in_flight(url: str, table: str, key: int) -> AsyncIterator[None]:
+    """Holds an uncommitted row with this key. A load that reaches the same
+    key waits for this transaction, so the run is surely still loading when
+    the test cancels it, however fast this machine is; the row is rolled
+    back on exit and the load goes on."""
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("BEGIN")
+        await conn.execute(f"INSERT INTO {table} (id) VALUES ($1)", key)
+        yield
+        await conn.execute("ROLLBACK")
+    finally:
+        await conn.close()
+
+
+LOAD_ROWS = 30_000
+
+
+async def cancel_mid_load(
+    client_for: Any, databases: tuple[str, str], database_url: str, phase: int, **settings: Any
+) -> None:
+    """Cancels a run once it has loaded some parts of a stream into a table
+    that already held rows; the stream's transaction must roll back."""
+    source, destination = databases
+    await fill(source, "events", LOAD_ROWS)
+    await fill(destination, "events", 3, first=LOAD_ROWS + 1)  # the pre-run content
+    before = await fetch(destination, "SELECT * FROM events ORDER BY id")
+    _, client = await client_for(batch_rows=100, **settings)
+
+    async with row_in_flight(destination, "events", LOAD_ROWS // 2):
+        job = await client.submit_run(await pipeline(client, source, destination))
+        async for snapshot in client.watch_job(job.id):
+            if snapshot.phase == phase and snapshot.progress.rows_loaded > 0:
+                break
+        else:
+            raise AssertionError(f"the run ended before it loaded anything: {snapshot}")
+        await client.cancel_job(job.id, "enough")
+    await client.wait_for_job(job.id)
+    done = await client.get_job(job.id)
+    timeline = [e.message async for e in client.job_events(job.id)]
+
+    assert done.state == S.JOB_STATE_CANCELLED, (done.error_message, timeline)
+    assert "enough" in done.error_message
+    assert done.phase == phase
+    assert await fetch(destination, "SELECT * FROM events ORDER BY id") == before
+    # The cancel ended the task: it was not retried as a failure.
+    attempts = await fetch(database_url, f"SELECT attempt FROM task WHERE job_id = '{job.id}'")
+    assert attempts == [(1,)], timeline
+
+
+async def test_cancel_during_the_load_rolls_the_destination_back(
+    client_for: Any, databases: tuple[str, str], database_url: str
+) -> None:
+    await cancel_mid_load(client_for, databases, database_url, S.PHASE_LOAD, direct_max_rows=0)
+
+
+async def test_cancel_during_a_direct_copy_rolls_the_destination_back(
+    client_for: Any, databases: tuple[str, str], database_url: str
+) -> None:
+    await cancel_mid_load(
+        client_for, databases, database_url, S.PHASE_DIRECT, direct_max_rows=10_000_000
+    )
 
 
 async def test_a_failing_destination_fails_the_run_with_its_message_after_the_last_attempt(

@@ -393,11 +393,14 @@ async def test_kill_9_of_the_extracting_agent_requeues_and_its_restart_finishes_
     assert await rows_of(edge.destination, "events") == await rows_of(edge.source, "events")
 
 
-async def test_a_failing_edge_load_fails_the_run_with_the_load_message(edge: Edge) -> None:
+async def test_a_failing_edge_load_fails_the_run_and_the_other_stream_lands_once(
+    edge: Edge,
+) -> None:
     client, (b_id, b_token) = edge.client, edge.agent_b
+    await fill(edge.source, "refunds", 5)
     conn = await asyncpg.connect(edge.destination)
-    try:  # a table that cannot take the rows
-        await conn.execute("CREATE TABLE orders (id integer PRIMARY KEY)")
+    try:  # a table that cannot take the refunds
+        await conn.execute("CREATE TABLE refunds (id integer PRIMARY KEY)")
     finally:
         await conn.close()
     async with edge.agent("a", edge.tenant.agent_token), edge.agent("b", b_token):
@@ -407,14 +410,22 @@ async def test_a_failing_edge_load_fails_the_run_with_the_load_message(edge: Edg
         dst = await client.create_connection(
             "dst", "postgres", edge.edge_config(edge.destination), "agent", str(b_id)
         )
-        job = await run(edge, src, dst, "orders")
+        pipeline = await client.create_pipeline(
+            "both", src.id, dst.id, streams=["orders", "refunds"]
+        )
+        job = await client.submit_run(pipeline.id)
+        await client.wait_for_job(job.id)
+        done = await client.get_job(job.id)
         timeline = await events(client, job.id)
 
-    assert job.state == S.JOB_STATE_FAILED, timeline
-    assert job.error_message.startswith("runtime load: "), job.error_message
-    assert "has no column(s) body, amount" in job.error_message
+    assert done.state == S.JOB_STATE_FAILED, timeline
+    assert done.error_message.startswith("runtime load: "), done.error_message
+    assert "has no column(s) body, amount" in done.error_message
     assert sum(m.startswith("Extract finished") for m in timeline) == 1
     assert any("(attempt 3 of 3)" in m for m in timeline)
+    # Each stream loads in its own task: the failing one's retries never
+    # append the other stream again.
+    assert await rows_of(edge.destination, "orders") == await rows_of(edge.source, "orders")
 
 
 async def test_an_empty_edge_stream_moves_zero_rows_and_succeeds(edge: Edge) -> None:

@@ -5,6 +5,10 @@
 -- Tasks of a job that a runtime holds right now. $1 job_id
 SELECT count(*) FROM task WHERE job_id = $1 AND state = 'leased';
 
+-- name: count_unfinished_tasks
+-- Tasks of a job still to run or running. $1 job_id
+SELECT count(*) FROM task WHERE job_id = $1 AND state IN ('pending', 'leased');
+
 -- name: cancel_pending_tasks
 -- $1 job_id, $2 now
 UPDATE task SET state = 'cancelled', updated_at = coalesce($2, now()),

@@ -193,7 +193,9 @@ class EngineHandlers:
 
     async def _connect(self, ctx: TaskContext, connection: ConnectionSpec) -> Connector:
         provider = get_provider(connection.provider)
-        config = self._secrets.resolve(connection.config, ctx.redact)
+        workspace = ctx.task.payload.get("workspace_id")
+        store = self._secrets.for_workspace(workspace) if workspace else self._secrets
+        config = store.resolve(connection.config, ctx.redact)
         if self._policy is not None:
             self._policy(connection.provider, config)
         return await provider.connect(config)

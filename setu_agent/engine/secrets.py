@@ -54,25 +54,57 @@ def references(config: Any, path: str = "config") -> list[tuple[str, str]]:
 
 
 class SecretStore:
+    """NAME -> value, from a JSON file and the environment.
+
+    The file may hold per-workspace sections, `{"workspaces": {"<workspace
+    id>": {"NAME": "value"}}}`: a runtime serving many workspaces (the cloud
+    worker) looks a name up in the connection's workspace first. Top-level
+    names and SETU_SECRET_* variables are shared by every workspace: keep
+    them for the operator's own secrets.
+    """
+
     def __init__(
-        self, values: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
+        self,
+        values: Mapping[str, str] | None = None,
+        environ: Mapping[str, str] | None = None,
+        workspaces: Mapping[str, Mapping[str, str]] | None = None,
+        scope: str = "",
     ) -> None:
         self._values = dict(values or {})
         self._environ = os.environ if environ is None else environ
+        self._workspaces = {ws: dict(names) for ws, names in (workspaces or {}).items()}
+        self._scope = scope
 
     @classmethod
-    def from_file(cls, path: Path | None) -> SecretStore:
+    def from_file(cls, path: Path | None, environ: Mapping[str, str] | None = None) -> SecretStore:
         if path is None:
-            return cls()
+            return cls(environ=environ)
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise SystemExit(f"cannot read secrets file {path}: {exc}") from exc
-        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        if not isinstance(data, dict):
             raise SystemExit(f"secrets file {path} must be a JSON object of NAME -> string")
-        return cls(data)
+        sections = data.pop("workspaces", {})
+        flat = [data, *sections.values()] if isinstance(sections, dict) else [None]
+        if not all(
+            isinstance(part, dict) and all(isinstance(v, str) for v in part.values())
+            for part in flat
+        ):
+            raise SystemExit(
+                f"secrets file {path} must map NAME -> string, with optional "
+                f'"workspaces": {{"<workspace id>": {{NAME -> string}}}}'
+            )
+        return cls(data, environ, sections)
+
+    def for_workspace(self, workspace_id: object) -> SecretStore:
+        """This store as seen by one workspace's connections."""
+        return SecretStore(self._values, self._environ, self._workspaces, str(workspace_id))
 
     def lookup(self, name: str) -> str:
+        scoped = self._workspaces.get(self._scope, {})
+        if name in scoped:
+            return scoped[name]
         if name in self._values:
             return self._values[name]
         value = self._environ.get(ENV_PREFIX + name)

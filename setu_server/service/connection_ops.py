@@ -73,7 +73,11 @@ class ConnectionOps:
                 kind=kind,
                 agent_id=agent_id,
                 max_attempts=1,
-                payload={"connection": spec.to_payload(), **params},
+                payload={
+                    "connection": spec.to_payload(),
+                    "workspace_id": str(workspace_id),  # whose secrets, in the cloud
+                    **params,
+                },
                 now=now,
             )
             await jobs.insert_event(

@@ -102,9 +102,15 @@ class TaskOutcomes(JobEndsWithItsTask):
 
     async def failed(self, db: Executor, task: Task) -> list[Job]:
         moved = await super().failed(db, task)
-        if moved:
-            # The run has ended: its other stages (a sibling load) never start.
-            await tasks.cancel_pending_tasks(db, task.job_id, self._now())
+        if not moved:
+            return moved
+        # The run has ended: its other stages (a sibling load) never start.
+        await tasks.cancel_pending_tasks(db, task.job_id, self._now())
+        if moved[0].state is JobState.CANCELLED:
+            await tasks.mark_cancelled(db, task.id)
+            # What a rolled-back load had counted never landed.
+            landed = sum(o.rows_loaded for o in await runs.outputs(db, task.job_id) if o.loaded)
+            await runs.set_progress(db, task.job_id, moved[0].rows_extracted, landed, self._now())
         return moved
 
     def success_ends_job(self, result: dict[str, Any]) -> bool:

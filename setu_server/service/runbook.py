@@ -27,8 +27,9 @@ class RunBook:
     async def job(self, job_id: UUID) -> Job | None:
         return await jobs.get_job_any(self._pool, job_id)
 
-    async def connection(self, connection_id: UUID) -> tuple[str, dict[str, Any]]:
-        """(provider, config with secret references); LookupError when gone."""
+    async def connection(self, connection_id: UUID) -> tuple[str, dict[str, Any], UUID]:
+        """(provider, config with secret references, workspace); LookupError
+        when gone."""
         found = await runs.connection_config(self._pool, connection_id)
         if found is None:
             raise LookupError(f"connection {connection_id} no longer exists")

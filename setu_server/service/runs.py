@@ -276,7 +276,7 @@ class RunService:
         found = await runs.connection_config(self._pool, UUID(connection_id))
         if found is None:
             raise FailedPrecondition(f"connection {connection_id} no longer exists")
-        provider, config = found
+        provider, config, _ = found
         return ConnectionSpec(connection_id, provider, config)
 
     async def _require_online(self, db: Executor, agent_id: UUID) -> None:

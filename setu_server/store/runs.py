@@ -75,11 +75,13 @@ async def job_by_idempotency_key(db: Executor, workspace_id: UUID, key: str) -> 
     return job_of(r) if r else None
 
 
-async def connection_config(db: Executor, connection_id: UUID) -> tuple[str, dict[str, Any]] | None:
-    """(provider, config with secret references) of a connection."""
+async def connection_config(
+    db: Executor, connection_id: UUID
+) -> tuple[str, dict[str, Any], UUID] | None:
+    """(provider, config with secret references, workspace) of a connection."""
     with translate_errors():
         r = await db.fetchrow(QUERIES.connection_for_runtime, connection_id)
-    return (r["provider"], r["config"]) if r else None
+    return (r["provider"], r["config"], r["workspace_id"]) if r else None
 
 
 async def set_progress(

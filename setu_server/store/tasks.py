@@ -186,6 +186,11 @@ async def count_unfinished_tasks(db: Executor, job_id: UUID) -> int:
     return count
 
 
+async def mark_cancelled(db: Executor, task_id: UUID) -> None:
+    with translate_errors():
+        await db.execute(QUERIES.mark_task_cancelled, task_id)
+
+
 async def cancel_pending_tasks(db: Executor, job_id: UUID, now: datetime | None) -> None:
     with translate_errors():
         await db.execute(QUERIES.cancel_pending_tasks, job_id, now)

@@ -248,8 +248,8 @@ class Migrate:
         }
 
     async def _connect(self, ctx: TaskContext, connection_id: str) -> Connector:
-        provider_name, config = await self._book.connection(UUID(connection_id))
-        resolved = self._secrets.resolve(config, ctx.redact)
+        provider_name, config, workspace_id = await self._book.connection(UUID(connection_id))
+        resolved = self._secrets.for_workspace(workspace_id).resolve(config, ctx.redact)
         if self._policy is not None:
             self._policy(provider_name, resolved)
         return await get_provider(provider_name).connect(resolved)

@@ -3,6 +3,7 @@ only, and S3 with its own credentials (setu_server/worker/policy.py)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2
+from tests.databases import postgres_config
 from tests.factories import Tenant, make_tenant
 from tests.servers import in_process
 
@@ -79,3 +81,24 @@ async def test_a_cloud_file_connection_on_s3_brings_its_own_credentials(
     refused = await client.test_connection(bare.id)
     assert not refused.ok
     assert "brings its own credentials" in refused.message
+
+
+async def test_a_workspace_secret_serves_only_its_workspace_in_the_cloud(
+    database_url: str, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    owner, other = await make_tenant(pool), await make_tenant(pool)
+    secrets = tmp_path / "secrets.json"
+    secrets.write_text(
+        json.dumps({"workspaces": {str(owner.workspace_id): {"PG_USER": "postgres"}}})
+    )
+    config = postgres_config(database_url) | {"user": {"$secret": "PG_USER"}}
+    async with in_process(database_url, secrets_file=str(secrets)) as server:
+        answers = []
+        for tenant in (owner, other):
+            async with SetuClient(f"127.0.0.1:{server.port}", tenant.api_key) as client:
+                conn = await client.create_connection("db", "postgres", config)
+                answers.append(await client.test_connection(conn.id))
+
+    assert answers[0].ok, answers[0].message
+    assert not answers[1].ok
+    assert "secret 'PG_USER' is not in this runtime's secret store" in answers[1].message

@@ -186,8 +186,11 @@ async def cancel_mid_load(
     assert done.phase == phase
     assert await fetch(destination, "SELECT * FROM events ORDER BY id") == before
     # The cancel ended the task: it was not retried as a failure.
-    attempts = await fetch(database_url, f"SELECT attempt FROM task WHERE job_id = '{job.id}'")
-    assert attempts == [(1,)], timeline
+    attempts = await fetch(
+        database_url, f"SELECT state, attempt FROM task WHERE job_id = '{job.id}'"
+    )
+    assert attempts == [("cancelled", 1)], timeline
+    assert done.progress.rows_loaded == 0  # the rolled-back rows never landed
 
 
 async def test_cancel_during_the_load_rolls_the_destination_back(

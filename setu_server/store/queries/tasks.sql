@@ -9,6 +9,11 @@ SELECT count(*) FROM task WHERE job_id = $1 AND state = 'leased';
 -- Tasks of a job still to run or running. $1 job_id
 SELECT count(*) FROM task WHERE job_id = $1 AND state IN ('pending', 'leased');
 
+-- name: mark_task_cancelled
+-- A task that stopped because its job asked it to: cancelled, not failed.
+-- $1 id
+UPDATE task SET state = 'cancelled' WHERE id = $1 AND state = 'failed';
+
 -- name: cancel_pending_tasks
 -- $1 job_id, $2 now
 UPDATE task SET state = 'cancelled', updated_at = coalesce($2, now()),

@@ -1,0 +1,64 @@
+"""The secret store: a file with per-workspace sections, then the environment."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from setu_agent.engine.providers.base import ConfigError
+from setu_agent.engine.secrets import SecretStore, references
+
+WS_A = "0b6f3a1e-0000-4000-8000-00000000000a"
+WS_B = "0b6f3a1e-0000-4000-8000-00000000000b"
+
+
+def store(tmp_path: Path, body: object, environ: dict[str, str] | None = None) -> SecretStore:
+    path = tmp_path / "secrets.json"
+    path.write_text(json.dumps(body))
+    return SecretStore.from_file(path, environ or {})
+
+
+def test_a_workspace_sees_its_own_section_then_what_is_shared(tmp_path: Path) -> None:
+    secrets = store(
+        tmp_path,
+        {"SHARED": "for-all", "workspaces": {WS_A: {"DB_PASSWORD": "a-only"}}},
+        {"SETU_SECRET_FROM_ENV": "env-value"},
+    )
+    a, b = secrets.for_workspace(WS_A), secrets.for_workspace(WS_B)
+    assert a.lookup("DB_PASSWORD") == "a-only"
+    assert a.lookup("SHARED") == b.lookup("SHARED") == "for-all"
+    assert b.lookup("FROM_ENV") == "env-value"
+    with pytest.raises(ConfigError, match="'DB_PASSWORD' is not in this runtime's secret store"):
+        b.lookup("DB_PASSWORD")
+
+
+def test_resolve_replaces_references_anywhere_and_records_the_values(tmp_path: Path) -> None:
+    secrets = store(tmp_path, {"U": "alice", "P": "s3cret"})
+    seen: set[str] = set()
+    config = {"user": {"$secret": "U"}, "nested": [{"password": {"$secret": "P"}}], "port": 5432}
+    assert secrets.resolve(config, seen) == {
+        "user": "alice",
+        "nested": [{"password": "s3cret"}],
+        "port": 5432,
+    }
+    assert seen == {"alice", "s3cret"}
+    assert references(config) == [("config.user", "U"), ("config.nested[0].password", "P")]
+
+
+@pytest.mark.parametrize(
+    "body", [["not", "an", "object"], {"A": 1}, {"workspaces": {WS_A: {"X": 2}}}, {"workspaces": 3}]
+)
+def test_a_malformed_file_is_refused_at_start(tmp_path: Path, body: object) -> None:
+    path = tmp_path / "secrets.json"
+    path.write_text(json.dumps(body))
+    with pytest.raises(SystemExit, match="secrets file"):
+        SecretStore.from_file(path)
+
+
+def test_the_environment_only_serves_prefixed_names() -> None:
+    secrets = SecretStore({}, {"SETU_AGENT_TOKEN": "setu_ag_x", "SETU_SECRET_OK": "yes"})
+    assert secrets.lookup("OK") == "yes"
+    with pytest.raises(ConfigError):
+        secrets.lookup("SETU_AGENT_TOKEN")

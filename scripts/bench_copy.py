@@ -210,7 +210,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--small", type=int, default=200_000, help="second size, for memory")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--server", default="")
     parser.add_argument("--worker", choices=["raw", "staged", "direct"])
     args = parser.parse_args()

@@ -476,8 +476,15 @@ def _unquote(name: str) -> str:
     return name
 
 
+# COPY FROM reads a CopyData message whole before parsing it: chunks of this
+# size let the server work while the rest of a part is still on the wire.
+COPY_CHUNK = 256 * 1024
+
+
 async def _once(data: bytes) -> AsyncIterator[bytes]:
-    yield data
+    view = memoryview(data)
+    for start in range(0, len(view), COPY_CHUNK):
+        yield view[start : start + COPY_CHUNK]
 
 
 PROVIDER = PostgresProvider()

@@ -73,6 +73,12 @@ class Settings:
     reaper_interval_seconds: float = field(
         default=5.0, metadata={"help": "how often expired leases are requeued"}
     )
+    staged_retention_hours: float = field(
+        default=24.0, metadata={"help": "how long a run's staged data outlives the run"}
+    )
+    janitor_interval_seconds: float = field(
+        default=60.0, metadata={"help": "how often expired staged data is looked for"}
+    )
     scheduler_interval_seconds: float = field(
         default=1.0, metadata={"help": "how often pipeline schedules are checked for due ticks"}
     )

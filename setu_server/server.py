@@ -34,6 +34,7 @@ from setu_client._proto.setu.v1 import (
 )
 from setu_client.clock import Clock, SystemClock
 from setu_server.config import Settings
+from setu_server.maintenance.janitor import Janitor
 from setu_server.maintenance.reaper import Reaper
 from setu_server.maintenance.scheduler import Scheduler
 from setu_server.rpc import reflection
@@ -116,6 +117,7 @@ class Services:
     presence: AgentPresence
     reaper: Reaper
     scheduler: Scheduler
+    janitor: Janitor
     worker: Runtime
     background: list[asyncio.Task[None]]
     auth: Authenticator
@@ -238,6 +240,13 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
     task_service = TaskService(pool, clock, lifecycle, signals, policy, outcomes)
     reaper = Reaper(task_service, settings.reaper_interval_seconds)
     scheduler = Scheduler(pool, clock, runs_service, settings.scheduler_interval_seconds)
+    janitor = Janitor(
+        pool,
+        clock,
+        blob,
+        settings.staged_retention_hours * 3600,
+        settings.janitor_interval_seconds,
+    )
     secrets = SecretStore.from_file(Path(settings.secrets_file) if settings.secrets_file else None)
     reach = CloudPolicy(settings.files_root)
     migrate_handler = Migrate(
@@ -256,6 +265,7 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
     background = [
         asyncio.create_task(reaper.run(), name="setu-reaper"),
         asyncio.create_task(scheduler.run(), name="setu-scheduler"),
+        asyncio.create_task(janitor.run(), name="setu-janitor"),
         asyncio.create_task(worker.run(), name="setu-cloud-worker"),
     ]
     return Services(
@@ -271,6 +281,7 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         presence=AgentPresence(pool, clock),
         reaper=reaper,
         scheduler=scheduler,
+        janitor=janitor,
         worker=worker,
         background=background,
         connections=ConnectionService(pool, clock),

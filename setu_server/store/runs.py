@@ -9,6 +9,7 @@ from uuid import UUID
 
 import asyncpg
 
+from setu_agent.engine.staging import run_prefix
 from setu_server.models import (
     Endpoint,
     Job,
@@ -170,3 +171,23 @@ async def set_phase(
     with translate_errors():
         r = await db.fetchrow(QUERIES.set_run_phase, job_id, phase.value, message, now)
     return job_of(r) if r else None
+
+
+async def runs_to_purge(
+    db: Executor, now: datetime | None, retention_seconds: float, limit: int
+) -> list[tuple[UUID, set[str]]]:
+    """(run, the blob prefixes it may have staged under), locked."""
+    with translate_errors():
+        rows = await db.fetch(QUERIES.runs_to_purge, now, retention_seconds, limit)
+    found: list[tuple[UUID, set[str]]] = []
+    for r in rows:
+        prefixes = set(r["prefixes"])
+        if r["pipeline_id"] is not None:  # parts of an extract that never finished
+            prefixes.add(run_prefix(r["workspace_id"], r["pipeline_id"], r["id"]))
+        found.append((r["id"], prefixes))
+    return found
+
+
+async def mark_staged_purged(db: Executor, ids: list[UUID], now: datetime | None) -> None:
+    with translate_errors():
+        await db.execute(QUERIES.mark_staged_purged, ids, now)

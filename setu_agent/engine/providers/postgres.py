@@ -481,7 +481,7 @@ def _unquote(name: str) -> str:
 COPY_CHUNK = 256 * 1024
 
 
-async def _once(data: bytes) -> AsyncIterator[bytes]:
+async def _once(data: bytes) -> AsyncIterator[memoryview]:
     view = memoryview(data)
     for start in range(0, len(view), COPY_CHUNK):
         yield view[start : start + COPY_CHUNK]

@@ -88,3 +88,25 @@ WITH moved AS (
 SELECT moved.*, pg_notify('setu_job', json_build_object(
     'job_id', id, 'version', version, 'state', state)::text) AS notified
 FROM moved;
+
+-- name: runs_to_purge
+-- Ended runs whose staged data has outlived the retention, with every
+-- prefix they staged under; locked (SKIP LOCKED) so one replica purges each.
+-- $1 now, $2 retention seconds, $3 limit
+SELECT j.id, j.workspace_id, j.pipeline_id,
+       coalesce(array_agg(DISTINCT a.blob_prefix) FILTER (WHERE a.blob_prefix IS NOT NULL),
+                '{}')::text[] AS prefixes
+FROM (
+    SELECT id, workspace_id, pipeline_id FROM job
+    WHERE kind = 'run' AND staged_purged_at IS NULL AND finished_at IS NOT NULL
+      AND finished_at < coalesce($1, now()) - make_interval(secs => $2)
+    ORDER BY finished_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+) j
+LEFT JOIN artifact a ON a.job_id = j.id
+GROUP BY j.id, j.workspace_id, j.pipeline_id;
+
+-- name: mark_staged_purged
+-- $1 ids uuid[], $2 now
+UPDATE job SET staged_purged_at = coalesce($2, now()) WHERE id = ANY($1::uuid[]);

@@ -34,9 +34,10 @@ from setu_agent.specs import ConnectionSpec, SpecSource
 
 PREVIEW_LIMIT = 20
 
-# What this runtime lets a connection reach: (provider, resolved config),
-# raising ConfigError. The cloud's keeps tenants off the server's own files.
-ConnectPolicy = Callable[[str, dict[str, Any]], None]
+# What this runtime lets a connection reach: (provider, resolved config) ->
+# the config to connect with, or ConfigError. The cloud's keeps tenants off
+# the server's own files, sockets and credentials.
+ConnectPolicy = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
 class ContextReporter:
@@ -197,7 +198,7 @@ class EngineHandlers:
         store = self._secrets.for_workspace(workspace) if workspace else self._secrets
         config = store.resolve(connection.config, ctx.redact)
         if self._policy is not None:
-            self._policy(connection.provider, config)
+            config = self._policy(connection.provider, config)
         return await provider.connect(config)
 
     @asynccontextmanager

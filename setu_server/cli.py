@@ -94,6 +94,9 @@ async def _dev(args: argparse.Namespace, data_dir: Path) -> None:
         data_dir=data_dir,
         admin_token=credentials["admin_token"],
         database_url=os.environ.get("SETU_DATABASE_URL", ""),
+        # One person's machine: cloud connections may reach its files and
+        # databases (a shared server keeps the restricted default).
+        cloud_reach=os.environ.get("SETU_CLOUD_REACH") or "local",
     )
     logs.configure(settings.log_level, "text")
     stop = asyncio.Event()

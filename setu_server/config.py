@@ -31,6 +31,21 @@ class Settings:
     )
     s3_endpoint_url: str = field(default="", metadata={"help": "S3 endpoint, for non-AWS S3"})
     s3_region: str = field(default="us-east-1", metadata={"help": "S3 region of the blob bucket"})
+    shared_secrets: str = field(
+        default="",
+        metadata={
+            "help": "comma-separated secret names every workspace's cloud connections "
+            "may use (top-level secrets-file entries or SETU_SECRET_*)"
+        },
+    )
+    cloud_reach: str = field(
+        default="restricted",
+        metadata={
+            "help": "restricted: cloud connections reach files only under "
+            "LOCAL_FILES_ROOT and no loopback host; local: all this machine can "
+            "(one-person setups; `setu dev`'s default)"
+        },
+    )
     local_files_root: str = field(
         default="",
         metadata={

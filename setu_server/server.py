@@ -247,8 +247,14 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         settings.staged_retention_hours * 3600,
         settings.janitor_interval_seconds,
     )
-    secrets = SecretStore.from_file(Path(settings.secrets_file) if settings.secrets_file else None)
-    reach = CloudPolicy(settings.files_root)
+    secrets = SecretStore.from_file(
+        Path(settings.secrets_file) if settings.secrets_file else None,
+        isolated=True,
+        shared=frozenset(n.strip() for n in settings.shared_secrets.split(",") if n.strip()),
+    )
+    if settings.cloud_reach not in ("restricted", "local"):
+        raise SystemExit(f"SETU_CLOUD_REACH is restricted or local, not {settings.cloud_reach!r}")
+    reach = CloudPolicy(settings.files_root) if settings.cloud_reach == "restricted" else None
     migrate_handler = Migrate(
         RunBook(pool, clock, lifecycle),
         blob,

@@ -61,6 +61,8 @@ def server_process(
             "SETU_LISTEN": f"127.0.0.1:{port}",
             "SETU_ADMIN_TOKEN": ADMIN_TOKEN,
             "SETU_GRACE_SECONDS": "1",
+            # Tests keep files and database sockets in their own tmp folders.
+            "SETU_LOCAL_FILES_ROOT": "/",
         }
         | env
     )

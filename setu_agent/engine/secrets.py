@@ -56,11 +56,13 @@ def references(config: Any, path: str = "config") -> list[tuple[str, str]]:
 class SecretStore:
     """NAME -> value, from a JSON file and the environment.
 
-    The file may hold per-workspace sections, `{"workspaces": {"<workspace
-    id>": {"NAME": "value"}}}`: a runtime serving many workspaces (the cloud
-    worker) looks a name up in the connection's workspace first. Top-level
-    names and SETU_SECRET_* variables are shared by every workspace: keep
-    them for the operator's own secrets.
+    An agent's store serves its one workspace: every name in it. The cloud
+    worker serves many workspaces, so its store is `isolated`: a connection
+    sees only its workspace's section of the file, `{"workspaces":
+    {"<workspace id>": {"NAME": "value"}}}`, plus the names the operator
+    shares on purpose (`shared`: top-level file entries or SETU_SECRET_*
+    variables). A tenant can thus never have the cloud send another
+    tenant's password to a host of its choosing.
     """
 
     def __init__(
@@ -68,17 +70,29 @@ class SecretStore:
         values: Mapping[str, str] | None = None,
         environ: Mapping[str, str] | None = None,
         workspaces: Mapping[str, Mapping[str, str]] | None = None,
-        scope: str = "",
+        *,
+        isolated: bool = False,
+        shared: frozenset[str] = frozenset(),
+        scope: str | None = None,
     ) -> None:
         self._values = dict(values or {})
         self._environ = os.environ if environ is None else environ
         self._workspaces = {ws: dict(names) for ws, names in (workspaces or {}).items()}
+        self._isolated = isolated
+        self._shared = shared
         self._scope = scope
 
     @classmethod
-    def from_file(cls, path: Path | None, environ: Mapping[str, str] | None = None) -> SecretStore:
+    def from_file(
+        cls,
+        path: Path | None,
+        environ: Mapping[str, str] | None = None,
+        *,
+        isolated: bool = False,
+        shared: frozenset[str] = frozenset(),
+    ) -> SecretStore:
         if path is None:
-            return cls(environ=environ)
+            return cls(environ=environ, isolated=isolated, shared=shared)
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
@@ -95,16 +109,29 @@ class SecretStore:
                 f"secrets file {path} must map NAME -> string, with optional "
                 f'"workspaces": {{"<workspace id>": {{NAME -> string}}}}'
             )
-        return cls(data, environ, sections)
+        return cls(data, environ, sections, isolated=isolated, shared=shared)
 
     def for_workspace(self, workspace_id: object) -> SecretStore:
-        """This store as seen by one workspace's connections."""
-        return SecretStore(self._values, self._environ, self._workspaces, str(workspace_id))
+        """This store as one workspace's connections see it."""
+        return SecretStore(
+            self._values,
+            self._environ,
+            self._workspaces,
+            isolated=self._isolated,
+            shared=self._shared,
+            scope=str(workspace_id),
+        )
 
     def lookup(self, name: str) -> str:
-        scoped = self._workspaces.get(self._scope, {})
+        scoped = self._workspaces.get(self._scope or "", {})
         if name in scoped:
             return scoped[name]
+        if self._isolated and name not in self._shared:
+            where = f"workspaces.{self._scope}" if self._scope else "a workspace section"
+            raise ConfigError(
+                f"secret {name!r} is not among this workspace's cloud secrets: the operator "
+                f"adds it under {where} in the server's secrets file"
+            )
         if name in self._values:
             return self._values[name]
         value = self._environ.get(ENV_PREFIX + name)

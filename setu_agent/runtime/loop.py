@@ -190,11 +190,19 @@ class Runtime:
                 await self._source.fail(task, f"{self.name} is shutting down", True)
             raise
         except Exception as exc:
-            log.exception("task failed", extra={"task_id": task.id, "kind": task.kind})
-            await self._report_failure(task, report(describe(exc)), retryable=True)
+            error = report(describe(exc))
+            log.warning(
+                "task failed", extra={"task_id": task.id, "kind": task.kind, "error": error}
+            )
+            # The traceback may quote a resolved secret: only where asked for.
+            log.debug("task failure traceback", exc_info=True, extra={"task_id": task.id})
+            await self._report_failure(task, error, retryable=True)
         else:
-            clean = report(result)
-            await self._report(lambda: self._source.complete(task, clean), "completed", task)
+            # Only free text is redacted: names and data (a stream called like
+            # a database user) must reach the server as they are.
+            if isinstance(result.get("message"), str):
+                result = {**result, "message": report(result["message"])}
+            await self._report(lambda: self._source.complete(task, result), "completed", task)
         finally:
             beats.cancel()
             with contextlib.suppress(asyncio.CancelledError, LeaseLost):

@@ -49,19 +49,13 @@ class TaskContext:
         # Secret values this task resolved: never in what it reports.
         self.redact: set[str] = set()
 
-    def redacted(self, value: Any) -> Any:
-        """value (text, or a result's strings) with every secret it resolved
-        replaced by `***`: a provider's message may quote a host or user."""
-        if isinstance(value, str):
-            for secret in sorted(self.redact, key=len, reverse=True):
-                if len(secret) >= MIN_REDACTED:
-                    value = value.replace(secret, "***")
-            return value
-        if isinstance(value, dict):
-            return {k: self.redacted(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.redacted(v) for v in value]
-        return value
+    def redacted(self, text: str) -> str:
+        """text with every secret this task resolved replaced by `***`: a
+        provider's message may quote a host or a user."""
+        for secret in sorted(self.redact, key=len, reverse=True):
+            if len(secret) >= MIN_REDACTED:
+                text = text.replace(secret, "***")
+        return text
 
     def report(self, **progress: Any) -> None:
         """Progress to send with the next heartbeat (rows_read, rows_written, stream, message)."""

@@ -2,15 +2,16 @@
 retention (SETU_STAGED_RETENTION_HOURS), so the blob store does not grow
 without end. A run still going keeps its data: a retry resumes from it.
 
-Safe on every replica at once: a pass locks the runs it purges (SKIP
-LOCKED) and marks them in the same transaction; a blob delete that fails
-rolls the mark back, and the next pass tries again.
+Safe on every replica at once: each run is locked (SKIP LOCKED), purged and
+marked in its own transaction; a run whose delete fails stays unmarked and
+the next pass tries it again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from uuid import UUID
 
 import asyncpg
 
@@ -40,24 +41,36 @@ class Janitor:
         self._interval = interval
 
     async def run_once(self) -> int:
-        """Purges one batch of expired runs; returns how many."""
-        now = self._clock.sql_now()
-        async with transaction(self._pool) as conn:
-            due = await runs.runs_to_purge(conn, now, self._retention, BATCH)
-            deleted = 0
-            for _, prefixes in due:
-                for prefix in sorted(prefixes):
-                    deleted += await self._blob.delete_prefix(prefix)
-            await runs.mark_staged_purged(conn, [job_id for job_id, _ in due], now)
-        if due:
-            log.info("staged data purged", extra={"runs": len(due), "objects": deleted})
-        return len(due)
+        """Purges up to a batch of expired runs, each in its own short
+        transaction (a slow or failing delete holds one run, not many);
+        returns how many were purged."""
+        purged = 0
+        skipped: list[UUID] = []
+        while purged + len(skipped) < BATCH:
+            async with transaction(self._pool) as conn:
+                due = await runs.runs_to_purge(
+                    conn, self._clock.sql_now(), self._retention, 1, skipped
+                )
+                if not due:
+                    break
+                job_id, prefixes = due[0]
+                try:
+                    for prefix in sorted(prefixes):
+                        await self._blob.delete_prefix(prefix)
+                except Exception:
+                    log.exception("could not purge staged data", extra={"job_id": str(job_id)})
+                    skipped.append(job_id)  # left for the next pass
+                    continue
+                await runs.mark_staged_purged(conn, [job_id], self._clock.sql_now())
+                purged += 1
+        if purged:
+            log.info("staged data purged", extra={"runs": purged})
+        return purged
 
     async def run(self) -> None:
         while True:
             try:
-                while await self.run_once() == BATCH:
-                    pass
+                await self.run_once()
             except Exception:
                 log.exception("janitor pass failed; trying again next interval")
             await asyncio.sleep(self._interval)

@@ -149,6 +149,8 @@ class JobService:
                     job_id, JobState.CANCELLED, why[0].upper() + why[1:], db=conn, error_message=why
                 )
             else:
+                # What has not started never will; what runs stops cooperatively.
+                await tasks.cancel_pending_tasks(conn, job_id, now)
                 requested = await jobs.request_cancel(conn, job_id, why, now)
                 if requested is None:
                     return job

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
+from setu_agent.engine.staging import run_prefix
+from setu_client.errors import InvalidArgument
 from setu_server.models import EventLevel, Job, JobState, Phase, Task, TaskKind, runtime_name
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.runs import RunService
@@ -140,8 +142,16 @@ class TaskOutcomes(JobEndsWithItsTask):
         if task.kind is TaskKind.EXTRACT:
             return await self._extracted(db, job, task, result, where)
         if task.kind is TaskKind.MIGRATE and result.get("handoff"):
-            await self._runs.dispatch_load(db, job)
-            return []
+            if await self._runs.dispatch_load(db, job):
+                return []
+            return await jobs.transition_jobs(
+                db,
+                [job.id],
+                JobState.SUCCEEDED,
+                now=self._now(),
+                message="The source offered no streams: nothing to load",
+                result={"mode": "staged", "rows_extracted": 0, "rows_loaded": 0},
+            )
         if task.kind is TaskKind.LOAD:
             return await self._loaded(db, job, task, result, where)
         if task.kind is TaskKind.DISCOVER and job.connection_id is not None:
@@ -154,7 +164,10 @@ class TaskOutcomes(JobEndsWithItsTask):
         self, db: Executor, job: Job, task: Task, result: dict[str, Any], where: str
     ) -> list[Job]:
         artifact = result.get("artifact", {})
-        prefix = str(artifact.get("blob_prefix", ""))
+        prefix = run_prefix(job.workspace_id, job.pipeline_id, job.id)
+        if artifact.get("blob_prefix") != prefix:
+            # What the janitor later deletes comes from here: only the run's own.
+            raise InvalidArgument(f"an extract of run {job.id} stages under {prefix}")
         now = self._now()
         staged = artifact.get("streams", [])
         for stream in staged:
@@ -214,6 +227,15 @@ class TaskOutcomes(JobEndsWithItsTask):
         await runs.set_progress(db, job.id, job.rows_extracted, loaded, now)
         if await tasks.count_unfinished_tasks(db, job.id):
             return []
+        if job.cancel_requested:  # the streams not loaded yet were abandoned
+            return await jobs.transition_jobs(
+                db,
+                [job.id],
+                JobState.CANCELLED,
+                now=now,
+                message=f"Cancelled: {loaded} rows had been loaded on {where}",
+                error_message=job.error_message or "cancelled by request",
+            )
         return await jobs.transition_jobs(
             db,
             [job.id],

@@ -270,6 +270,11 @@ class RunService:
             )
         job = await jobs.get_job_any(self._pool, task.job_id)
         assert job is not None, "a task's job outlives it"
+        if job.state.terminal or job.cancel_requested:
+            raise FailedPrecondition(
+                f"run {job.id} {'was cancelled' if job.cancel_requested else 'has ended'}: "
+                f"stop this {kind.value}"
+            )
         return job, task
 
     async def _connection(self, connection_id: str) -> ConnectionSpec:

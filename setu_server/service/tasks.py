@@ -142,7 +142,9 @@ class TaskService:
                 self._pool, task_id, token, result, self._clock.sql_now(), claimed
             )
             if done is None:
-                await self._repeated_completion(self._pool, runtime, task_id, token, claimed)
+                await self._repeated_completion(
+                    self._pool, runtime, task_id, token, check_kind=claimed
+                )
             elif done[1] is not None:
                 self._lifecycle.published([done[1]])
             return
@@ -157,14 +159,26 @@ class TaskService:
         self._lifecycle.published(changed)
 
     async def _repeated_completion(
-        self, db: Executor, runtime: str, task_id: UUID, token: UUID, claimed: str | None = None
+        self,
+        db: Executor,
+        runtime: str,
+        task_id: UUID,
+        token: UUID,
+        *,
+        check_kind: str | bool | None = False,
     ) -> None:
         """Nothing was completed: fine if this lease already completed it,
-        else the lease is lost, or the result was of another kind of task."""
+        else the lease is lost, or (`check_kind`: the kind the result
+        claimed) the result does not fit the task."""
         existing = await self._own(db, runtime, task_id)
-        live = existing.state is TaskState.LEASED and existing.lease_token == token
-        if live and claimed is not None and claimed != existing.kind.value:
-            raise _wrong_result(existing, claimed)
+        live = (
+            existing.state is TaskState.LEASED
+            and existing.lease_token == token
+            and existing.lease_expires_at is not None
+            and existing.lease_expires_at > self._clock.now()
+        )
+        if live and check_kind is not False and check_kind != existing.kind.value:
+            raise _wrong_result(existing, str(check_kind or "none"))
         if existing.state is not TaskState.SUCCEEDED or existing.lease_token != token:
             raise _lost_lease(existing)
 
@@ -173,6 +187,11 @@ class TaskService:
     ) -> bool:
         """Record a failure; True when the task will run again."""
         async with transaction(self._pool) as conn:
+            if retryable:
+                # A run that asked to stop, or has ended, runs nothing again.
+                owned = await tasks.get_for_runtime(conn, task_id, runtime)
+                job = await jobs.get_job_any(conn, owned.job_id) if owned else None
+                retryable = job is None or not (job.cancel_requested or job.state.terminal)
             task = await tasks.fail(
                 conn,
                 task_id,

@@ -174,14 +174,25 @@ async def set_phase(
 
 
 async def runs_to_purge(
-    db: Executor, now: datetime | None, retention_seconds: float, limit: int
+    db: Executor,
+    now: datetime | None,
+    retention_seconds: float,
+    limit: int,
+    skip: list[UUID] | None = None,
 ) -> list[tuple[UUID, set[str]]]:
     """(run, the blob prefixes it may have staged under), locked."""
     with translate_errors():
-        rows = await db.fetch(QUERIES.runs_to_purge, now, retention_seconds, limit)
+        rows = await db.fetch(QUERIES.runs_to_purge, now, retention_seconds, limit, skip or [])
     found: list[tuple[UUID, set[str]]] = []
     for r in rows:
-        prefixes = set(r["prefixes"])
+        # Only a run's own prefix, ws/{ws}/pl/{pipeline}/run/{run}/, is ever
+        # deleted, whatever an artifact row says.
+        own = f"/run/{r['id']}/"
+        prefixes = {
+            p
+            for p in r["prefixes"]
+            if p.startswith(f"ws/{r['workspace_id']}/pl/") and p.endswith(own)
+        }
         if r["pipeline_id"] is not None:  # parts of an extract that never finished
             prefixes.add(run_prefix(r["workspace_id"], r["pipeline_id"], r["id"]))
         found.append((r["id"], prefixes))

@@ -251,5 +251,5 @@ class Migrate:
         provider_name, config, workspace_id = await self._book.connection(UUID(connection_id))
         resolved = self._secrets.for_workspace(workspace_id).resolve(config, ctx.redact)
         if self._policy is not None:
-            self._policy(provider_name, resolved)
+            resolved = self._policy(provider_name, resolved)
         return await get_provider(provider_name).connect(resolved)

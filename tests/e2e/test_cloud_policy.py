@@ -101,4 +101,40 @@ async def test_a_workspace_secret_serves_only_its_workspace_in_the_cloud(
 
     assert answers[0].ok, answers[0].message
     assert not answers[1].ok
-    assert "secret 'PG_USER' is not in this runtime's secret store" in answers[1].message
+    assert "secret 'PG_USER' is not among this workspace's cloud secrets" in answers[1].message
+    assert f"workspaces.{other.workspace_id}" in answers[1].message
+
+
+async def test_a_cloud_postgres_connection_cannot_reach_the_servers_own_sockets_or_loopback(
+    client: SetuClient, database_url: str
+) -> None:
+    # The embedded PostgreSQL's socket folder lies outside the files root.
+    own = await client.create_connection("own", "postgres", postgres_config(database_url))
+    refused = await client.test_connection(own.id)
+    assert not refused.ok
+    assert "config.host: a cloud connection may only use files under" in refused.message
+
+    loop = await client.create_connection(
+        "loop", "postgres", {"host": "127.0.0.1", "database": "setu", "user": "postgres"}
+    )
+    refused = await client.test_connection(loop.id)
+    assert not refused.ok
+    assert "127.0.0.1 is this server itself" in refused.message
+
+
+async def test_a_one_person_server_lets_the_cloud_reach_its_own_machine(
+    database_url: str, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    tenant: Tenant = await make_tenant(pool)
+    async with (
+        in_process(
+            database_url, local_files_root=str(tmp_path / "files"), cloud_reach="local"
+        ) as server,
+        SetuClient(f"127.0.0.1:{server.port}", tenant.api_key) as client,
+    ):
+        outside = await client.create_connection(
+            "outside", "sqlite", {"path": database(tmp_path / "elsewhere.db")}
+        )
+        assert (await client.test_connection(outside.id)).ok
+        own = await client.create_connection("own", "postgres", postgres_config(database_url))
+        assert (await client.test_connection(own.id)).ok

@@ -240,6 +240,7 @@ async def server(database_url: str, tmp_path: Path) -> AsyncIterator[Running]:
         database_url,
         data_dir=tmp_path / "server",
         secrets_file=str(secrets),
+        shared_secrets="S3_SECRET",  # the test bucket's key, for every workspace
         batch_rows=32,  # several parts and batches per stream
         direct_max_rows=0,  # stage every run here; direct has its own test
         task_retry_backoff_seconds=0.05,

@@ -287,5 +287,11 @@ async def test_a_result_of_another_kind_of_task_is_refused_and_changes_nothing(
         assert f"must be a {task.kind.value} result, not {wrong}" in (info.value.details() or "")
         still = await tasks.get(pool, task.id)
         assert still is not None and still.state is TaskState.LEASED
+        if task.kind is TaskKind.EXTRACT:  # no result at all ends nothing either
+            bare = pb.CompleteTaskRequest(task_id=leased.id, lease_token=leased.lease_token)
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await agent.CompleteTask(bare)
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "must be a extract result, not none" in (info.value.details() or "")
         job = await jobs.get_job(pool, task.job_id, tenant.workspace_id)
         assert job is not None and job.state is JobState.RUNNING

@@ -34,6 +34,25 @@ def test_a_workspace_sees_its_own_section_then_what_is_shared(tmp_path: Path) ->
         b.lookup("DB_PASSWORD")
 
 
+def test_an_isolated_store_serves_a_workspace_its_section_and_shared_names_only(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "secrets.json"
+    path.write_text(
+        json.dumps({"OPERATOR_PW": "ops", "BUCKET_KEY": "k", "workspaces": {WS_A: {"PW": "a"}}})
+    )
+    environ = {"SETU_SECRET_ENV_PW": "env", "SETU_SECRET_SHARED_ENV": "yes"}
+    cloud = SecretStore.from_file(
+        path, environ, isolated=True, shared=frozenset({"BUCKET_KEY", "SHARED_ENV"})
+    )
+    a, b = cloud.for_workspace(WS_A), cloud.for_workspace(WS_B)
+    assert a.lookup("PW") == "a"
+    assert (b.lookup("BUCKET_KEY"), b.lookup("SHARED_ENV")) == ("k", "yes")
+    for name in ("PW", "OPERATOR_PW", "ENV_PW"):
+        with pytest.raises(ConfigError, match=f"workspaces.{WS_B}"):
+            b.lookup(name)
+
+
 def test_resolve_replaces_references_anywhere_and_records_the_values(tmp_path: Path) -> None:
     secrets = store(tmp_path, {"U": "alice", "P": "s3cret"})
     seen: set[str] = set()

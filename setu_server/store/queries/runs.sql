@@ -92,7 +92,7 @@ FROM moved;
 -- name: runs_to_purge
 -- Ended runs whose staged data has outlived the retention, with every
 -- prefix they staged under; locked (SKIP LOCKED) so one replica purges each.
--- $1 now, $2 retention seconds, $3 limit
+-- $1 now, $2 retention seconds, $3 limit, $4 ids to pass over uuid[]
 SELECT j.id, j.workspace_id, j.pipeline_id,
        coalesce(array_agg(DISTINCT a.blob_prefix) FILTER (WHERE a.blob_prefix IS NOT NULL),
                 '{}')::text[] AS prefixes
@@ -100,6 +100,7 @@ FROM (
     SELECT id, workspace_id, pipeline_id FROM job
     WHERE kind = 'run' AND staged_purged_at IS NULL AND finished_at IS NOT NULL
       AND finished_at < coalesce($1, now()) - make_interval(secs => $2)
+      AND NOT (id = ANY($4::uuid[]))
     ORDER BY finished_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED

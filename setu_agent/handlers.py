@@ -193,13 +193,11 @@ class EngineHandlers:
     # -- plumbing
 
     async def _connect(self, ctx: TaskContext, connection: ConnectionSpec) -> Connector:
-        provider = get_provider(connection.provider)
         workspace = ctx.task.payload.get("workspace_id")
         store = self._secrets.for_workspace(workspace) if workspace else self._secrets
-        config = store.resolve(connection.config, ctx.redact)
-        if self._policy is not None:
-            config = self._policy(connection.provider, config)
-        return await provider.connect(config)
+        return await open_connector(
+            ctx, connection.provider, connection.config, store, self._policy
+        )
 
     @asynccontextmanager
     async def _connected(
@@ -224,6 +222,22 @@ class EngineHandlers:
             yield store
         finally:
             await store.close()
+
+
+async def open_connector(
+    ctx: TaskContext,
+    provider: str,
+    config: dict[str, Any],
+    secrets: SecretStore,
+    policy: ConnectPolicy | None,
+) -> Connector:
+    """A connector on a connection as this runtime may open it: secret
+    references resolved (and remembered, to keep them out of reports), then
+    the runtime's policy applied to what will really be opened."""
+    resolved = secrets.resolve(config, ctx.redact)
+    if policy is not None:
+        resolved = policy(provider, resolved)
+    return await get_provider(provider).connect(resolved)
 
 
 def _connection(ctx: TaskContext) -> ConnectionSpec:

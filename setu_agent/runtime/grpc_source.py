@@ -32,12 +32,8 @@ RESULT_FIELDS = {
 }
 
 
-WRITE_MODES = {
-    common_pb2.WRITE_MODE_UNSPECIFIED: WriteMode.APPEND,
-    common_pb2.WRITE_MODE_APPEND: WriteMode.APPEND,
-    common_pb2.WRITE_MODE_OVERWRITE: WriteMode.OVERWRITE,
-    common_pb2.WRITE_MODE_UPSERT: WriteMode.UPSERT,
-    common_pb2.WRITE_MODE_MERGE: WriteMode.MERGE,
+WRITE_MODES = {getattr(common_pb2, f"WRITE_MODE_{m.name}"): m for m in WriteMode} | {
+    common_pb2.WRITE_MODE_UNSPECIFIED: WriteMode.APPEND
 }
 
 

@@ -41,7 +41,9 @@ class Scheduler:
         created = 0
         async with transaction(self._pool) as conn:
             due = await runs.due_pipelines(conn, self._clock.sql_now(), BATCH)
-            for pipeline, schedule, tick in due:
+            for pipeline_id, workspace_id, schedule, tick in due:
+                pipeline = await runs.pipeline_for_run(conn, pipeline_id, workspace_id)
+                assert pipeline is not None, "a due pipeline is locked, so it still exists"
                 try:
                     async with conn.transaction():
                         await self._runs.submit_scheduled(conn, pipeline, tick)
@@ -49,7 +51,7 @@ class Scheduler:
                 except AlreadyExists:
                     pass  # this tick already has its run
                 later = next_tick(schedule, max(tick, self._clock.now()))
-                await runs.set_next_run(conn, pipeline.id, later)
+                await runs.set_next_run(conn, pipeline_id, later)
         if created:
             log.info("scheduled runs created", extra={"runs": created})
         return created

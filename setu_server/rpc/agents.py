@@ -7,14 +7,13 @@ from typing import Any
 from google.protobuf.json_format import MessageToDict
 
 from setu_agent.engine.blob import BlobSettings
-from setu_agent.engine.providers.base import WriteMode
 from setu_agent.specs import ConnectionSpec
 from setu_client._proto.setu.v1 import agents_pb2 as pb
-from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
+from setu_client._proto.setu.v1 import agents_pb2_grpc
 from setu_server.config import Settings
 from setu_server.models import Task, TaskKind
 from setu_server.rpc import convert
-from setu_server.rpc.convert import uid
+from setu_server.rpc.convert import WRITE_MODES, uid
 from setu_server.rpc.interceptor import principal
 from setu_server.rpc.types import Ctx
 from setu_server.service.agents import AgentPresence
@@ -44,14 +43,6 @@ def task_message(task: Task) -> pb.Task:
     )
     message.payload.update(task.payload)
     return message
-
-
-WRITE_MODES = {
-    WriteMode.APPEND: common_pb2.WRITE_MODE_APPEND,
-    WriteMode.OVERWRITE: common_pb2.WRITE_MODE_OVERWRITE,
-    WriteMode.UPSERT: common_pb2.WRITE_MODE_UPSERT,
-    WriteMode.MERGE: common_pb2.WRITE_MODE_MERGE,
-}
 
 
 def _connection(spec: ConnectionSpec) -> pb.ConnectionSpec:

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from typing import Any
-from uuid import UUID
-
-from google.protobuf import json_format, struct_pb2
 
 from setu_client._proto.setu.v1 import common_pb2, connections_pb2_grpc
 from setu_client._proto.setu.v1 import connections_pb2 as pb
 from setu_client.errors import Aborted, InvalidArgument
 from setu_server.models import Connection, Job, JobState, Placement, TaskKind
 from setu_server.rpc import convert
-from setu_server.rpc.convert import uid
-from setu_server.rpc.interceptor import principal
+from setu_server.rpc.convert import optional_uid, struct_dict, uid
+from setu_server.rpc.interceptor import caller_workspace
 from setu_server.rpc.types import Ctx
 from setu_server.service.connection_ops import ConnectionOps
 from setu_server.service.connections import ConnectionDraft, ConnectionService
@@ -125,12 +122,6 @@ class ConnectionServicer(connections_pb2_grpc.ConnectionServiceServicer):
         return pb.DeleteConnectionResponse()
 
 
-def caller_workspace() -> UUID:
-    workspace_id = principal().workspace_id
-    assert workspace_id is not None, "client calls are authenticated with a workspace key"
-    return workspace_id
-
-
 def connection(c: Connection) -> pb.Connection:
     message = pb.Connection(
         id=str(c.id),
@@ -157,34 +148,6 @@ def _draft(message: pb.CreateConnectionRequest | pb.Connection, prefix: str) -> 
         placement=placement,
         agent_id=optional_uid(message.agent_id, f"{prefix}agent_id"),
     )
-
-
-def optional_uid(value: str, field: str) -> UUID | None:
-    """An optional id the interceptor did not check (it sits in a message
-    that is also a response)."""
-    if not value:
-        return None
-    try:
-        return UUID(value)
-    except ValueError:
-        raise InvalidArgument(f"{field}: must be a UUID, got {value[:40]!r}") from None
-
-
-def struct_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
-    """A Struct as plain JSON values. Struct numbers are all doubles, so
-    whole numbers come back as ints: a port is 5432, not 5432.0."""
-    plain: dict[str, Any] = _whole(json_format.MessageToDict(struct))
-    return plain
-
-
-def _whole(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _whole(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_whole(v) for v in value]
-    return value
 
 
 def _succeeded(job: Job) -> dict[str, Any]:

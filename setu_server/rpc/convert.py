@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+from google.protobuf import json_format, struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from setu_client._proto.setu.v1 import admin_pb2, common_pb2
@@ -21,12 +22,14 @@ from setu_server.models import (
     JobState,
     Phase,
     Workspace,
+    WriteMode,
 )
 
 JOB_KINDS = {k: getattr(common_pb2, f"JOB_KIND_{k.name}") for k in JobKind}
 JOB_STATES = {s: getattr(common_pb2, f"JOB_STATE_{s.name}") for s in JobState}
 PHASES = {p: getattr(common_pb2, f"PHASE_{p.name}") for p in Phase}
 LEVELS = {lv: getattr(common_pb2, f"EVENT_LEVEL_{lv.name}") for lv in EventLevel}
+WRITE_MODES = {m: getattr(common_pb2, f"WRITE_MODE_{m.name}") for m in WriteMode}
 JOB_STATES_BACK = {v: k for k, v in JOB_STATES.items()}
 JOB_KINDS_BACK = {v: k for k, v in JOB_KINDS.items()}
 
@@ -140,3 +143,31 @@ def job_filter(request: Any) -> JobFilter:
         created_after=_optional_ts(request, "created_after"),
         created_before=_optional_ts(request, "created_before"),
     )
+
+
+def optional_uid(value: str, field: str) -> UUID | None:
+    """An optional id the interceptor did not check (it sits in a message
+    that is also a response)."""
+    if not value:
+        return None
+    try:
+        return UUID(value)
+    except ValueError:
+        raise InvalidArgument(f"{field}: must be a UUID, got {value[:40]!r}") from None
+
+
+def struct_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
+    """A Struct as plain JSON values. Struct numbers are all doubles, so
+    whole numbers come back as ints: a port is 5432, not 5432.0."""
+    plain: dict[str, Any] = _whole(json_format.MessageToDict(struct))
+    return plain
+
+
+def _whole(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    return value

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from uuid import UUID
 
 import grpc
 from google.protobuf.message import Message
@@ -44,6 +45,13 @@ SERVICE_ROLES: dict[str, Role] = {
 def principal() -> Principal:
     """The authenticated caller of the call being served."""
     return _principal.get()
+
+
+def caller_workspace() -> UUID:
+    """The workspace of the API key serving this call."""
+    workspace_id = principal().workspace_id
+    assert workspace_id is not None, "client calls are authenticated with a workspace key"
+    return workspace_id
 
 
 class CallInterceptor(grpc.aio.ServerInterceptor):

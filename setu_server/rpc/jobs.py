@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from uuid import UUID
 
 from setu_client._proto.setu.v1 import common_pb2, jobs_pb2_grpc
 from setu_client._proto.setu.v1 import jobs_pb2 as pb
 from setu_server.config import Settings
 from setu_server.rpc import convert
 from setu_server.rpc.convert import uid
-from setu_server.rpc.interceptor import principal
+from setu_server.rpc.interceptor import caller_workspace
 from setu_server.rpc.types import Ctx
 from setu_server.service.jobs import JobService
 from setu_server.service.runs import RunService
@@ -28,7 +27,7 @@ class JobServicer(jobs_pb2_grpc.JobOrchestrationServiceServicer):
 
     async def SubmitRun(self, request: pb.SubmitRunRequest, context: Ctx) -> pb.SubmitRunResponse:
         job = await self._runs.submit(
-            _workspace(),
+            caller_workspace(),
             uid(request.pipeline_id),
             start=request.start,
             dry_run=request.dry_run,
@@ -37,7 +36,7 @@ class JobServicer(jobs_pb2_grpc.JobOrchestrationServiceServicer):
         return pb.SubmitRunResponse(job=convert.job(job))
 
     async def GetJob(self, request: pb.GetJobRequest, context: Ctx) -> pb.GetJobResponse:
-        job = await self._jobs.get(_workspace(), uid(request.job_id))
+        job = await self._jobs.get(caller_workspace(), uid(request.job_id))
         return pb.GetJobResponse(job=convert.job(job))
 
     async def WaitJob(self, request: pb.WaitJobRequest, context: Ctx) -> pb.WaitJobResponse:
@@ -45,7 +44,7 @@ class JobServicer(jobs_pb2_grpc.JobOrchestrationServiceServicer):
         remaining = context.time_remaining()
         if remaining is not None:
             max_wait = min(max_wait, remaining - DEADLINE_MARGIN_SECONDS)
-        job = await self._jobs.wait(_workspace(), uid(request.job_id), max_wait)
+        job = await self._jobs.wait(caller_workspace(), uid(request.job_id), max_wait)
         return pb.WaitJobResponse(
             job_id=str(job.id),
             state=convert.JOB_STATES[job.state],
@@ -57,21 +56,23 @@ class JobServicer(jobs_pb2_grpc.JobOrchestrationServiceServicer):
     async def WatchJob(
         self, request: pb.WatchJobRequest, context: Ctx
     ) -> AsyncIterator[pb.WatchJobResponse]:
-        snapshots = self._jobs.watch(_workspace(), uid(request.job_id), request.from_version)
+        snapshots = self._jobs.watch(caller_workspace(), uid(request.job_id), request.from_version)
         async for job in snapshots:
             yield pb.WatchJobResponse(job=convert.job(job))
 
     async def StartJob(self, request: pb.StartJobRequest, context: Ctx) -> pb.StartJobResponse:
-        job = await self._jobs.start(_workspace(), uid(request.job_id))
+        job = await self._jobs.start(caller_workspace(), uid(request.job_id))
         return pb.StartJobResponse(job=convert.job(job))
 
     async def CancelJob(self, request: pb.CancelJobRequest, context: Ctx) -> pb.CancelJobResponse:
-        job = await self._jobs.cancel(_workspace(), uid(request.job_id), request.reason.strip())
+        job = await self._jobs.cancel(
+            caller_workspace(), uid(request.job_id), request.reason.strip()
+        )
         return pb.CancelJobResponse(job=convert.job(job))
 
     async def ListJobs(self, request: pb.ListJobsRequest, context: Ctx) -> pb.ListJobsResponse:
         found, token = await self._jobs.list_jobs(
-            _workspace(), convert.job_filter(request), request.page_size, request.page_token
+            caller_workspace(), convert.job_filter(request), request.page_size, request.page_token
         )
         return pb.ListJobsResponse(jobs=[convert.job(j) for j in found], next_page_token=token)
 
@@ -79,7 +80,7 @@ class JobServicer(jobs_pb2_grpc.JobOrchestrationServiceServicer):
         self, request: pb.ListJobEventsRequest, context: Ctx
     ) -> pb.ListJobEventsResponse:
         found, token = await self._jobs.events(
-            _workspace(),
+            caller_workspace(),
             uid(request.job_id),
             request.after_sequence,
             request.page_size,
@@ -92,7 +93,7 @@ class JobServicer(jobs_pb2_grpc.JobOrchestrationServiceServicer):
     async def GetJobOutputs(
         self, request: pb.GetJobOutputsRequest, context: Ctx
     ) -> pb.GetJobOutputsResponse:
-        job, streams = await self._jobs.outputs(_workspace(), uid(request.job_id))
+        job, streams = await self._jobs.outputs(caller_workspace(), uid(request.job_id))
         return pb.GetJobOutputsResponse(
             job_id=str(job.id),
             streams=[
@@ -110,9 +111,3 @@ class JobServicer(jobs_pb2_grpc.JobOrchestrationServiceServicer):
                 rows_total=job.rows_total,
             ),
         )
-
-
-def _workspace() -> UUID:
-    workspace_id = principal().workspace_id
-    assert workspace_id is not None, "client calls are authenticated with a workspace key"
-    return workspace_id

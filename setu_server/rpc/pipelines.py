@@ -7,12 +7,11 @@ from setu_client._proto.setu.v1 import pipelines_pb2 as pb
 from setu_client.errors import InvalidArgument
 from setu_server.models import Pipeline, WriteMode
 from setu_server.rpc import convert
-from setu_server.rpc.connections import caller_workspace, optional_uid, struct_dict
-from setu_server.rpc.convert import uid
+from setu_server.rpc.convert import WRITE_MODES, optional_uid, struct_dict, uid
+from setu_server.rpc.interceptor import caller_workspace
 from setu_server.rpc.types import Ctx
 from setu_server.service.pipelines import PipelineDraft, PipelineService
 
-WRITE_MODES = {m: getattr(common_pb2, f"WRITE_MODE_{m.name}") for m in WriteMode}
 WRITE_MODES_BACK = {v: k for k, v in WRITE_MODES.items()} | {
     common_pb2.WRITE_MODE_UNSPECIFIED: WriteMode.APPEND
 }

@@ -142,16 +142,7 @@ class TaskOutcomes(JobEndsWithItsTask):
         if task.kind is TaskKind.EXTRACT:
             return await self._extracted(db, job, task, result, where)
         if task.kind is TaskKind.MIGRATE and result.get("handoff"):
-            if await self._runs.dispatch_load(db, job):
-                return []
-            return await jobs.transition_jobs(
-                db,
-                [job.id],
-                JobState.SUCCEEDED,
-                now=self._now(),
-                message="The source offered no streams: nothing to load",
-                result={"mode": "staged", "rows_extracted": 0, "rows_loaded": 0},
-            )
+            return await self._load_next(db, job)
         if task.kind is TaskKind.LOAD:
             return await self._loaded(db, job, task, result, where)
         if task.kind is TaskKind.DISCOVER and job.connection_id is not None:
@@ -196,16 +187,22 @@ class TaskOutcomes(JobEndsWithItsTask):
             f"Extract finished on {where}: {total} rows of {len(staged)} stream(s) staged",
             now,
         )
-        if await self._runs.dispatch_load(db, moved or job) == 0:
-            return await jobs.transition_jobs(
-                db,
-                [job.id],
-                JobState.SUCCEEDED,
-                now=now,
-                message="The source offered no streams: nothing to load",
-                result={"mode": "staged", "rows_extracted": 0, "rows_loaded": 0},
-            )
-        return [moved] if moved else []
+        ended = await self._load_next(db, moved or job)
+        return ended or ([moved] if moved else [])
+
+    async def _load_next(self, db: Executor, job: Job) -> list[Job]:
+        """Dispatches the load of what was staged; a run that staged no
+        stream has nothing to load and ends here."""
+        if await self._runs.dispatch_load(db, job):
+            return []
+        return await jobs.transition_jobs(
+            db,
+            [job.id],
+            JobState.SUCCEEDED,
+            now=self._now(),
+            message="The source offered no streams: nothing to load",
+            result={"mode": "staged", "rows_extracted": 0, "rows_loaded": 0},
+        )
 
     async def _loaded(
         self, db: Executor, job: Job, task: Task, result: dict[str, Any], where: str

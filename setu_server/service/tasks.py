@@ -185,13 +185,9 @@ class TaskService:
     async def fail(
         self, runtime: str, task_id: UUID, token: UUID, error: str, retryable: bool
     ) -> bool:
-        """Record a failure; True when the task will run again."""
+        """Record a failure; True when the task will run again (never for a
+        run that asked to stop or has ended: the statement decides)."""
         async with transaction(self._pool) as conn:
-            if retryable:
-                # A run that asked to stop, or has ended, runs nothing again.
-                owned = await tasks.get_for_runtime(conn, task_id, runtime)
-                job = await jobs.get_job_any(conn, owned.job_id) if owned else None
-                retryable = job is None or not (job.cancel_requested or job.state.terminal)
             task = await tasks.fail(
                 conn,
                 task_id,
@@ -242,13 +238,7 @@ class TaskService:
             )
             changed: list[Job] = []
             for task in reaped:
-                if task.state is TaskState.PENDING and await self._cancel_requested(conn, task):
-                    # The runtime died while asked to stop: nothing runs it again.
-                    await tasks.cancel_pending_tasks(conn, task.job_id, self._clock.sql_now())
-                    changed += await self.outcomes.failed(
-                        conn, replace(task, error_message="its runtime stopped heartbeating")
-                    )
-                elif task.state is TaskState.PENDING:
+                if task.state is TaskState.PENDING:
                     await jobs.insert_event(
                         conn,
                         task.job_id,
@@ -267,10 +257,6 @@ class TaskService:
                     changed += await self.outcomes.failed(conn, lost)
         self._lifecycle.published(changed)
         return len(reaped)
-
-    async def _cancel_requested(self, db: Executor, task: Task) -> bool:
-        job = await jobs.get_job_any(db, task.job_id)
-        return job is not None and job.cancel_requested and not job.state.terminal
 
     async def fail_runtime(self, runtime: str, reason: str) -> int:
         """Fail every queued or held task of a runtime and their jobs (agent deactivated)."""

@@ -39,25 +39,8 @@ async def pipeline_for_run(
 ) -> PipelineForRun | None:
     with translate_errors():
         r = await db.fetchrow(QUERIES.pipeline_for_run, pipeline_id, workspace_id)
-    return _pipeline_for_run(r) if r else None
-
-
-async def due_pipelines(
-    db: Executor, now: datetime | None, limit: int
-) -> list[tuple[PipelineForRun, str, datetime]]:
-    """(pipeline, schedule, tick) of every pipeline whose tick has come,
-    locked until the caller's transaction ends."""
-    with translate_errors():
-        rows = await db.fetch(QUERIES.due_pipelines, now, limit)
-    return [(_pipeline_for_run(r), r["schedule"], r["next_run_at"]) for r in rows]
-
-
-async def set_next_run(db: Executor, pipeline_id: UUID, next_run_at: datetime) -> None:
-    with translate_errors():
-        await db.execute(QUERIES.set_next_run, pipeline_id, next_run_at)
-
-
-def _pipeline_for_run(r: asyncpg.Record) -> PipelineForRun:
+    if r is None:
+        return None
     return PipelineForRun(
         id=r["id"],
         workspace_id=r["workspace_id"],
@@ -68,6 +51,21 @@ def _pipeline_for_run(r: asyncpg.Record) -> PipelineForRun:
         source=_endpoint(r, "source"),
         destination=_endpoint(r, "destination"),
     )
+
+
+async def due_pipelines(
+    db: Executor, now: datetime | None, limit: int
+) -> list[tuple[UUID, UUID, str, datetime]]:
+    """(pipeline, workspace, schedule, tick) of every pipeline whose tick has
+    come, locked until the caller's transaction ends."""
+    with translate_errors():
+        rows = await db.fetch(QUERIES.due_pipelines, now, limit)
+    return [(r["id"], r["workspace_id"], r["schedule"], r["next_run_at"]) for r in rows]
+
+
+async def set_next_run(db: Executor, pipeline_id: UUID, next_run_at: datetime) -> None:
+    with translate_errors():
+        await db.execute(QUERIES.set_next_run, pipeline_id, next_run_at)
 
 
 async def job_by_idempotency_key(db: Executor, workspace_id: UUID, key: str) -> Job | None:

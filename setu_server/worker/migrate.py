@@ -21,11 +21,10 @@ from uuid import UUID
 from setu_agent.engine import transfer
 from setu_agent.engine.blob import BlobStore
 from setu_agent.engine.operators import PipelineSpec, SpecError, parse_spec
-from setu_agent.engine.providers import get_provider
 from setu_agent.engine.providers.base import ConfigError, Connector, WriteMode
 from setu_agent.engine.secrets import SecretStore
 from setu_agent.engine.staging import Manifest, read_manifest, run_prefix
-from setu_agent.handlers import ConnectPolicy
+from setu_agent.handlers import ConnectPolicy, open_connector
 from setu_agent.runtime import TaskContext
 from setu_agent.runtime.task import NonRetryable, TaskCancelled
 from setu_server.models import CLOUD, Job, Phase
@@ -248,8 +247,6 @@ class Migrate:
         }
 
     async def _connect(self, ctx: TaskContext, connection_id: str) -> Connector:
-        provider_name, config, workspace_id = await self._book.connection(UUID(connection_id))
-        resolved = self._secrets.for_workspace(workspace_id).resolve(config, ctx.redact)
-        if self._policy is not None:
-            resolved = self._policy(provider_name, resolved)
-        return await get_provider(provider_name).connect(resolved)
+        provider, config, workspace_id = await self._book.connection(UUID(connection_id))
+        store = self._secrets.for_workspace(workspace_id)
+        return await open_connector(ctx, provider, config, store, self._policy)

@@ -264,9 +264,8 @@ class PostgresConnector:
     async def read(self, stream: Stream, batch_rows: int) -> AsyncIterator[Batch]:
         try:
             async with self._conn.transaction(isolation="repeatable_read", readonly=True):
-                cursor = await self._conn.cursor(self._query(stream))
-                while batch := await cursor.fetch(batch_rows):
-                    yield [tuple(record) for record in batch]
+                async for batch in self._cursor_batches(self._query(stream), batch_rows):
+                    yield batch
         except asyncpg.PostgresError as exc:
             raise ProviderError(f"postgres: reading {stream.name}: {exc}") from exc
 

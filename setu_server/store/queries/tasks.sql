@@ -145,23 +145,29 @@ SELECT done.*, (SELECT j FROM moved) AS moved_job FROM done;
 
 -- name: fail_task
 -- Retry (back to pending, attempt + 1, after a backoff of $4 seconds
--- doubling per attempt, capped at $7) while $5 and attempts remain;
--- otherwise failed. $1 id, $2 lease_token, $3 error, $4 backoff seconds,
--- $5 retryable, $6 now, $7 max backoff seconds
+-- doubling per attempt, capped at $7) while $5 and attempts remain and the
+-- job neither asked to stop nor ended; otherwise failed.
+-- $1 id, $2 lease_token, $3 error, $4 backoff seconds, $5 retryable,
+-- $6 now, $7 max backoff seconds
 WITH failed AS (
     UPDATE task
-    SET state = CASE WHEN $5 AND attempt < max_attempts THEN 'pending' ELSE 'failed' END,
-        attempt = CASE WHEN $5 AND attempt < max_attempts THEN attempt + 1 ELSE attempt END,
+    SET state = CASE WHEN retry.again THEN 'pending' ELSE 'failed' END,
+        attempt = CASE WHEN retry.again THEN attempt + 1 ELSE attempt END,
         run_after = coalesce($6, now()) + make_interval(
             secs => least($7, $4 * power(2, attempt - 1))),
         error_message = $3,
         lease_expires_at = NULL,
-        finished_at = CASE WHEN $5 AND attempt < max_attempts
-                           THEN NULL ELSE coalesce($6, now()) END,
+        finished_at = CASE WHEN retry.again THEN NULL ELSE coalesce($6, now()) END,
         updated_at = coalesce($6, now())
+    FROM (
+        SELECT $5 AND t.attempt < t.max_attempts AND NOT j.cancel_requested
+               AND j.state NOT IN ('succeeded', 'failed', 'cancelled') AS again
+        FROM task t JOIN job j ON j.id = t.job_id
+        WHERE t.id = $1
+    ) AS retry
     WHERE id = $1 AND lease_token = $2 AND state = 'leased'
       AND lease_expires_at > coalesce($6, now())
-    RETURNING *
+    RETURNING task.*
 )
 SELECT failed.*,
        CASE WHEN state = 'pending' THEN pg_notify('setu_task', runtime) END AS notified
@@ -178,22 +184,24 @@ SELECT * FROM task WHERE id = $1 AND runtime = $2;
 -- name: reap_expired_leases
 -- Leases that ran out: back to pending (attempt + 1, after a backoff of $2
 -- seconds doubling per attempt, capped at $3), or failed when attempts are
--- spent. $1 batch size, $2 backoff seconds, $3 max backoff seconds, $4 now
+-- spent or the job asked to stop (nothing runs a cancelled run again).
+-- $1 batch size, $2 backoff seconds, $3 max backoff seconds, $4 now
 WITH expired AS (
-    SELECT id FROM task
-    WHERE state = 'leased' AND lease_expires_at <= coalesce($4, now())
-    ORDER BY lease_expires_at
+    SELECT task.id, task.attempt < task.max_attempts AND NOT job.cancel_requested AS again
+    FROM task JOIN job ON job.id = task.job_id
+    WHERE task.state = 'leased' AND task.lease_expires_at <= coalesce($4, now())
+    ORDER BY task.lease_expires_at
     LIMIT $1
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF task SKIP LOCKED
 ), reaped AS (
     UPDATE task
-    SET state = CASE WHEN attempt < max_attempts THEN 'pending' ELSE 'failed' END,
-        attempt = CASE WHEN attempt < max_attempts THEN attempt + 1 ELSE attempt END,
+    SET state = CASE WHEN expired.again THEN 'pending' ELSE 'failed' END,
+        attempt = CASE WHEN expired.again THEN attempt + 1 ELSE attempt END,
         run_after = coalesce($4, now()) + make_interval(
             secs => least($3, $2 * power(2, attempt - 1))),
         error_message = 'lease expired: the runtime stopped heartbeating',
         lease_expires_at = NULL,
-        finished_at = CASE WHEN attempt < max_attempts THEN NULL ELSE coalesce($4, now()) END,
+        finished_at = CASE WHEN expired.again THEN NULL ELSE coalesce($4, now()) END,
         updated_at = coalesce($4, now())
     FROM expired
     WHERE task.id = expired.id

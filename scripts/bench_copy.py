@@ -15,7 +15,7 @@ destination table of the same shape. Three ways to move every row:
 
 Each copy runs in a fresh child process, so its peak RSS is its own; a
 smaller table is copied too, to show that memory does not grow with it.
-Targets (issue 5): staged ≥ 50% and direct ≥ 70% of raw's rows/s.
+Targets: staged ≥ 50% and direct ≥ 70% of raw's rows/s.
 """
 
 from __future__ import annotations

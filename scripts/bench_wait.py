@@ -77,7 +77,7 @@ from setu_server.store import db, jobs  # noqa: E402
 from setu_server.store.migrate import migrate  # noqa: E402
 
 WAIT_CAP_SECONDS = 3600  # parked waits must outlive the whole run
-PRODUCTION_WAIT_CAP_SECONDS = 60.0  # DESIGN §4: what a real waiting client pays
+PRODUCTION_WAIT_CAP_SECONDS = 60.0  # the default WaitJob cap: what a real waiting client pays
 POLL_PERIOD = 0.010
 # Benchmark pacing: time for one WaitJob to reach the server and park (auth
 # and one job read, about 2 ms on a quiet machine) before the job is ended. A
@@ -85,7 +85,7 @@ POLL_PERIOD = 0.010
 # subscribing), so a short pacing could only flatter the poller, not WaitJob.
 PARK_PACING = 0.020
 MIB = 1024 * 1024
-TARGET_PARKED = 50_000  # the memory target: this many parked within 1 GiB
+TARGET_PARKED = 50_000  # the memory target: this many parked within 1 GiB
 
 # All timestamps come from time.monotonic(): CLOCK_MONOTONIC on Linux, one
 # clock for every process of the machine, so worker timestamps compare with

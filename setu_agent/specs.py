@@ -1,6 +1,6 @@
 """What a runtime is told about a stage: the connection (config with secret
 references unresolved), the streams, where the staged data lives and, for a
-load, the write mode and the operator chain (DESIGN §6). The server builds
+load, the write mode and the operator chain (docs/flows.md). The server builds
 these; agents receive them over gRPC, the cloud worker directly."""
 
 from __future__ import annotations

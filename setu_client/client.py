@@ -49,7 +49,7 @@ from setu_client.errors import (
 
 T = TypeVar("T")
 
-# The server's WaitJob cap (DESIGN §4); the SDK's per-call timeout sits above it.
+# The server's WaitJob cap (docs/jobs-and-tasks.md); the SDK's per-call timeout sits above it.
 SERVER_WAIT_CAP_SECONDS = 60.0
 LONG_POLL_MARGIN_SECONDS = 15.0
 

@@ -11,7 +11,7 @@ from uuid import UUID
 # The engine's enum, re-exported: a pipeline's mode reaches the writers unconverted.
 from setu_agent.engine.providers.base import WriteMode as WriteMode
 
-# An agent is online when active and seen this recently (DESIGN §5).
+# An agent is online when active and seen this recently (docs/jobs-and-tasks.md).
 ONLINE_WINDOW = timedelta(seconds=90)
 
 
@@ -91,7 +91,8 @@ class JobState(StrEnum):
 
 TERMINAL_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 
-# DESIGN §3. Terminal states never change; cancel is allowed before the end.
+# The job state machine (docs/jobs-and-tasks.md). Terminal states never change;
+# cancel is allowed before the end.
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.READY: frozenset({JobState.PENDING, JobState.CANCELLED}),
     JobState.PENDING: frozenset({JobState.RUNNING, JobState.FAILED, JobState.CANCELLED}),
@@ -226,7 +227,7 @@ class Task:
 
 
 class Placement(StrEnum):
-    """Where a connection's stage executes (DESIGN §6)."""
+    """Where a connection's stage executes (docs/flows.md)."""
 
     CLOUD = "cloud"
     AGENT = "agent"

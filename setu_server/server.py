@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncpg
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
@@ -60,6 +59,7 @@ from setu_server.service.signals import TaskSignals
 from setu_server.service.tasks import LeasePolicy, TaskService
 from setu_server.service.watch import WatchHub
 from setu_server.store import db, jobs
+from setu_server.store.db import Database
 from setu_server.store.embedded import EmbeddedPostgres
 from setu_server.store.listener import Listener
 from setu_server.store.migrate import migrate
@@ -82,7 +82,7 @@ SERVICE_NAMES = (
     admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
 )
 
-# DESIGN §4: long-polls park many calls on one connection, so no stream limit;
+# Long-polls park many calls on one connection, so no stream limit;
 # clients ping to detect dead peers, so permit their pings.
 GRPC_OPTIONS = (
     ("grpc.max_concurrent_streams", 2**31 - 1),
@@ -106,7 +106,7 @@ GRPC_OPTIONS = (
 class Services:
     """The domain services of one server process, and its background work."""
 
-    pool: asyncpg.Pool
+    pool: Database
     hub: WatchHub
     signals: TaskSignals
     listener: Listener
@@ -139,7 +139,7 @@ class Running:
     services: Services
 
     @property
-    def pool(self) -> asyncpg.Pool:
+    def pool(self) -> Database:
         return self.services.pool
 
     @property

@@ -16,7 +16,7 @@ from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
 from setu_client.errors import from_rpc_error
 
 # The client's own timeout on a lease long-poll: above the server's wait so
-# the server's empty answer always wins the race (DESIGN §5).
+# the server's empty answer always wins the race (docs/jobs-and-tasks.md).
 LEASE_TIMEOUT_MARGIN_SECONDS = 15.0
 CALL_TIMEOUT_SECONDS = 30.0
 

@@ -15,7 +15,7 @@ from setu_server.service.jobs import JobService
 from setu_server.service.runs import RunService
 
 # Answer this long before the caller's deadline, so a long-poll ends in OK
-# rather than DEADLINE_EXCEEDED (DESIGN §4).
+# rather than DEADLINE_EXCEEDED (docs/jobs-and-tasks.md, WaitJob).
 DEADLINE_MARGIN_SECONDS = 1.0
 
 

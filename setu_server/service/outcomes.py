@@ -1,9 +1,10 @@
 """What a task's end means for its job.
 
-The runtimes issue gives every kind one meaning: a succeeded task ends its
-job SUCCEEDED (with the task's result), a failed one ends it FAILED with
-`runtime <kind>: <message>`, or CANCELLED when the job had asked to stop. The
-data-flow issues replace entries (an extract hands its run on to a load).
+By default a task's end is its job's end: a succeeded task ends its job
+SUCCEEDED (with the task's result), a failed one ends it FAILED with
+`runtime <kind>: <message>`, or CANCELLED when the job had asked to stop.
+A run's stages override this where a stage hands its run on to the next
+(an extract hands its run on to a load).
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ class JobEndsWithItsTask:
 
 
 class TaskOutcomes(JobEndsWithItsTask):
-    """The data-flow meanings (DESIGN §6), by the kind of the task that ended:
+    """What each kind of task means for its run (docs/flows.md), by the kind
+    of the task that ended:
 
     - `test`, `preview`: the job ends with the task's result (one statement).
     - `discover`: the result updates the connection's catalog, then ends it.

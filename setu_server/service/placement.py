@@ -1,4 +1,4 @@
-"""Where each stage of a run executes (DESIGN §6): a pure function of the
+"""Where each stage of a run executes (docs/flows.md): a pure function of the
 two connections. A connection placed on an agent pins its stage to that
 agent; anything else runs in the cloud.
 

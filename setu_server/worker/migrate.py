@@ -1,4 +1,4 @@
-"""The `migrate` task: the cloud's part of a run (DESIGN §6).
+"""The `migrate` task: the cloud's part of a run (docs/flows.md).
 
 cloud → cloud: extract to the blob store, persist `phase = load`, load; or,
 for a fresh run whose delta is small, go direct (no blob). A retry resumes

@@ -1,4 +1,4 @@
-"""WaitJob's contract (DESIGN §4) on a real server, real PostgreSQL and the SDK."""
+"""WaitJob's contract (docs/jobs-and-tasks.md) on a real server, real PostgreSQL and the SDK."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""placement(source, destination): the four rows of DESIGN §6."""
+"""placement(source, destination): the four rows of docs/flows.md."""
 
 from __future__ import annotations
 

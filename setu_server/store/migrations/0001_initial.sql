@@ -1,4 +1,6 @@
--- 0001_initial: every table of DESIGN.md §1.
+-- 0001_initial: the first schema: workspaces, API keys, agents, connections,
+-- pipelines, jobs and their events, tasks, staged artifacts, per-stream
+-- outputs and discovered catalogs.
 -- Timestamps are timestamptz; ids are uuids made by the server.
 
 CREATE TABLE workspace (
@@ -74,7 +76,7 @@ CREATE TABLE job (
     id                uuid PRIMARY KEY,
     workspace_id      uuid NOT NULL REFERENCES workspace (id) ON DELETE CASCADE,
     kind              text NOT NULL CHECK (kind IN ('run', 'test', 'discover', 'preview')),
-    -- Written only by the job transition query (DESIGN §3).
+    -- Written only by the job transition query (docs/jobs-and-tasks.md).
     state             text NOT NULL
                       CHECK (state IN ('ready', 'pending', 'running',
                                        'succeeded', 'failed', 'cancelled')),

@@ -1,6 +1,7 @@
--- 0002_job_transition_function: the one job transition path (DESIGN §3) as a
--- SQL function, so statements that change a task and its job (lease,
--- complete) do both in one round trip and still share one definition.
+-- 0002_job_transition_function: the one job transition path
+-- (docs/jobs-and-tasks.md) as a SQL function, so statements that change a
+-- task and its job (lease, complete) do both in one round trip and still
+-- share one definition.
 --
 -- Moves every job of p_ids that is in one of the states p_from to p_to, bumps
 -- its version, appends an event and notifies `setu_job` with

@@ -19,10 +19,10 @@ SELECT * FROM job WHERE id = ANY($1::uuid[]);
 SELECT state FROM job WHERE id = $1;
 
 -- name: transition_jobs
--- The one statement that changes a job's state (DESIGN §3), through the
--- setu_transition_jobs function (migration 0002): moves every job of $1 that
--- is in one of the states $3 to $2, bumps its version, appends an event and
--- notifies `setu_job`, atomically.
+-- The one statement that changes a job's state (docs/jobs-and-tasks.md),
+-- through the setu_transition_jobs function (migration 0002): moves every
+-- job of $1 that is in one of the states $3 to $2, bumps its version,
+-- appends an event and notifies `setu_job`, atomically.
 -- $1 ids uuid[], $2 new state, $3 allowed current states text[],
 -- $4 error_message (null keeps), $5 phase (null keeps), $6 event level,
 -- $7 event message, $8 now, $9 result (null keeps)

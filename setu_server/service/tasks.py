@@ -126,7 +126,13 @@ class TaskService:
         self, runtime: str, task_id: UUID, token: UUID, progress: dict[str, Any] | None
     ) -> tuple[datetime, bool]:
         beat = await tasks.heartbeat(
-            self._pool, task_id, token, self.policy.ttl_seconds, progress, self._clock.sql_now()
+            self._pool,
+            task_id,
+            runtime,
+            token,
+            self.policy.ttl_seconds,
+            progress,
+            self._clock.sql_now(),
         )
         if beat is None:
             raise await self._lost(runtime, task_id)
@@ -139,7 +145,7 @@ class TaskService:
         claimed = result.get("kind")
         if self.outcomes.success_ends_job(result):
             done = await tasks.complete_and_end_job(
-                self._pool, task_id, token, result, self._clock.sql_now(), claimed
+                self._pool, task_id, runtime, token, result, self._clock.sql_now(), claimed
             )
             if done is None:
                 await self._repeated_completion(
@@ -149,7 +155,9 @@ class TaskService:
                 self._lifecycle.published([done[1]])
             return
         async with transaction(self._pool) as conn:
-            task = await tasks.complete(conn, task_id, token, result, self._clock.sql_now())
+            task = await tasks.complete(
+                conn, task_id, runtime, token, result, self._clock.sql_now()
+            )
             if task is None:
                 await self._repeated_completion(conn, runtime, task_id, token)
                 return
@@ -191,6 +199,7 @@ class TaskService:
             task = await tasks.fail(
                 conn,
                 task_id,
+                runtime,
                 token,
                 error,
                 backoff_seconds=self.policy.retry_backoff_seconds,

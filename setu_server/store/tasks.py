@@ -94,6 +94,7 @@ async def seconds_to_next_eligible(
 async def heartbeat(
     db: Executor,
     id: UUID,
+    runtime: str,
     token: UUID,
     seconds: float,
     progress: dict[str, Any] | None,
@@ -101,21 +102,27 @@ async def heartbeat(
 ) -> tuple[datetime, bool] | None:
     """(new expiry, cancel requested), or None when the lease is not live."""
     with translate_errors():
-        row = await db.fetchrow(QUERIES.heartbeat_task, id, token, seconds, progress, now)
+        row = await db.fetchrow(QUERIES.heartbeat_task, id, token, seconds, progress, now, runtime)
     return (row["lease_expires_at"], row["cancel_requested"]) if row else None
 
 
 async def complete(
-    db: Executor, id: UUID, token: UUID, result: dict[str, Any], now: datetime | None
+    db: Executor,
+    id: UUID,
+    runtime: str,
+    token: UUID,
+    result: dict[str, Any],
+    now: datetime | None,
 ) -> Task | None:
     with translate_errors():
-        row = await db.fetchrow(QUERIES.complete_task, id, token, result, now)
+        row = await db.fetchrow(QUERIES.complete_task, id, token, result, now, runtime)
     return task_of(row) if row else None
 
 
 async def complete_and_end_job(
     db: Executor,
     id: UUID,
+    runtime: str,
     token: UUID,
     result: dict[str, Any],
     now: datetime | None,
@@ -124,13 +131,16 @@ async def complete_and_end_job(
     """Complete a task whose success ends its job SUCCEEDED, in one statement
     (only a task of `kind`, when given)."""
     with translate_errors():
-        row = await db.fetchrow(QUERIES.complete_task_and_job, id, token, result, now, kind)
+        row = await db.fetchrow(
+            QUERIES.complete_task_and_job, id, token, result, now, kind, runtime
+        )
     return (task_of(row), _moved_job(row)) if row else None
 
 
 async def fail(
     db: Executor,
     id: UUID,
+    runtime: str,
     token: UUID,
     error: str,
     *,
@@ -141,7 +151,15 @@ async def fail(
 ) -> Task | None:
     with translate_errors():
         row = await db.fetchrow(
-            QUERIES.fail_task, id, token, error, backoff_seconds, retryable, now, max_backoff
+            QUERIES.fail_task,
+            id,
+            token,
+            error,
+            backoff_seconds,
+            retryable,
+            now,
+            max_backoff,
+            runtime,
         )
     return task_of(row) if row else None
 

@@ -129,6 +129,40 @@ async def test_another_agents_task_is_not_found(
     assert not answer.HasField("task")
 
 
+async def test_a_lease_token_is_honoured_only_from_the_runtime_holding_the_lease(
+    server: Running, agent: agents_pb2_grpc.AgentServiceStub, pool: asyncpg.Pool, tenant: Tenant
+) -> None:
+    """Agent B holding agent A's live lease token can neither beat, complete,
+    fail nor fetch the spec of A's task: NOT_FOUND, and nothing changes."""
+    extract = await make_task(pool, tenant, kind=TaskKind.EXTRACT)
+    await make_task(pool, tenant)
+    held = [(await agent.LeaseTask(pb.LeaseTaskRequest(wait_seconds=5))).task for _ in range(2)]
+    other = await make_tenant(pool)
+    async with open_channel(f"127.0.0.1:{server.port}", other.agent_token) as channel:
+        thief = agents_pb2_grpc.AgentServiceStub(channel)
+        for leased in held:
+            ids = {"task_id": leased.id, "lease_token": leased.lease_token}
+            progress = pb.HeartbeatRequest(**ids, progress=pb.TaskProgress(rows_read=666))
+            calls = [
+                thief.Heartbeat(progress),
+                thief.CompleteTask(
+                    pb.CompleteTaskRequest(**ids, test=pb.TestResult(ok=True, message="forged"))
+                ),
+                thief.FailTask(pb.FailTaskRequest(**ids, error_message="forged")),
+                thief.GetExtractSpec(pb.GetExtractSpecRequest(**ids)),
+                thief.GetLoadSpec(pb.GetLoadSpecRequest(**ids)),
+            ]
+            for call in calls:
+                assert await _code(call) == Code.NOT_FOUND
+    for leased in held:
+        row = await tasks.get(pool, uuid.UUID(leased.id))
+        assert row is not None and row.state is TaskState.LEASED
+        assert row.result is None and not row.error_message and not row.progress
+        job = await jobs.get_job(pool, row.job_id, tenant.workspace_id)
+        assert job is not None and job.state is JobState.RUNNING
+    assert held[0].id == str(extract.id)
+
+
 @pytest.mark.server(task_retry_backoff_seconds=0.01)
 async def test_a_task_failing_every_attempt_fails_its_job_with_the_error(
     server: Running, agent: agents_pb2_grpc.AgentServiceStub, pool: asyncpg.Pool, tenant: Tenant

@@ -79,15 +79,17 @@ WHERE runtime = $1 AND state = 'pending' AND run_after > coalesce($2, now());
 -- Extends a live lease; answers whether its job asked to cancel. An edge
 -- stage's progress (rows_read of an extract, rows_written of a load) becomes
 -- its run's counts, with a version bump and a notify, so WatchJob shows it.
--- $1 id, $2 lease_token, $3 lease seconds, $4 progress, $5 now
+-- Only the runtime holding the lease may present its token.
+-- $1 id, $2 lease_token, $3 lease seconds, $4 progress, $5 now, $6 runtime
 WITH beat AS (
     UPDATE task
     SET lease_expires_at = coalesce($5, now()) + make_interval(secs => $3),
         progress = coalesce($4, progress),
         updated_at = coalesce($5, now())
     FROM job
-    WHERE task.id = $1 AND task.lease_token = $2 AND task.state = 'leased'
-      AND task.lease_expires_at > coalesce($5, now()) AND job.id = task.job_id
+    WHERE task.id = $1 AND task.lease_token = $2 AND task.runtime = $6
+      AND task.state = 'leased' AND task.lease_expires_at > coalesce($5, now())
+      AND job.id = task.job_id
     RETURNING task.job_id, task.kind, task.lease_expires_at, job.cancel_requested
 ), counted AS (
     UPDATE job
@@ -112,11 +114,11 @@ SELECT beat.lease_expires_at, beat.cancel_requested, (SELECT count(*) FROM count
 FROM beat;
 
 -- name: complete_task
--- $1 id, $2 lease_token, $3 result, $4 now
+-- $1 id, $2 lease_token, $3 result, $4 now, $5 runtime (the lease's holder)
 UPDATE task
 SET state = 'succeeded', result = $3, finished_at = coalesce($4, now()),
     updated_at = coalesce($4, now())
-WHERE id = $1 AND lease_token = $2 AND state = 'leased'
+WHERE id = $1 AND lease_token = $2 AND runtime = $5 AND state = 'leased'
   AND lease_expires_at > coalesce($4, now())
 RETURNING *;
 
@@ -124,12 +126,12 @@ RETURNING *;
 -- A task whose success ends its job: both in one statement, and only when
 -- the task is of the kind its result says (none said: only kinds whose
 -- success ends their job). Returns the task's columns and `moved_job`.
--- $1 id, $2 lease_token, $3 result, $4 now, $5 kind
+-- $1 id, $2 lease_token, $3 result, $4 now, $5 kind, $6 runtime (the lease's holder)
 WITH done AS (
     UPDATE task
     SET state = 'succeeded', result = $3, finished_at = coalesce($4, now()),
         updated_at = coalesce($4, now())
-    WHERE id = $1 AND lease_token = $2 AND state = 'leased'
+    WHERE id = $1 AND lease_token = $2 AND runtime = $6 AND state = 'leased'
       AND lease_expires_at > coalesce($4, now())
       AND (kind = $5::text OR ($5::text IS NULL AND kind IN ('test', 'preview')))
     RETURNING *
@@ -148,7 +150,7 @@ SELECT done.*, (SELECT j FROM moved) AS moved_job FROM done;
 -- doubling per attempt, capped at $7) while $5 and attempts remain and the
 -- job neither asked to stop nor ended; otherwise failed.
 -- $1 id, $2 lease_token, $3 error, $4 backoff seconds, $5 retryable,
--- $6 now, $7 max backoff seconds
+-- $6 now, $7 max backoff seconds, $8 runtime (the lease's holder)
 WITH failed AS (
     UPDATE task
     SET state = CASE WHEN retry.again THEN 'pending' ELSE 'failed' END,
@@ -165,7 +167,7 @@ WITH failed AS (
         FROM task t JOIN job j ON j.id = t.job_id
         WHERE t.id = $1
     ) AS retry
-    WHERE id = $1 AND lease_token = $2 AND state = 'leased'
+    WHERE id = $1 AND lease_token = $2 AND runtime = $8 AND state = 'leased'
       AND lease_expires_at > coalesce($6, now())
     RETURNING task.*
 )

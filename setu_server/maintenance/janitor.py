@@ -13,12 +13,10 @@ import asyncio
 import logging
 from uuid import UUID
 
-import asyncpg
-
 from setu_agent.engine.blob import BlobStore
 from setu_client.clock import Clock
 from setu_server.store import runs
-from setu_server.store.db import transaction
+from setu_server.store.db import Database, transaction
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +26,7 @@ BATCH = 50
 class Janitor:
     def __init__(
         self,
-        pool: asyncpg.Pool,
+        pool: Database,
         clock: Clock,
         blob: BlobStore,
         retention_seconds: float,

@@ -13,14 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import asyncpg
-
 from setu_client.clock import Clock
 from setu_client.errors import AlreadyExists
 from setu_server.service.pipelines import next_tick
 from setu_server.service.runs import RunService
 from setu_server.store import runs
-from setu_server.store.db import transaction
+from setu_server.store.db import Database, transaction
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +27,7 @@ BATCH = 100
 
 class Scheduler:
     def __init__(
-        self, pool: asyncpg.Pool, clock: Clock, runs_service: RunService, interval: float = 1.0
+        self, pool: Database, clock: Clock, runs_service: RunService, interval: float = 1.0
     ) -> None:
         self._pool = pool
         self._clock = clock

@@ -9,13 +9,12 @@ from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 from uuid import UUID
 
-import asyncpg
-
 from setu_client.clock import Clock
 from setu_client.errors import AlreadyExists, NotFound
 from setu_server.models import Agent, ApiKey, Workspace
 from setu_server.service.secrets import TokenKind, new_secret
 from setu_server.store import tenancy
+from setu_server.store.db import Database
 
 T = TypeVar("T")
 
@@ -35,7 +34,7 @@ class AgentTasks(Protocol):
 class AdminService:
     def __init__(
         self,
-        pool: asyncpg.Pool,
+        pool: Database,
         clock: Clock,
         tasks: AgentTasks | None = None,
         credentials_changed: Callable[[], None] = lambda: None,

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from uuid import UUID
 
-import asyncpg
-
 from setu_client.clock import Clock
 from setu_server.models import Agent
 from setu_server.store import tenancy
+from setu_server.store.db import Database
 
 
 class AgentPresence:
-    def __init__(self, pool: asyncpg.Pool, clock: Clock) -> None:
+    def __init__(self, pool: Database, clock: Clock) -> None:
         self._pool = pool
         self._clock = clock
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg
-
 from setu_client.clock import Clock
 from setu_client.errors import PermissionDenied, Unauthenticated
 from setu_server.models import Principal, Role
 from setu_server.service.secrets import TokenKind, digest, kind_of, same_digest
 from setu_server.store import tenancy
+from setu_server.store.db import Database
 
 _ROLE_OF_KIND = {
     TokenKind.API_KEY: Role.CLIENT,
@@ -36,7 +35,7 @@ class Authenticator:
 
     def __init__(
         self,
-        pool: asyncpg.Pool,
+        pool: Database,
         clock: Clock,
         admin_token_digest: bytes | None,
         cache_seconds: float = 5.0,

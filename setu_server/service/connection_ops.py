@@ -14,8 +14,6 @@ import uuid
 from typing import Any
 from uuid import UUID
 
-import asyncpg
-
 from setu_agent.specs import ConnectionSpec
 from setu_client.clock import Clock
 from setu_client.errors import DeadlineExceeded, NotFound
@@ -23,13 +21,13 @@ from setu_server.models import CLOUD, Job, JobKind, JobState, Placement, TaskKin
 from setu_server.service.jobs import JobService
 from setu_server.service.runs import require_online
 from setu_server.store import connections, jobs, tasks, tenancy
-from setu_server.store.db import transaction
+from setu_server.store.db import Database, transaction
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 
 
 class ConnectionOps:
-    def __init__(self, pool: asyncpg.Pool, clock: Clock, job_service: JobService) -> None:
+    def __init__(self, pool: Database, clock: Clock, job_service: JobService) -> None:
         self._pool = pool
         self._clock = clock
         self._jobs = job_service

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from uuid import UUID
 
-import asyncpg
-
 from setu_agent.engine.providers import validate_config
 from setu_agent.engine.providers.base import ConfigError
 from setu_client.clock import Clock
@@ -22,7 +20,7 @@ from setu_client.errors import AlreadyExists, FailedPrecondition, InvalidArgumen
 from setu_server.models import Connection, Placement
 from setu_server.service import paging
 from setu_server.store import connections, pipelines, tenancy
-from setu_server.store.db import Executor, transaction
+from setu_server.store.db import Database, Executor, transaction
 
 ConfigValidator = Callable[[str, dict[str, Any]], None]
 T = TypeVar("T")
@@ -68,7 +66,7 @@ def check_name(name: str) -> None:
 
 class ConnectionService:
     def __init__(
-        self, pool: asyncpg.Pool, clock: Clock, validator: ConfigValidator = validate_config
+        self, pool: Database, clock: Clock, validator: ConfigValidator = validate_config
     ) -> None:
         self._pool = pool
         self._clock = clock

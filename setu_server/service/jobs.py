@@ -9,8 +9,6 @@ from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
-import asyncpg
-
 from setu_client.clock import Clock
 from setu_client.errors import JobNotFound, JobNotStarted
 from setu_server.models import (
@@ -25,7 +23,7 @@ from setu_server.service import paging
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.watch import CLOCK_SLACK, WatchHub
 from setu_server.store import jobs, tasks
-from setu_server.store.db import Executor, transaction
+from setu_server.store.db import Database, Executor, transaction
 
 Hook = Callable[[UUID], Awaitable[None]]
 
@@ -56,7 +54,7 @@ class NoDispatch:
 class JobService:
     def __init__(
         self,
-        pool: asyncpg.Pool,
+        pool: Database,
         clock: Clock,
         hub: WatchHub,
         lifecycle: JobLifecycle,

@@ -6,17 +6,15 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-import asyncpg
-
 from setu_client.clock import Clock
 from setu_server.models import EventLevel, Job, JobState, Phase
 from setu_server.service.watch import WatchHub
 from setu_server.store import jobs
-from setu_server.store.db import Executor
+from setu_server.store.db import Database, Executor
 
 
 class JobLifecycle:
-    def __init__(self, pool: asyncpg.Pool, hub: WatchHub, clock: Clock) -> None:
+    def __init__(self, pool: Database, hub: WatchHub, clock: Clock) -> None:
         self._pool = pool
         self._hub = hub
         self._clock = clock

@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-import asyncpg
 from croniter import CroniterError, croniter
 
 from setu_agent.engine.operators import SpecError, parse_spec
@@ -24,7 +23,7 @@ from setu_server.models import Pipeline, WriteMode
 from setu_server.service import paging
 from setu_server.service.connections import DEFAULT_PAGE_SIZE, check_name, merge_fields
 from setu_server.store import connections, pipelines
-from setu_server.store.db import transaction
+from setu_server.store.db import Connection, Database, transaction
 
 SpecValidator = Callable[[dict[str, Any]], object]
 
@@ -77,7 +76,7 @@ def check_streams(streams: Sequence[str]) -> None:
 
 class PipelineService:
     def __init__(
-        self, pool: asyncpg.Pool, clock: Clock, spec_validator: SpecValidator = parse_spec
+        self, pool: Database, clock: Clock, spec_validator: SpecValidator = parse_spec
     ) -> None:
         self._pool = pool
         self._clock = clock
@@ -172,7 +171,7 @@ class PipelineService:
 
 
 async def _hold_connections(
-    conn: asyncpg.Connection, workspace_id: UUID, draft: PipelineDraft
+    conn: Connection, workspace_id: UUID, draft: PipelineDraft
 ) -> None:
     """Both connections exist in the workspace, and stay until the transaction ends."""
     ends = {"source": draft.source_connection_id, "destination": draft.destination_connection_id}

@@ -8,18 +8,16 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-import asyncpg
-
 from setu_agent.engine.staging import Manifest
 from setu_client.clock import Clock
 from setu_server.models import EventLevel, Job, Phase, RunOutput
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.store import jobs, runs
-from setu_server.store.db import transaction
+from setu_server.store.db import Database, transaction
 
 
 class RunBook:
-    def __init__(self, pool: asyncpg.Pool, clock: Clock, lifecycle: JobLifecycle) -> None:
+    def __init__(self, pool: Database, clock: Clock, lifecycle: JobLifecycle) -> None:
         self._pool = pool
         self._clock = clock
         self._lifecycle = lifecycle

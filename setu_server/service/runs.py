@@ -13,8 +13,6 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-import asyncpg
-
 from setu_agent.engine.blob import BlobSettings
 from setu_agent.engine.operators import SpecError, parse_spec
 from setu_agent.engine.providers.base import WriteMode
@@ -43,7 +41,7 @@ from setu_server.models import (
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.placement import RunPlacement, placement
 from setu_server.store import jobs, runs, tasks, tenancy
-from setu_server.store.db import Executor, transaction
+from setu_server.store.db import Database, Executor, transaction
 
 # Attempts of a run's tasks: a retry resumes where the last one stopped.
 RUN_TASK_ATTEMPTS = 3
@@ -74,7 +72,7 @@ def placement_of(job: Job) -> RunPlacement:
 
 class RunService:
     def __init__(
-        self, pool: asyncpg.Pool, clock: Clock, lifecycle: JobLifecycle, blob: BlobSettings
+        self, pool: Database, clock: Clock, lifecycle: JobLifecycle, blob: BlobSettings
     ) -> None:
         self._pool = pool
         self._clock = clock

@@ -17,8 +17,6 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-import asyncpg
-
 from setu_client.clock import Clock
 from setu_client.errors import InvalidArgument, LeaseLost, NotFound
 from setu_server.models import (
@@ -33,7 +31,7 @@ from setu_server.service.outcomes import JobEndsWithItsTask, Outcomes
 from setu_server.service.signals import TaskSignals
 from setu_server.service.watch import CLOCK_SLACK
 from setu_server.store import jobs, tasks
-from setu_server.store.db import Executor, transaction
+from setu_server.store.db import Connection, Database, Executor, transaction
 
 
 @dataclass(frozen=True)
@@ -63,7 +61,7 @@ class LeaseHooks:
 class TaskService:
     def __init__(
         self,
-        pool: asyncpg.Pool,
+        pool: Database,
         clock: Clock,
         lifecycle: JobLifecycle,
         signals: TaskSignals,
@@ -220,7 +218,7 @@ class TaskService:
         self._lifecycle.published(changed)
         return task.state is TaskState.PENDING
 
-    async def _after_failure(self, conn: asyncpg.Connection, task: Task) -> list[Job]:
+    async def _after_failure(self, conn: Connection, task: Task) -> list[Job]:
         if task.state is TaskState.PENDING:
             backoff = (task.run_after - task.updated_at).total_seconds()
             await jobs.insert_event(

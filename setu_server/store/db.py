@@ -5,15 +5,20 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, TypeAlias
 
 import asyncpg
 
 from setu_client.errors import AlreadyExists, FailedPrecondition, Unavailable
 
+# The store's handles on the database. Services hold a Database and pass it,
+# or a Connection from `transaction()`, to store functions; only store/ knows
+# that these are asyncpg's pool and connection.
+Database: TypeAlias = asyncpg.Pool
+Connection: TypeAlias = asyncpg.Connection
 # What store functions run on: the pool, or one connection when the caller
 # wants several store calls in one transaction.
-Executor = asyncpg.Pool | asyncpg.Connection
+Executor: TypeAlias = Database | Connection
 
 
 def _jsonb_out(value: Any) -> bytes:
@@ -46,18 +51,18 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     round trip on every release, doubling the cost of a one-query call."""
 
 
-async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> Database:
     with translate_errors():
-        pool: asyncpg.Pool = await asyncpg.create_pool(
+        pool: Database = await asyncpg.create_pool(
             url, min_size=min_size, max_size=max_size, init=_init_connection, reset=_keep_session
         )
     return pool
 
 
-async def connect(url: str) -> asyncpg.Connection:
+async def connect(url: str) -> Connection:
     """A connection outside the pool (migrations, LISTEN)."""
     with translate_errors():
-        conn: asyncpg.Connection = await asyncpg.connect(url)
+        conn: Connection = await asyncpg.connect(url)
     await _init_connection(conn)
     return conn
 
@@ -85,7 +90,7 @@ def _constraint_message(exc: asyncpg.IntegrityConstraintViolationError, what: st
 
 
 @contextlib.asynccontextmanager
-async def transaction(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+async def transaction(pool: Database) -> AsyncIterator[Connection]:
     """One connection in one transaction, errors translated."""
     with translate_errors():
         async with pool.acquire() as conn, conn.transaction():

@@ -1,5 +1,5 @@
 """Test, discover and preview: interactive calls answered by whichever
-runtime the connection is placed on (DESIGN §6).
+runtime the connection is placed on (docs/flows.md).
 
 Each call is a job with one task on the connection's runtime (the cloud
 worker, or its agent); the RPC blocks, bounded, on the job through the watch

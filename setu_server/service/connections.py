@@ -1,4 +1,4 @@
-"""Connections: a provider, its config and where it executes (DESIGN §6-§7).
+"""Connections: a provider, its config and where it executes (docs/flows.md).
 
 Configs are validated by the engine's own providers, on the config as
 stored: secret references stay references, never resolved here.

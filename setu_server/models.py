@@ -160,11 +160,14 @@ class JobEvent:
 
 
 @dataclass(frozen=True)
-class StreamOutput:
+class JobOutput:
+    """One stream's counts in a job (the job_output table)."""
+
     stream: str
     rows_extracted: int
     rows_loaded: int
     checksum: str
+    loaded: bool
 
 
 @dataclass(frozen=True)
@@ -293,9 +296,12 @@ class PipelineForRun:
 
 
 @dataclass(frozen=True)
-class RunOutput:
-    stream: str
-    rows_extracted: int
-    rows_loaded: int
-    checksum: str
-    loaded: bool
+class StagedRun:
+    """An ended run whose staged data has outlived the retention, with every
+    blob prefix its artifacts name (which of them are its own is the
+    janitor's call, not the database's)."""
+
+    id: UUID
+    workspace_id: UUID
+    pipeline_id: UUID | None
+    prefixes: list[str]

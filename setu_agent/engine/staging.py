@@ -55,7 +55,19 @@ class StagingError(Exception):
 
 
 def run_prefix(workspace_id: object, pipeline_id: object, job_id: object) -> str:
+    """Where one run stages: the only place the layout is spelled."""
     return f"ws/{workspace_id}/pl/{pipeline_id}/run/{job_id}/"
+
+
+def is_run_prefix(prefix: str, workspace_id: object, job_id: object) -> bool:
+    """True when `prefix` is this run's own, under whichever pipeline (a run
+    outlives a deleted pipeline, and its staged data still has to go)."""
+    marker = "\0"
+    head, tail = run_prefix(workspace_id, marker, job_id).split(marker)
+    if not (prefix.startswith(head) and prefix.endswith(tail)):
+        return False
+    pipeline = prefix[len(head) : len(prefix) - len(tail)]
+    return bool(pipeline) and "/" not in pipeline and ".." not in pipeline
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,24 @@ import logging
 from uuid import UUID
 
 from setu_agent.engine.blob import BlobStore
+from setu_agent.engine.staging import is_run_prefix, run_prefix
 from setu_client.clock import Clock
+from setu_server.models import StagedRun
 from setu_server.store import runs
 from setu_server.store.db import Database, transaction
 
 log = logging.getLogger(__name__)
+
+
+def own_prefixes(run: StagedRun) -> set[str]:
+    """The prefixes the janitor deletes: only the run's own, whatever an
+    artifact row says, and the run's prefix itself when its pipeline is known
+    (parts of an extract that never finished have no artifact row)."""
+    found = {p for p in run.prefixes if is_run_prefix(p, run.workspace_id, run.id)}
+    if run.pipeline_id is not None:
+        found.add(run_prefix(run.workspace_id, run.pipeline_id, run.id))
+    return found
+
 
 BATCH = 50
 
@@ -51,9 +64,10 @@ class Janitor:
                 )
                 if not due:
                     break
-                job_id, prefixes = due[0]
+                run = due[0]
+                job_id = run.id
                 try:
-                    for prefix in sorted(prefixes):
+                    for prefix in sorted(own_prefixes(run)):
                         await self._blob.delete_prefix(prefix)
                 except Exception:
                     log.exception("could not purge staged data", extra={"job_id": str(job_id)})

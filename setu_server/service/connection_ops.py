@@ -78,7 +78,7 @@ class ConnectionOps:
                 },
                 now=now,
             )
-            await jobs.insert_event(
+            await jobs.insert_job_event(
                 conn, job.id, f"Dispatched {kind.value} of {found.name} to {runtime}", now=now
             )
         timeout = timeout_seconds or DEFAULT_TIMEOUT_SECONDS

@@ -139,7 +139,7 @@ class ConnectionService:
             )
             if found is None:
                 raise _not_found(connection_id)
-            users = await pipelines.pipelines_using(conn, connection_id)
+            users = await pipelines.pipelines_using_connection(conn, connection_id)
             if users:
                 raise FailedPrecondition(
                     f"connection {connection_id} is used by pipeline(s) {', '.join(users)}; "

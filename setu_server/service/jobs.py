@@ -16,8 +16,8 @@ from setu_server.models import (
     Job,
     JobEvent,
     JobFilter,
+    JobOutput,
     JobState,
-    StreamOutput,
 )
 from setu_server.service import paging
 from setu_server.service.lifecycle import JobLifecycle
@@ -149,10 +149,10 @@ class JobService:
             else:
                 # What has not started never will; what runs stops cooperatively.
                 await tasks.cancel_pending_tasks(conn, job_id, now)
-                requested = await jobs.request_cancel(conn, job_id, why, now)
+                requested = await jobs.request_job_cancel(conn, job_id, why, now)
                 if requested is None:
                     return job
-                await jobs.insert_event(
+                await jobs.insert_job_event(
                     conn,
                     job_id,
                     "Cancel requested; waiting for the runtime to stop",
@@ -190,11 +190,11 @@ class JobService:
         position = paging.decode(page_token, query)
         start = int(position["sequence"]) if position else after
         size = page_size or 100
-        found = await jobs.list_events(self._pool, job_id, after=start, limit=size + 1)
+        found = await jobs.list_job_events(self._pool, job_id, after=start, limit=size + 1)
         page, more = found[:size], len(found) > size
         token = paging.encode({"sequence": page[-1].sequence}, query) if more else ""
         return page, token
 
-    async def outputs(self, workspace_id: UUID, job_id: UUID) -> tuple[Job, list[StreamOutput]]:
+    async def outputs(self, workspace_id: UUID, job_id: UUID) -> tuple[Job, list[JobOutput]]:
         job = await self.get(workspace_id, job_id)
-        return job, await jobs.outputs(self._pool, job_id)
+        return job, await jobs.job_outputs(self._pool, job_id)

@@ -111,10 +111,12 @@ class TaskOutcomes(JobEndsWithItsTask):
         # The run has ended: its other stages (a sibling load) never start.
         await tasks.cancel_pending_tasks(db, task.job_id, self._now())
         if moved[0].state is JobState.CANCELLED:
-            await tasks.mark_cancelled(db, task.id)
+            await tasks.mark_task_cancelled(db, task.id)
             # What a rolled-back load had counted never landed.
-            landed = sum(o.rows_loaded for o in await runs.outputs(db, task.job_id) if o.loaded)
-            await runs.set_progress(db, task.job_id, moved[0].rows_extracted, landed, self._now())
+            landed = sum(o.rows_loaded for o in await jobs.job_outputs(db, task.job_id) if o.loaded)
+            await runs.set_run_progress(
+                db, task.job_id, moved[0].rows_extracted, landed, self._now()
+            )
         return moved
 
     def success_ends_job(self, result: dict[str, Any]) -> bool:
@@ -180,9 +182,9 @@ class TaskOutcomes(JobEndsWithItsTask):
                 db, job.id, name, now=now, rows_extracted=rows, checksum=str(checksum)
             )
         total = int(result.get("rows_extracted", 0))
-        await runs.set_plan(db, job.id, now=now, rows_total=total, extract_runtime=where)
-        await runs.set_progress(db, job.id, total, 0, now)
-        moved = await runs.set_phase(
+        await runs.set_run_plan(db, job.id, now=now, rows_total=total, extract_runtime=where)
+        await runs.set_run_progress(db, job.id, total, 0, now)
+        moved = await runs.set_run_phase(
             db,
             job.id,
             Phase.LOAD,
@@ -217,13 +219,13 @@ class TaskOutcomes(JobEndsWithItsTask):
         by_stream = {str(k): int(v) for k, v in result.get("rows_by_stream", {}).items()}
         for stream, rows in by_stream.items():
             await runs.save_output(db, job.id, stream, now=now, rows_loaded=rows, loaded=True)
-            await jobs.insert_event(
+            await jobs.insert_job_event(
                 db, job.id, f"Loaded {rows} rows on {where}", now=now, stream=stream
             )
-        outputs = await runs.outputs(db, job.id)
+        outputs = await jobs.job_outputs(db, job.id)
         loaded = sum(o.rows_loaded for o in outputs)
-        await runs.set_plan(db, job.id, now=now, load_runtime=where)
-        await runs.set_progress(db, job.id, job.rows_extracted, loaded, now)
+        await runs.set_run_plan(db, job.id, now=now, load_runtime=where)
+        await runs.set_run_progress(db, job.id, job.rows_extracted, loaded, now)
         if await tasks.count_unfinished_tasks(db, job.id):
             return []
         if job.cancel_requested:  # the streams not loaded yet were abandoned

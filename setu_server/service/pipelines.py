@@ -148,7 +148,7 @@ class PipelineService:
         async with transaction(self._pool) as conn:
             if await pipelines.lock_pipeline(conn, pipeline_id, workspace_id) is None:
                 raise _not_found(pipeline_id)
-            run = await pipelines.active_run(conn, pipeline_id)
+            run = await pipelines.active_pipeline_run(conn, pipeline_id)
             if run is not None:
                 raise FailedPrecondition(
                     f"pipeline {pipeline_id} has an active run {run}; cancel it first"

@@ -10,7 +10,7 @@ from uuid import UUID
 
 from setu_agent.engine.staging import Manifest
 from setu_client.clock import Clock
-from setu_server.models import EventLevel, Job, Phase, RunOutput
+from setu_server.models import EventLevel, Job, JobOutput, Phase
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.store import jobs, runs
 from setu_server.store.db import Database, transaction
@@ -28,13 +28,13 @@ class RunBook:
     async def connection(self, connection_id: UUID) -> tuple[str, dict[str, Any], UUID]:
         """(provider, config with secret references, workspace); LookupError
         when gone."""
-        found = await runs.connection_config(self._pool, connection_id)
+        found = await runs.connection_for_runtime(self._pool, connection_id)
         if found is None:
             raise LookupError(f"connection {connection_id} no longer exists")
         return found
 
     async def enter_phase(self, job_id: UUID, phase: Phase, message: str) -> None:
-        job = await runs.set_phase(self._pool, job_id, phase, message, self._clock.sql_now())
+        job = await runs.set_run_phase(self._pool, job_id, phase, message, self._clock.sql_now())
         if job is not None:
             self._lifecycle.published([job])
 
@@ -46,7 +46,7 @@ class RunBook:
         extract_runtime: str | None = None,
         load_runtime: str | None = None,
     ) -> None:
-        await runs.set_plan(
+        await runs.set_run_plan(
             self._pool,
             job_id,
             now=self._clock.sql_now(),
@@ -57,7 +57,9 @@ class RunBook:
 
     async def progress(self, job_id: UUID, extracted: int, loaded: int) -> bool:
         """Writes the counts; True when the run was asked to cancel."""
-        return await runs.set_progress(self._pool, job_id, extracted, loaded, self._clock.sql_now())
+        return await runs.set_run_progress(
+            self._pool, job_id, extracted, loaded, self._clock.sql_now()
+        )
 
     async def staged(
         self, job_id: UUID, task_id: UUID | None, prefix: str, manifest: Manifest
@@ -87,7 +89,7 @@ class RunBook:
                     checksum=staged.checksum,
                 )
             parts = sum(len(s.parts) for s in manifest.streams)
-            job = await runs.set_phase(
+            job = await runs.set_run_phase(
                 conn,
                 job_id,
                 Phase.LOAD,
@@ -112,12 +114,12 @@ class RunBook:
             loaded=True,
         )
 
-    async def outputs(self, job_id: UUID) -> list[RunOutput]:
-        return await runs.outputs(self._pool, job_id)
+    async def outputs(self, job_id: UUID) -> list[JobOutput]:
+        return await jobs.job_outputs(self._pool, job_id)
 
     async def event(
         self, job_id: UUID, message: str, *, level: EventLevel = EventLevel.INFO, stream: str = ""
     ) -> None:
-        await jobs.insert_event(
+        await jobs.insert_job_event(
             self._pool, job_id, message, now=self._clock.sql_now(), level=level, stream=stream
         )

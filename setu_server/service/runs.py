@@ -161,7 +161,7 @@ class RunService:
             scheduled_for=scheduled_for,
         )
         how = ", dry run" if dry_run else ", scheduled" if scheduled_for else ""
-        await jobs.insert_event(
+        await jobs.insert_job_event(
             db, job.id, f"Run of {pipeline.name} submitted ({where.flow}{how})", now=now
         )
         return job
@@ -185,7 +185,7 @@ class RunService:
         if where.load_agent is None:
             await self._dispatch(db, job, TaskKind.MIGRATE, None)
             return 1
-        staged = await runs.outputs(db, job.id)
+        staged = await jobs.job_outputs(db, job.id)
         for output in staged:
             await self._dispatch(db, job, TaskKind.LOAD, where.load_agent, output.stream)
         return len(staged)
@@ -213,7 +213,7 @@ class RunService:
             now=self._clock.sql_now(),
         )
         what = "staged data to load" if kind is TaskKind.MIGRATE and job.phase else kind.value
-        await jobs.insert_event(
+        await jobs.insert_job_event(
             db,
             job.id,
             f"Dispatched {what} to {runtime_name(task.runtime)}",
@@ -242,7 +242,8 @@ class RunService:
         job, task = await self._leased_job(runtime, task_id, token, TaskKind.LOAD)
         pipeline = job.params["pipeline"]
         stream = task.payload.get("stream")
-        streams = [stream] if stream else [o.stream for o in await runs.outputs(self._pool, job.id)]
+        outputs = await jobs.job_outputs(self._pool, job.id)
+        streams = [stream] if stream else [o.stream for o in outputs]
         return LoadSpec(
             job_id=str(job.id),
             pipeline_id=str(job.pipeline_id),
@@ -257,7 +258,7 @@ class RunService:
     async def _leased_job(
         self, runtime: str, task_id: UUID, token: UUID, kind: TaskKind
     ) -> tuple[Job, Task]:
-        task = await tasks.get_for_runtime(self._pool, task_id, runtime)
+        task = await tasks.get_agent_task(self._pool, task_id, runtime)
         if task is None:
             raise NotFound(f"task {task_id} not found")
         if task.state is not TaskState.LEASED or task.lease_token != token:
@@ -276,7 +277,7 @@ class RunService:
         return job, task
 
     async def _connection(self, connection_id: str) -> ConnectionSpec:
-        found = await runs.connection_config(self._pool, UUID(connection_id))
+        found = await runs.connection_for_runtime(self._pool, UUID(connection_id))
         if found is None:
             raise FailedPrecondition(f"connection {connection_id} no longer exists")
         provider, config, _ = found

@@ -108,7 +108,7 @@ class TaskService:
         return max(CLOCK_SLACK, min(self.policy.poll_seconds, seconds))
 
     async def _lease_once(self, runtime: str) -> Task | None:
-        leased = await tasks.lease(
+        leased = await tasks.lease_task(
             self._pool, runtime, uuid.uuid4(), self.policy.ttl_seconds, self._clock.sql_now()
         )
         if leased is None:
@@ -123,7 +123,7 @@ class TaskService:
     async def heartbeat(
         self, runtime: str, task_id: UUID, token: UUID, progress: dict[str, Any] | None
     ) -> tuple[datetime, bool]:
-        beat = await tasks.heartbeat(
+        beat = await tasks.heartbeat_task(
             self._pool,
             task_id,
             runtime,
@@ -142,7 +142,7 @@ class TaskService:
         """Record success once; the same completion again is accepted quietly."""
         claimed = result.get("kind")
         if self.outcomes.success_ends_job(result):
-            done = await tasks.complete_and_end_job(
+            done = await tasks.complete_task_and_job(
                 self._pool, task_id, runtime, token, result, self._clock.sql_now(), claimed
             )
             if done is None:
@@ -153,7 +153,7 @@ class TaskService:
                 self._lifecycle.published([done[1]])
             return
         async with transaction(self._pool) as conn:
-            task = await tasks.complete(
+            task = await tasks.complete_task(
                 conn, task_id, runtime, token, result, self._clock.sql_now()
             )
             if task is None:
@@ -194,7 +194,7 @@ class TaskService:
         """Record a failure; True when the task will run again (never for a
         run that asked to stop or has ended: the statement decides)."""
         async with transaction(self._pool) as conn:
-            task = await tasks.fail(
+            task = await tasks.fail_task(
                 conn,
                 task_id,
                 runtime,
@@ -221,7 +221,7 @@ class TaskService:
     async def _after_failure(self, conn: Connection, task: Task) -> list[Job]:
         if task.state is TaskState.PENDING:
             backoff = (task.run_after - task.updated_at).total_seconds()
-            await jobs.insert_event(
+            await jobs.insert_job_event(
                 conn,
                 task.job_id,
                 f"Task {task.kind.value} failed on {runtime_name(task.runtime)}: "
@@ -236,7 +236,7 @@ class TaskService:
     async def reap(self, batch: int = 500) -> int:
         """Requeue (or fail, with attempts spent) tasks whose lease ran out."""
         async with transaction(self._pool) as conn:
-            reaped = await tasks.reap_expired(
+            reaped = await tasks.reap_expired_leases(
                 conn,
                 batch=batch,
                 backoff_seconds=self.policy.retry_backoff_seconds,
@@ -246,7 +246,7 @@ class TaskService:
             changed: list[Job] = []
             for task in reaped:
                 if task.state is TaskState.PENDING:
-                    await jobs.insert_event(
+                    await jobs.insert_job_event(
                         conn,
                         task.job_id,
                         f"Lease of task {task.kind.value} expired: {runtime_name(task.runtime)} "
@@ -268,7 +268,7 @@ class TaskService:
     async def fail_runtime(self, runtime: str, reason: str) -> int:
         """Fail every queued or held task of a runtime and their jobs (agent deactivated)."""
         async with transaction(self._pool) as conn:
-            failed = await tasks.fail_runtime_tasks(conn, runtime, reason, self._clock.sql_now())
+            failed = await tasks.fail_agent_tasks(conn, runtime, reason, self._clock.sql_now())
             changed: list[Job] = []
             for task in failed:
                 changed += await self.outcomes.failed(conn, task)
@@ -276,7 +276,7 @@ class TaskService:
         return len(failed)
 
     async def _own(self, conn: Executor, runtime: str, task_id: UUID) -> Task:
-        task = await tasks.get_for_runtime(conn, task_id, runtime)
+        task = await tasks.get_agent_task(conn, task_id, runtime)
         if task is None:
             raise NotFound(f"task {task_id} not found")
         return task

@@ -15,9 +15,9 @@ from setu_server.models import (
     JobEvent,
     JobFilter,
     JobKind,
+    JobOutput,
     JobState,
     Phase,
-    StreamOutput,
     job_states_into,
 )
 from setu_server.store.db import Executor, translate_errors
@@ -166,7 +166,9 @@ async def transition_job(
     raise IllegalTransition(f"job {id} is {state}: it cannot become {to.value}")
 
 
-async def request_cancel(db: Executor, id: UUID, reason: str, now: datetime | None) -> Job | None:
+async def request_job_cancel(
+    db: Executor, id: UUID, reason: str, now: datetime | None
+) -> Job | None:
     """Set cancel_requested on a live job; None when already set or ended."""
     with translate_errors():
         row = await db.fetchrow(QUERIES.request_job_cancel, id, now, reason)
@@ -190,7 +192,7 @@ def _event(r: asyncpg.Record) -> JobEvent:
     )
 
 
-async def insert_event(
+async def insert_job_event(
     db: Executor,
     job_id: UUID,
     message: str,
@@ -229,16 +231,16 @@ async def list_jobs(
     return [job_of(r) for r in rows]
 
 
-async def list_events(db: Executor, job_id: UUID, *, after: int, limit: int) -> list[JobEvent]:
+async def list_job_events(db: Executor, job_id: UUID, *, after: int, limit: int) -> list[JobEvent]:
     with translate_errors():
         return [_event(r) for r in await db.fetch(QUERIES.list_job_events, job_id, after, limit)]
 
 
-async def outputs(db: Executor, job_id: UUID) -> list[StreamOutput]:
+async def job_outputs(db: Executor, job_id: UUID) -> list[JobOutput]:
     with translate_errors():
         rows = await db.fetch(QUERIES.job_outputs, job_id)
     return [
-        StreamOutput(r["stream"], r["rows_extracted"], r["rows_loaded"], r["checksum"])
+        JobOutput(r["stream"], r["rows_extracted"], r["rows_loaded"], r["checksum"], r["loaded"])
         for r in rows
     ]
 

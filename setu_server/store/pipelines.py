@@ -115,14 +115,14 @@ async def delete_pipeline(db: Executor, id: UUID, workspace_id: UUID) -> bool:
         return await db.fetchval(QUERIES.delete_pipeline, id, workspace_id) is not None
 
 
-async def pipelines_using(db: Executor, connection_id: UUID) -> list[str]:
+async def pipelines_using_connection(db: Executor, connection_id: UUID) -> list[str]:
     """Names of the pipelines that read from or write to the connection."""
     with translate_errors():
         rows = await db.fetch(QUERIES.pipelines_using_connection, connection_id)
     return [r["name"] for r in rows]
 
 
-async def active_run(db: Executor, pipeline_id: UUID) -> UUID | None:
+async def active_pipeline_run(db: Executor, pipeline_id: UUID) -> UUID | None:
     """A pending or running run of the pipeline, if there is one."""
     with translate_errors():
         found: UUID | None = await db.fetchval(QUERIES.active_pipeline_run, pipeline_id)

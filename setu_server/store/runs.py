@@ -9,14 +9,13 @@ from uuid import UUID
 
 import asyncpg
 
-from setu_agent.engine.staging import run_prefix
 from setu_server.models import (
     Endpoint,
     Job,
     Phase,
     PipelineForRun,
     Placement,
-    RunOutput,
+    StagedRun,
     WriteMode,
 )
 from setu_server.store.db import Executor, translate_errors
@@ -74,7 +73,7 @@ async def job_by_idempotency_key(db: Executor, workspace_id: UUID, key: str) -> 
     return job_of(r) if r else None
 
 
-async def connection_config(
+async def connection_for_runtime(
     db: Executor, connection_id: UUID
 ) -> tuple[str, dict[str, Any], UUID] | None:
     """(provider, config with secret references, workspace) of a connection."""
@@ -83,7 +82,7 @@ async def connection_config(
     return (r["provider"], r["config"], r["workspace_id"]) if r else None
 
 
-async def set_progress(
+async def set_run_progress(
     db: Executor, job_id: UUID, extracted: int, loaded: int, now: datetime | None
 ) -> bool:
     """Writes the counts; True when the run was asked to cancel."""
@@ -94,7 +93,7 @@ async def set_progress(
     return bool(cancel)
 
 
-async def set_plan(
+async def set_run_plan(
     db: Executor,
     job_id: UUID,
     *,
@@ -153,16 +152,7 @@ async def save_output(
         )
 
 
-async def outputs(db: Executor, job_id: UUID) -> list[RunOutput]:
-    with translate_errors():
-        rows = await db.fetch(QUERIES.run_outputs, job_id)
-    return [
-        RunOutput(r["stream"], r["rows_extracted"], r["rows_loaded"], r["checksum"], r["loaded"])
-        for r in rows
-    ]
-
-
-async def set_phase(
+async def set_run_phase(
     db: Executor, job_id: UUID, phase: Phase, message: str, now: datetime | None
 ) -> Job | None:
     """Moves a running run to phase; None when it is not running."""
@@ -177,24 +167,13 @@ async def runs_to_purge(
     retention_seconds: float,
     limit: int,
     skip: list[UUID] | None = None,
-) -> list[tuple[UUID, set[str]]]:
-    """(run, the blob prefixes it may have staged under), locked."""
+) -> list[StagedRun]:
+    """Ended runs past the retention, locked until the caller's transaction ends."""
     with translate_errors():
         rows = await db.fetch(QUERIES.runs_to_purge, now, retention_seconds, limit, skip or [])
-    found: list[tuple[UUID, set[str]]] = []
-    for r in rows:
-        # Only a run's own prefix, ws/{ws}/pl/{pipeline}/run/{run}/, is ever
-        # deleted, whatever an artifact row says.
-        own = f"/run/{r['id']}/"
-        prefixes = {
-            p
-            for p in r["prefixes"]
-            if p.startswith(f"ws/{r['workspace_id']}/pl/") and p.endswith(own)
-        }
-        if r["pipeline_id"] is not None:  # parts of an extract that never finished
-            prefixes.add(run_prefix(r["workspace_id"], r["pipeline_id"], r["id"]))
-        found.append((r["id"], prefixes))
-    return found
+    return [
+        StagedRun(r["id"], r["workspace_id"], r["pipeline_id"], list(r["prefixes"])) for r in rows
+    ]
 
 
 async def mark_staged_purged(db: Executor, ids: list[UUID], now: datetime | None) -> None:

@@ -74,7 +74,7 @@ def _moved_job(row: asyncpg.Record) -> Job | None:
     return job_of(moved) if moved is not None else None
 
 
-async def lease(
+async def lease_task(
     db: Executor, runtime: str, token: UUID, seconds: float, now: datetime | None
 ) -> tuple[Task, Job | None] | None:
     """The leased task and, when it moved to running, its job."""
@@ -91,7 +91,7 @@ async def seconds_to_next_eligible(
     return value
 
 
-async def heartbeat(
+async def heartbeat_task(
     db: Executor,
     id: UUID,
     runtime: str,
@@ -106,7 +106,7 @@ async def heartbeat(
     return (row["lease_expires_at"], row["cancel_requested"]) if row else None
 
 
-async def complete(
+async def complete_task(
     db: Executor,
     id: UUID,
     runtime: str,
@@ -119,7 +119,7 @@ async def complete(
     return task_of(row) if row else None
 
 
-async def complete_and_end_job(
+async def complete_task_and_job(
     db: Executor,
     id: UUID,
     runtime: str,
@@ -137,7 +137,7 @@ async def complete_and_end_job(
     return (task_of(row), _moved_job(row)) if row else None
 
 
-async def fail(
+async def fail_task(
     db: Executor,
     id: UUID,
     runtime: str,
@@ -164,19 +164,19 @@ async def fail(
     return task_of(row) if row else None
 
 
-async def get(db: Executor, id: UUID) -> Task | None:
+async def get_task(db: Executor, id: UUID) -> Task | None:
     with translate_errors():
         row = await db.fetchrow(QUERIES.get_task, id)
     return task_of(row) if row else None
 
 
-async def get_for_runtime(db: Executor, id: UUID, runtime: str) -> Task | None:
+async def get_agent_task(db: Executor, id: UUID, runtime: str) -> Task | None:
     with translate_errors():
         row = await db.fetchrow(QUERIES.get_agent_task, id, runtime)
     return task_of(row) if row else None
 
 
-async def reap_expired(
+async def reap_expired_leases(
     db: Executor, *, batch: int, backoff_seconds: float, max_backoff: float, now: datetime | None
 ) -> list[Task]:
     with translate_errors():
@@ -184,7 +184,7 @@ async def reap_expired(
     return [task_of(r) for r in rows]
 
 
-async def fail_runtime_tasks(
+async def fail_agent_tasks(
     db: Executor, runtime: str, error: str, now: datetime | None
 ) -> list[Task]:
     with translate_errors():
@@ -204,7 +204,7 @@ async def count_unfinished_tasks(db: Executor, job_id: UUID) -> int:
     return count
 
 
-async def mark_cancelled(db: Executor, task_id: UUID) -> None:
+async def mark_task_cancelled(db: Executor, task_id: UUID) -> None:
     with translate_errors():
         await db.execute(QUERIES.mark_task_cancelled, task_id)
 

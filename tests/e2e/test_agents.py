@@ -52,7 +52,7 @@ async def test_kill_9_mid_task_is_reaped_and_finished_by_another_agent_exactly_o
         async with SetuClient(f"127.0.0.1:{port}", tenant.api_key) as client:
             with agent_process(port, tenant.agent_token, tmp_path / "a.log") as first:
                 await asyncio.wait_for(_until_running(client, task.job_id), 60)
-                held = await tasks.get(pool, task.id)
+                held = await tasks.get_task(pool, task.id)
                 assert held is not None and held.state is TaskState.LEASED
                 first.send_signal(signal.SIGKILL)
                 await asyncio.to_thread(first.wait)
@@ -60,10 +60,11 @@ async def test_kill_9_mid_task_is_reaped_and_finished_by_another_agent_exactly_o
                 outcome = await asyncio.wait_for(client.wait_for_job(str(task.job_id)), 60)
         assert outcome.state == common_pb2.JOB_STATE_SUCCEEDED
 
-        done = await tasks.get(pool, task.id)
+        done = await tasks.get_task(pool, task.id)
         assert done is not None and done.state is TaskState.SUCCEEDED and done.attempt == 2
         assert done.result == {"kind": "test", "ok": True, "message": "done on attempt 2"}
-        events = [e.message for e in await jobs.list_events(pool, task.job_id, after=0, limit=50)]
+        timeline = await jobs.list_job_events(pool, task.job_id, after=0, limit=50)
+        events = [e.message for e in timeline]
         assert sum("succeeded" in m for m in events) == 1
         assert any("stopped heartbeating; requeued (attempt 2 of 3)" in m for m in events)
 
@@ -141,7 +142,7 @@ async def test_sigterm_hands_a_running_task_back(
             if agent.returncode is None:
                 agent.kill()
                 await agent.wait()
-        handed_back = await tasks.get(pool, task.id)
+        handed_back = await tasks.get_task(pool, task.id)
         assert handed_back is not None
         assert (handed_back.state, handed_back.attempt) == (TaskState.PENDING, 2)
         assert "shutting down" in handed_back.error_message

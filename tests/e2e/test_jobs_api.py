@@ -187,7 +187,7 @@ async def test_events_page_in_order_and_outputs_report_counts(
 ) -> None:
     job = await make_job(pool, tenant.workspace_id, state=JobState.RUNNING)
     for i in range(5):
-        await jobs.insert_event(pool, job.id, f"step {i}", now=None, stream="users")
+        await jobs.insert_job_event(pool, job.id, f"step {i}", now=None, stream="users")
     events = [e async for e in client.job_events(str(job.id))]
     assert [e.message for e in events] == [f"step {i}" for i in range(5)]
     later = [

@@ -106,12 +106,12 @@ async def test_stale_tokens_are_refused_and_a_repeated_completion_is_recorded_on
     await agent.CompleteTask(done)
     await agent.CompleteTask(done)  # the same completion again: OK, no effect
 
-    row = await tasks.get(pool, task.id)
+    row = await tasks.get_task(pool, task.id)
     assert row is not None and row.result == {"kind": "test", "ok": True, "message": "fine"}
     job = await jobs.get_job(pool, task.job_id, tenant.workspace_id)
     assert job is not None and job.state is JobState.SUCCEEDED
     assert job.result == {"kind": "test", "ok": True, "message": "fine"}
-    events = await jobs.list_events(pool, task.job_id, after=0, limit=100)
+    events = await jobs.list_job_events(pool, task.job_id, after=0, limit=100)
     assert sum("succeeded" in e.message for e in events) == 1
     assert await _code(agent.Heartbeat(pb.HeartbeatRequest(**live))) == Code.FAILED_PRECONDITION
     unknown = {"task_id": str(uuid.uuid4()), "lease_token": leased.lease_token}
@@ -155,7 +155,7 @@ async def test_a_lease_token_is_honoured_only_from_the_runtime_holding_the_lease
             for call in calls:
                 assert await _code(call) == Code.NOT_FOUND
     for leased in held:
-        row = await tasks.get(pool, uuid.UUID(leased.id))
+        row = await tasks.get_task(pool, uuid.UUID(leased.id))
         assert row is not None and row.state is TaskState.LEASED
         assert row.result is None and not row.error_message and not row.progress
         job = await jobs.get_job(pool, row.job_id, tenant.workspace_id)
@@ -214,7 +214,7 @@ async def test_a_cloud_task_of_an_unknown_kind_fails_clearly_and_once(
     assert outcome.error_message.startswith(
         "runtime extract: cloud worker cannot run tasks of kind 'extract'"
     )
-    row = await tasks.get(pool, task.id)
+    row = await tasks.get_task(pool, task.id)
     assert row is not None and row.attempt == 1, "not retried"
 
 
@@ -283,7 +283,9 @@ async def test_eight_lessees_over_two_servers_lease_each_of_2000_tasks_once(
                     continue
                 await stub.CompleteTask(
                     pb.CompleteTaskRequest(
-                        task_id=answer.task.id, lease_token=answer.task.lease_token
+                        task_id=answer.task.id,
+                        lease_token=answer.task.lease_token,
+                        test=pb.TestResult(ok=True),
                     )
                 )
                 completed.append(answer.task.id)
@@ -319,7 +321,7 @@ async def test_a_result_of_another_kind_of_task_is_refused_and_changes_nothing(
             await agent.CompleteTask(request)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert f"must be a {task.kind.value} result, not {wrong}" in (info.value.details() or "")
-        still = await tasks.get(pool, task.id)
+        still = await tasks.get_task(pool, task.id)
         assert still is not None and still.state is TaskState.LEASED
         if task.kind is TaskKind.EXTRACT:  # no result at all ends nothing either
             bare = pb.CompleteTaskRequest(task_id=leased.id, lease_token=leased.lease_token)

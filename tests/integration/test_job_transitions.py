@@ -30,7 +30,7 @@ async def test_a_transition_bumps_version_logs_an_event_and_notifies(
         assert moved.started_at is not None and moved.finished_at is None
         note = await asyncio.wait_for(heard.get(), 10)
         assert note == {"job_id": str(job.id), "version": moved.version, "state": "running"}
-        events = await jobs.list_events(pool, job.id, after=0, limit=10)
+        events = await jobs.list_job_events(pool, job.id, after=0, limit=10)
         assert [e.message for e in events] == ["Running in the cloud"]
 
         done = await jobs.transition_job(
@@ -60,7 +60,7 @@ async def test_illegal_transitions_are_refused_and_change_nothing(
         await jobs.transition_job(pool, job.id, to, now=None, message="nope")
     after = await jobs.get_job(pool, job.id, tenant.workspace_id)
     assert after == job
-    assert await jobs.list_events(pool, job.id, after=0, limit=10) == []
+    assert await jobs.list_job_events(pool, job.id, after=0, limit=10) == []
 
 
 async def test_an_unknown_job_cannot_transition(pool: asyncpg.Pool) -> None:
@@ -83,4 +83,4 @@ async def test_racing_terminal_transitions_have_exactly_one_winner(pool: asyncpg
     winners = [o for o in outcomes if not isinstance(o, BaseException)]
     assert len(winners) == 1
     assert all(isinstance(o, IllegalTransition) for o in outcomes if o not in winners)
-    assert len(await jobs.list_events(pool, job.id, after=0, limit=100)) == 1
+    assert len(await jobs.list_job_events(pool, job.id, after=0, limit=100)) == 1

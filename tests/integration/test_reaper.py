@@ -45,7 +45,7 @@ async def test_expired_leases_are_requeued_then_fail_the_job_when_attempts_are_s
     assert await reaper.run_once() == 0, "the lease is still live"
     clock.advance(2)
     assert await reaper.run_once() == 1
-    requeued = await tasks.get(pool, task.id)
+    requeued = await tasks.get_task(pool, task.id)
     assert requeued is not None
     assert (requeued.state, requeued.attempt) == (TaskState.PENDING, 2)
     assert await service.lease(runtime, 0) is None, "backing off for 10 s"

@@ -75,8 +75,8 @@ LIMIT $10;
 SELECT * FROM job_event WHERE job_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3;
 
 -- name: job_outputs
--- $1 job_id
-SELECT stream, rows_extracted, rows_loaded, checksum
+-- Per-stream counts of a job, loaded or not. $1 job_id
+SELECT stream, rows_extracted, rows_loaded, checksum, loaded_at IS NOT NULL AS loaded
 FROM job_output WHERE job_id = $1 ORDER BY stream;
 
 -- name: get_job_any

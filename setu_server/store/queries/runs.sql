@@ -68,11 +68,6 @@ SET rows_extracted = coalesce($3, job_output.rows_extracted),
     loaded_at = CASE WHEN $6 THEN coalesce($7, now()) ELSE job_output.loaded_at END,
     updated_at = coalesce($7, now());
 
--- name: run_outputs
--- Per-stream bookkeeping of a run, loaded or not. $1 job_id
-SELECT stream, rows_extracted, rows_loaded, checksum, loaded_at IS NOT NULL AS loaded
-FROM job_output WHERE job_id = $1 ORDER BY stream;
-
 -- name: set_run_phase
 -- Where a running run is (extract, load, direct), with an event; the row
 -- when it moved. Not a transition: the state stays running.

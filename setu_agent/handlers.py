@@ -14,17 +14,17 @@ import base64
 import importlib
 import math
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import date, datetime, time
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
 from setu_agent.engine import transfer
 from setu_agent.engine.blob import BlobSettings, BlobStore, open_blob
 from setu_agent.engine.operators import SpecError, parse_spec
 from setu_agent.engine.providers import get_provider
-from setu_agent.engine.providers.base import ConfigError, Connector, ProviderError
+from setu_agent.engine.providers.base import ConfigError, Connector, Egress, ProviderError
 from setu_agent.engine.s3 import S3Settings
 from setu_agent.engine.secrets import SecretStore
 from setu_agent.engine.staging import Manifest, read_manifest
@@ -34,10 +34,16 @@ from setu_agent.specs import ConnectionSpec, SpecSource
 
 PREVIEW_LIMIT = 20
 
-# What this runtime lets a connection reach: (provider, resolved config) ->
-# the config to connect with, or ConfigError. The cloud's keeps tenants off
-# the server's own files, sockets and credentials.
-ConnectPolicy = Callable[[str, dict[str, Any]], dict[str, Any]]
+class ConnectPolicy(Protocol):
+    """What this runtime lets a connection reach. The cloud's keeps tenants
+    off the server's own files, sockets, networks and credentials."""
+
+    # Vets every address a connection opens a socket to.
+    egress: Egress | None
+
+    def __call__(self, provider: str, config: dict[str, Any]) -> dict[str, Any]:
+        """The resolved config to connect with, or ConfigError."""
+        ...
 
 
 class ContextReporter:
@@ -235,9 +241,9 @@ async def open_connector(
     references resolved (and remembered, to keep them out of reports), then
     the runtime's policy applied to what will really be opened."""
     resolved = secrets.resolve(config, ctx.redact)
-    if policy is not None:
-        resolved = policy(provider, resolved)
-    return await get_provider(provider).connect(resolved)
+    if policy is None:
+        return await get_provider(provider).connect(resolved)
+    return await get_provider(provider).connect(policy(provider, resolved), policy.egress)
 
 
 def _connection(ctx: TaskContext) -> ConnectionSpec:

@@ -42,8 +42,15 @@ class Settings:
         default="restricted",
         metadata={
             "help": "restricted: cloud connections reach files only under "
-            "LOCAL_FILES_ROOT and no loopback host; local: all this machine can "
-            "(one-person setups; `setu dev`'s default)"
+            "LOCAL_FILES_ROOT and only public addresses (plus CLOUD_ALLOW_NETWORKS); "
+            "local: all this machine can (one-person setups; `setu dev`'s default)"
+        },
+    )
+    cloud_allow_networks: str = field(
+        default="",
+        metadata={
+            "help": "comma-separated CIDRs that cloud connections may reach although they "
+            "are private or local (e.g. 10.20.0.0/16); never Setu's own database"
         },
     )
     local_files_root: str = field(

@@ -65,7 +65,7 @@ from setu_server.store.listener import Listener
 from setu_server.store.migrate import migrate
 from setu_server.worker import cloud_worker
 from setu_server.worker.migrate import Migrate, MigrateSettings
-from setu_server.worker.policy import CloudPolicy
+from setu_server.worker.policy import CloudPolicy, cloud_egress
 
 log = logging.getLogger("setu.server")
 
@@ -254,7 +254,11 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
     )
     if settings.cloud_reach not in ("restricted", "local"):
         raise SystemExit(f"SETU_CLOUD_REACH is restricted or local, not {settings.cloud_reach!r}")
-    reach = CloudPolicy(settings.files_root) if settings.cloud_reach == "restricted" else None
+    reach = (
+        CloudPolicy(settings.files_root, cloud_egress(settings.cloud_allow_networks, url))
+        if settings.cloud_reach == "restricted"
+        else None
+    )
     migrate_handler = Migrate(
         RunBook(pool, clock, lifecycle),
         blob,

@@ -26,8 +26,14 @@ ADMIN_TOKEN = new_secret(TokenKind.ADMIN).token
 def server_settings(**overrides: object) -> Settings:
     # Tests keep their files in their own tmp folders: cloud connections may
     # use any local path here (tests/e2e/test_cloud_policy.py pins the rule).
+    # Their S3 (moto) listens on loopback, which cloud connections reach only
+    # as an allowed network (tests/e2e/test_cloud_egress.py pins that rule).
     base = Settings(
-        listen="127.0.0.1:0", admin_token=ADMIN_TOKEN, grace_seconds=1.0, local_files_root="/"
+        listen="127.0.0.1:0",
+        admin_token=ADMIN_TOKEN,
+        grace_seconds=1.0,
+        local_files_root="/",
+        cloud_allow_networks="127.0.0.0/8",
     )
     return replace(base, **overrides)  # type: ignore[arg-type]
 
@@ -63,6 +69,7 @@ def server_process(
             "SETU_GRACE_SECONDS": "1",
             # Tests keep files and database sockets in their own tmp folders.
             "SETU_LOCAL_FILES_ROOT": "/",
+            "SETU_CLOUD_ALLOW_NETWORKS": "127.0.0.0/8",
         }
         | env
     )

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
+from aiohttp.abc import AbstractResolver, ResolveResult
+from botocore import UNSIGNED  # type: ignore[import-untyped]
 from botocore.exceptions import ClientError  # type: ignore[import-untyped]
+
+from setu_agent.engine.providers.base import ConfigError, Egress
 
 # S3 needs every part but the last to be at least 5 MiB; above this size an
 # upload goes in parts so no single request carries the whole file.
@@ -32,6 +38,10 @@ class S3Settings:
     access_key_id: str = ""
     secret_access_key: str = ""
     session_token: str = ""
+    # A tenant's connection in the cloud: every address vetted, and nothing
+    # taken from the process (credential chain, configured endpoints).
+    egress: Egress | None = field(default=None, compare=False)
+    ambient_credentials: bool = True
 
     def where(self) -> str:
         """Where the objects live, for error messages."""
@@ -40,13 +50,21 @@ class S3Settings:
 
 def s3_client(settings: S3Settings) -> AbstractAsyncContextManager[Any]:
     """An S3 client as an async context manager. Credentials come from the
-    settings when given, else from botocore's default chain (environment,
-    profile, instance role)."""
+    settings when given, else (`ambient_credentials`) from botocore's default
+    chain (environment, profile, instance role), else none: unsigned."""
+    options: dict[str, Any] = {}
+    if settings.egress is not None:
+        options["connector_args"] = {"resolver": _VettedResolver(settings.egress)}
+    if not settings.ambient_credentials:
+        options["ignore_configured_endpoint_urls"] = True
+        if not settings.access_key_id:
+            options["signature_version"] = UNSIGNED
     # A custom endpoint (MinIO, moto, Ceph) rarely has wildcard DNS for
     # virtual-hosted buckets, so address it by path.
     config = AioConfig(
         retries={"max_attempts": 5, "mode": "standard"},
         s3={"addressing_style": "path"} if settings.endpoint_url else None,
+        **options,
     )
     kwargs: dict[str, Any] = {"region_name": settings.region or None, "config": config}
     if settings.endpoint_url:
@@ -57,6 +75,48 @@ def s3_client(settings: S3Settings) -> AbstractAsyncContextManager[Any]:
         kwargs["aws_session_token"] = settings.session_token or None
     client: AbstractAsyncContextManager[Any] = get_session().create_client("s3", **kwargs)
     return client
+
+
+async def vet_endpoint(settings: S3Settings) -> None:
+    """Checks a custom endpoint's host now: aiohttp never asks the resolver
+    about an IP literal, so the resolver alone would miss `127.0.0.1`."""
+    if settings.egress is None or not settings.endpoint_url:
+        return
+    parts = urlsplit(settings.endpoint_url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        raise ConfigError(f"config.endpoint_url: {exc}") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError("config.endpoint_url: an http:// or https:// URL with a host")
+    await settings.egress.address(parts.hostname, port, "config.endpoint_url")
+
+
+class _VettedResolver(AbstractResolver):
+    """aiohttp's name lookup through an Egress: the endpoint's host is
+    resolved and checked once, and the socket goes to that address (TLS
+    still verifies the name)."""
+
+    def __init__(self, egress: Egress) -> None:
+        self._egress = egress
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        address = await self._egress.address(host, port, "config.endpoint_url")
+        return [
+            ResolveResult(
+                hostname=host,
+                host=address,
+                port=port,
+                family=socket.AF_INET6 if ":" in address else socket.AF_INET,
+                proto=0,
+                flags=socket.AI_NUMERICHOST,
+            )
+        ]
+
+    async def close(self) -> None:
+        return None
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:

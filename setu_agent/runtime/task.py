@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+import base64
+import json
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import quote, quote_plus
 
 # Shorter values (a port, "on") would blank out unrelated text.
 MIN_REDACTED = 3
@@ -31,6 +34,21 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _spellings(secret: str) -> Iterator[str]:
+    """The forms in which a message may quote a secret."""
+    if len(secret) < MIN_REDACTED:
+        return
+    yield secret
+    yield json.dumps(secret)[1:-1]
+    yield json.dumps(secret, ensure_ascii=False)[1:-1]
+    yield quote(secret, safe="")
+    yield quote_plus(secret)
+    encoded = secret.encode()
+    yield base64.b64encode(encoded).decode()
+    yield base64.urlsafe_b64encode(encoded).decode()
+    yield base64.b64encode(encoded).decode().rstrip("=")
+
+
 class TaskCancelled(Exception):
     """Raised by a handler that stopped because its job asked to cancel."""
 
@@ -51,10 +69,11 @@ class TaskContext:
 
     def redacted(self, text: str) -> str:
         """text with every secret this task resolved replaced by `***`: a
-        provider's message may quote a host or a user."""
-        for secret in sorted(self.redact, key=len, reverse=True):
-            if len(secret) >= MIN_REDACTED:
-                text = text.replace(secret, "***")
+        provider's message may quote a host or a user, as it is or escaped
+        (JSON, a URL, base64)."""
+        spellings = {s for secret in self.redact for s in _spellings(secret)}
+        for spelling in sorted(spellings, key=len, reverse=True):
+            text = text.replace(spelling, "***")
         return text
 
     def report(self, **progress: Any) -> None:

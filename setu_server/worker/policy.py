@@ -9,27 +9,29 @@ loopback interface.
 - Local files (a `sqlite` path, a `file` url) and PostgreSQL Unix sockets
   must lie under one folder (SETU_LOCAL_FILES_ROOT); the connector gets the
   resolved path, so what was checked is what is opened.
-- A PostgreSQL host may not be a loopback address.
+- Every socket goes to an address vetted by `egress` (setu_agent/engine/
+  egress.py): no loopback, private, link-local or metadata address unless
+  the operator allows its network, and never Setu's own database.
 - An `s3://` file connection brings its own credentials, else botocore would
-  lend it the server's.
+  lend it the server's; drivers take nothing from the process environment.
 
 A connection placed on an agent is bound by the agent's host only.
 """
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
+from setu_agent.engine.egress import AddressPolicy, parse_networks, protect_database
 from setu_agent.engine.providers.base import ConfigError
-
-LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
 class CloudPolicy:
-    def __init__(self, local_root: Path) -> None:
+    def __init__(self, local_root: Path, egress: AddressPolicy | None = None) -> None:
         self._root = local_root.resolve()
+        self.egress = egress or AddressPolicy()
 
     def __call__(self, provider: str, config: dict[str, Any]) -> dict[str, Any]:
         """The config to connect with (paths resolved); ConfigError when the
@@ -49,11 +51,6 @@ class CloudPolicy:
             host = str(config.get("host", "localhost"))
             if host.startswith(("/", "@")):  # a Unix socket folder
                 return config | {"host": self._local(host, "config.host")}
-            if _loopback(host):
-                raise ConfigError(
-                    f"config.host: {host} is this server itself; a cloud connection cannot "
-                    f"reach it. Place the connection on an agent on that machine"
-                )
         return config
 
     def _local(self, path: str, field: str) -> str:
@@ -66,10 +63,35 @@ class CloudPolicy:
         return str(resolved)
 
 
-def _loopback(host: str) -> bool:
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+def cloud_egress(allow_networks: str, database_url: str) -> AddressPolicy:
+    """The cloud's address policy: public addresses, the networks the
+    operator allows, and never the addresses of the server's own database."""
+    return AddressPolicy(
+        allow=parse_networks(allow_networks, "SETU_CLOUD_ALLOW_NETWORKS"),
+        protected=tuple(
+            pair
+            for host, port in database_hosts(database_url)
+            for pair in protect_database(host, port)
+        ),
+    )
+
+
+def database_hosts(url: str) -> list[tuple[str, int]]:
+    """The TCP (host, port) pairs a libpq URL names (Unix sockets left out:
+    the files root keeps tenants off those)."""
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    netloc = parts.netloc.rpartition("@")[2]
+    hosts = query.get("host") or ([netloc] if netloc else [])
+    ports = query.get("port", [])
+    found = []
+    for spec in ",".join(hosts).split(","):
+        host, port = spec, ports[0] if ports else ""
+        if spec.startswith("["):
+            host, _, rest = spec[1:].partition("]")
+            port = rest.lstrip(":") or port
+        elif spec.count(":") == 1:
+            host, port = spec.split(":")
+        if host and not host.startswith("/"):
+            found.append((host, int(port or 5432)))
+    return found

@@ -27,7 +27,10 @@ async def client(
     tenant: Tenant = await make_tenant(pool)
     async with (
         in_process(
-            database_url, data_dir=tmp_path / "server", local_files_root=str(tmp_path / "files")
+            database_url,
+            data_dir=tmp_path / "server",
+            local_files_root=str(tmp_path / "files"),
+            cloud_allow_networks="",
         ) as server,
         SetuClient(f"127.0.0.1:{server.port}", tenant.api_key) as c,
     ):
@@ -119,7 +122,7 @@ async def test_a_cloud_postgres_connection_cannot_reach_the_servers_own_sockets_
     )
     refused = await client.test_connection(loop.id)
     assert not refused.ok
-    assert "127.0.0.1 is this server itself" in refused.message
+    assert "config.host: resolves to a loopback address" in refused.message
 
 
 async def test_a_one_person_server_lets_the_cloud_reach_its_own_machine(

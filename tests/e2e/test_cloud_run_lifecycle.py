@@ -4,6 +4,7 @@ they start; and the counts that reconcile them."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -270,6 +271,47 @@ async def test_a_dry_run_plans_without_moving_data(
     assert done.result["dry_run"] is True
     assert [s["stream"] for s in done.result["streams"]] == ["items"]
     assert await fetch(destination, "SELECT to_regclass('items')") == [(None,)]
+
+
+async def test_a_dry_run_quotes_no_resolved_secret(
+    client_for: Any,
+    databases: tuple[str, str],
+    tenant: Tenant,
+    database_url: str,
+    tmp_path: Path,
+) -> None:
+    """The destination's database name is a secret: the dry run's test of the
+    destination must not carry it into events, results or any table."""
+    source, destination = databases
+    await fill(source, "items", 10)
+    secret_name = postgres_config(destination)["database"]
+    secrets = tmp_path / "secrets.json"
+    secrets.write_text(
+        json.dumps({"workspaces": {str(tenant.workspace_id): {"DST_DB": secret_name}}})
+    )
+    _, client = await client_for(secrets_file=str(secrets))
+    src = await client.create_connection("source", "postgres", postgres_config(source))
+    config = postgres_config(destination) | {"database": {"$secret": "DST_DB"}}
+    dst = await client.create_connection("destination", "postgres", config)
+    created = await client.create_pipeline("copy", src.id, dst.id)
+    job = await client.submit_run(str(created.id), dry_run=True)
+    await client.wait_for_job(job.id)
+    done = await client.get_job(job.id)
+    assert done.state == S.JOB_STATE_SUCCEEDED, done.error_message
+
+    events = [e async for e in client.job_events(job.id)]
+    assert events and not [e.message for e in events if secret_name in e.message]
+    assert secret_name not in str(done)
+    conn = await asyncpg.connect(database_url)
+    try:
+        tables = await conn.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+        )
+        for (table,) in tables:
+            rows = await conn.fetch(f'SELECT t::text AS row FROM "{table}" t')
+            assert not [r["row"] for r in rows if secret_name in r["row"]], table
+    finally:
+        await conn.close()
 
 
 async def test_a_repeated_idempotency_key_answers_the_first_run(

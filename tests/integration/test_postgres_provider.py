@@ -284,22 +284,30 @@ async def test_an_unreachable_server_is_a_provider_error_naming_it(
         await PROVIDER.connect(config)
 
 
-async def test_an_ssl_setting_the_client_cannot_honour_is_a_provider_error(
+async def test_tls_takes_no_roots_or_keys_from_the_process_environment(
     closed_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # No root certificate to verify the server with.
+    # The process's PostgreSQL files are its own, not a connection's: asyncpg
+    # would read these (and fail on them) if it were left to build the TLS.
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("PGSSLROOTCERT", raising=False)
-    config = {
-        "host": "127.0.0.1",
-        "port": closed_port,
-        "database": "nowhere",
-        "user": "reader",
-        "ssl": "verify-full",
-        "connect_timeout": 2,
-    }
-    with pytest.raises(ProviderError, match=rf"127\.0\.0\.1:{closed_port}/nowhere: .*root\.crt"):
-        await PROVIDER.connect(config)
+    monkeypatch.setenv("PGSSLROOTCERT", str(tmp_path / "missing-root.crt"))
+    monkeypatch.setenv("PGSSLCERT", str(tmp_path / "missing-client.crt"))
+    monkeypatch.setenv("PGSSLKEY", str(tmp_path / "missing-client.key"))
+    monkeypatch.setenv("PGSSLMODE", "disable")
+    for mode in ("verify-full", "verify-ca", "require", "prefer"):
+        config = {
+            "host": "127.0.0.1",
+            "port": closed_port,
+            "database": "nowhere",
+            "user": "reader",
+            "ssl": mode,
+            "connect_timeout": 2,
+        }
+        with pytest.raises(ProviderError) as info:
+            await PROVIDER.connect(config)
+        message = str(info.value)
+        assert f"127.0.0.1:{closed_port}/nowhere" in message
+        assert "missing-" not in message and "Connect call failed" in message, message
 
 
 async def test_a_missing_database_is_a_provider_error_naming_it(url: str) -> None:

@@ -3,8 +3,11 @@ preview values as JSON."""
 
 from __future__ import annotations
 
+import base64
+import json
 import math
 from decimal import Decimal
+from urllib.parse import quote, quote_plus
 
 from setu_agent.engine.secrets import SecretStore
 from setu_agent.handlers import jsonable
@@ -24,6 +27,22 @@ def test_resolved_secrets_are_blanked_out_of_messages_and_results() -> None:
     assert config["host"] == "db.internal.example"
     message = "cannot connect to db.internal.example:5432 with hunter2!"
     assert ctx.redacted(message) == "cannot connect to ***:5432 with ***"
+
+
+def test_escaped_and_encoded_forms_of_a_secret_are_blanked_too() -> None:
+    ctx = context()
+    secret = 'p@ss w/"rd"\\é'
+    ctx.redact.add(secret)
+    quoted = [
+        json.dumps({"password": secret}),
+        json.dumps({"password": secret}, ensure_ascii=False),
+        "postgresql://u:" + quote(secret, safe="") + "@host/db",
+        "form: pw=" + quote_plus(secret),
+        "basic " + base64.b64encode(secret.encode()).decode(),
+        "token " + base64.urlsafe_b64encode(secret.encode()).decode().rstrip("="),
+    ]
+    for text in quoted:
+        assert "***" in ctx.redacted(text), text
 
 
 def test_very_short_values_are_not_blanked_everywhere() -> None:

@@ -73,6 +73,17 @@ class Connector(Protocol):
     async def close(self) -> None: ...
 
 
+class Egress(Protocol):
+    """Vets the host a connection is about to open a socket to
+    (engine/egress.py); None where the runtime's own network is the limit."""
+
+    async def address(self, host: str, port: int, field: str) -> str:
+        """The address to connect to for `host`: resolved and allowed.
+        Raises ConfigError (naming `field`) for a denied address, and
+        ProviderError when the name does not resolve."""
+        ...
+
+
 class Provider(Protocol):
     name: str
 
@@ -81,8 +92,10 @@ class Provider(Protocol):
         ({"$secret": NAME}) are allowed where a value is a credential."""
         ...
 
-    async def connect(self, config: dict[str, Any]) -> Connector:
-        """Opens a connector on the resolved config; raises ProviderError."""
+    async def connect(self, config: dict[str, Any], egress: Egress | None = None) -> Connector:
+        """Opens a connector on the resolved config, to addresses `egress`
+        allows; raises ProviderError. Never falls back to the process's
+        environment or files for what the config leaves out."""
         ...
 
 

@@ -26,12 +26,18 @@ import json
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from setu_agent.engine import s3
-from setu_agent.engine.providers.base import ConfigError, Connector, ProviderError, WriteMode
+from setu_agent.engine.providers.base import (
+    ConfigError,
+    Connector,
+    Egress,
+    ProviderError,
+    WriteMode,
+)
 from setu_agent.engine.providers.files_codec import (
     _check_header,
     _csv_rows,
@@ -476,13 +482,15 @@ class FileProvider:
     def validate_config(self, config: dict[str, Any]) -> None:
         parse_config(config, resolved=False)
 
-    async def connect(self, config: dict[str, Any]) -> Connector:
+    async def connect(self, config: dict[str, Any], egress: Egress | None = None) -> Connector:
         parsed = parse_config(config, resolved=True)
         named_file = PurePosixPath(parsed.url).suffix.lower() in FORMATS
         if parsed.s3 is not None:
             bucket, key = s3.parse_s3_url(parsed.url)
             single = named_file and not key.endswith("/")
-            return FileConnector(parsed, _S3Files(parsed.s3, bucket, key, single))
+            settings = replace(parsed.s3, egress=egress, ambient_credentials=egress is None)
+            await s3.vet_endpoint(settings)
+            return FileConnector(parsed, _S3Files(settings, bucket, key, single))
         path = Path(parsed.url)
         single = named_file or await asyncio.to_thread(path.is_file)
         return FileConnector(parsed, _LocalFiles(path, single))

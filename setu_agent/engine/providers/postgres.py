@@ -15,6 +15,7 @@ bounded, and every batch is a self-contained COPY stream.
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ from setu_agent.engine.operators import Plan, parse_spec
 from setu_agent.engine.providers.base import (
     ConfigError,
     CopyBatch,
+    Egress,
     ProviderError,
     WriteMode,
 )
@@ -163,24 +165,25 @@ class PostgresProvider:
         if not _number(timeout) or not 0 < timeout <= 300:
             raise ConfigError("config.connect_timeout: seconds, more than 0 and at most 300")
 
-    async def connect(self, config: dict[str, Any]) -> PostgresConnector:
+    async def connect(
+        self, config: dict[str, Any], egress: Egress | None = None
+    ) -> PostgresConnector:
         host = config.get("host", "localhost")
-        where = f"{host}:{config.get('port', 5432)}/{config['database']}"
+        port = int(config.get("port", 5432))
+        where = f"{host}:{port}/{config['database']}"
+        address = host
+        if egress is not None and not host.startswith("/"):
+            address = await egress.address(host, port, "config.host")
+        mode = config.get("ssl", "prefer")
         try:
-            conn = await asyncpg.connect(
-                host=host,
-                port=int(config.get("port", 5432)),
-                user=config["user"],
-                password=config.get("password"),
-                database=config["database"],
-                ssl=config.get("ssl", "prefer"),
-                timeout=float(config.get("connect_timeout", 10)),
-                # Batches are COPY streams, not prepared statements; keep
-                # the server's per-session cache small.
-                statement_cache_size=32,
-            )
-        # InterfaceError: refused client settings, e.g. ssl verify-full
-        # without a root certificate to verify with.
+            try:
+                conn = await self._open(config, address, port, _tls(mode, host))
+            except ConnectionError as exc:
+                # `prefer` falls back to plain text when the server has no TLS.
+                if mode != "prefer" or "rejected SSL upgrade" not in str(exc):
+                    raise
+                conn = await self._open(config, address, port, False)
+        # InterfaceError: refused client settings.
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
             raise ProviderError(f"postgres: cannot connect to {where}: {exc}") from exc
         for name in ("json", "jsonb"):
@@ -188,6 +191,55 @@ class PostgresProvider:
                 name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
             )
         return PostgresConnector(conn, config.get("schema", "public"), where)
+
+    @staticmethod
+    async def _open(
+        config: dict[str, Any], address: str, port: int, tls: ssl.SSLContext | bool
+    ) -> asyncpg.Connection:
+        # Every setting is explicit: asyncpg fills anything left as None from
+        # PG* variables, ~/.pgpass and ~/.postgresql/, which hold the
+        # credentials of whoever runs this process, not of this connection.
+        return await asyncpg.connect(
+            host=address,
+            port=port,
+            user=config["user"],
+            password=config.get("password") or "",
+            database=config["database"],
+            ssl=tls,
+            direct_tls=False,
+            server_settings={"application_name": "setu"},
+            timeout=float(config.get("connect_timeout", 10)),
+            # Batches are COPY streams, not prepared statements; keep the
+            # server's per-session cache small.
+            statement_cache_size=32,
+        )
+
+
+class _NamedContext(ssl.SSLContext):
+    """An SSL context that presents and verifies `server_name` whatever
+    address the socket was opened to (the vetted address of that name)."""
+
+    server_name: str = ""
+
+    def wrap_bio(self, *args: Any, **kwargs: Any) -> ssl.SSLObject:
+        kwargs["server_hostname"] = self.server_name or kwargs.get("server_hostname")
+        return super().wrap_bio(*args, **kwargs)
+
+
+def _tls(mode: str, server_name: str) -> ssl.SSLContext | bool:
+    """The TLS context of an ssl mode, built here rather than by asyncpg,
+    which would read client keys and roots from the process's environment."""
+    if mode == "disable" or server_name.startswith("/"):
+        return False
+    context = _NamedContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.server_name = server_name
+    if mode in ("prefer", "require"):
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    else:
+        context.load_default_certs()
+        context.check_hostname = mode == "verify-full"
+    return context
 
 
 class PostgresConnector:

@@ -20,7 +20,13 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from setu_agent.engine.providers.base import ConfigError, Connector, ProviderError, WriteMode
+from setu_agent.engine.providers.base import (
+    ConfigError,
+    Connector,
+    Egress,
+    ProviderError,
+    WriteMode,
+)
 from setu_agent.engine.providers.sqlite_values import DECLARED, neutral_of, row_reader, row_writer
 from setu_agent.engine.types import Batch, Column, Stream
 
@@ -35,7 +41,8 @@ class SqliteProvider:
     def validate_config(self, config: dict[str, Any]) -> None:
         _parse_config(config)
 
-    async def connect(self, config: dict[str, Any]) -> Connector:
+    async def connect(self, config: dict[str, Any], egress: Egress | None = None) -> Connector:
+        # A file, no socket: the runtime's policy already placed the path.
         path, create = _parse_config(config)
         if not path.exists() and not create:
             raise ProviderError(f"no SQLite database at {path}")

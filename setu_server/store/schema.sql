@@ -1,0 +1,263 @@
+-- The schema as it stands after every migration, written out in one place
+-- to be read. Servers never run this file: they apply migrations/ in order.
+-- tests/integration/test_schema.py applies this file to one empty database
+-- and the migrations to another and fails when the two catalogs differ, so
+-- a new migration comes with its change here.
+--
+-- Not here: schema_migration, the migrator's own record (store/migrate.py).
+-- Timestamps are timestamptz; ids are uuids made by the server.
+
+-- Tenants ------------------------------------------------------------------
+
+CREATE TABLE workspace (
+    id          uuid PRIMARY KEY,
+    name        text NOT NULL UNIQUE,
+    created_at  timestamptz NOT NULL
+);
+
+-- A client's credential. Only the SHA-256 of the key is kept: keys are
+-- 256-bit random, so a fast hash is enough and lookups stay one index probe.
+CREATE TABLE api_key (
+    id            uuid PRIMARY KEY,
+    workspace_id  uuid NOT NULL REFERENCES workspace (id) ON DELETE CASCADE,
+    name          text NOT NULL,
+    prefix        text NOT NULL,
+    token_hash    bytea NOT NULL UNIQUE,
+    created_at    timestamptz NOT NULL,
+    last_used_at  timestamptz,
+    revoked_at    timestamptz
+);
+CREATE INDEX api_key_workspace_idx ON api_key (workspace_id);
+
+-- An edge runtime; online when active and seen within the last 90 s.
+CREATE TABLE agent (
+    id            uuid PRIMARY KEY,
+    workspace_id  uuid NOT NULL REFERENCES workspace (id) ON DELETE CASCADE,
+    name          text NOT NULL,
+    token_hash    bytea NOT NULL UNIQUE,
+    active        boolean NOT NULL DEFAULT true,
+    version       text NOT NULL DEFAULT '',
+    capabilities  text[] NOT NULL DEFAULT '{}',
+    hostname      text NOT NULL DEFAULT '',
+    last_seen_at  timestamptz,
+    created_at    timestamptz NOT NULL,
+    UNIQUE (workspace_id, name)
+);
+
+-- What data moves between ---------------------------------------------------
+
+CREATE TABLE connection (
+    id            uuid PRIMARY KEY,
+    workspace_id  uuid NOT NULL REFERENCES workspace (id) ON DELETE CASCADE,
+    name          text NOT NULL,
+    provider      text NOT NULL,
+    -- Secret references stay references: {"$secret": "NAME"}.
+    config        jsonb NOT NULL DEFAULT '{}',
+    placement     text NOT NULL CHECK (placement IN ('cloud', 'agent')),
+    agent_id      uuid REFERENCES agent (id),
+    created_at    timestamptz NOT NULL,
+    updated_at    timestamptz NOT NULL,
+    UNIQUE (workspace_id, name),
+    CHECK ((placement = 'agent') = (agent_id IS NOT NULL))
+);
+
+-- Discovered streams of a connection.
+CREATE TABLE catalog_stream (
+    connection_id  uuid NOT NULL REFERENCES connection (id) ON DELETE CASCADE,
+    namespace      text NOT NULL DEFAULT '',
+    name           text NOT NULL,
+    columns        jsonb NOT NULL DEFAULT '[]',
+    primary_key    text[] NOT NULL DEFAULT '{}',
+    row_estimate   bigint NOT NULL DEFAULT 0,
+    status         text NOT NULL CHECK (status IN ('active', 'changed', 'missing')),
+    discovered_at  timestamptz NOT NULL,
+    PRIMARY KEY (connection_id, namespace, name)
+);
+
+CREATE TABLE pipeline (
+    id                         uuid PRIMARY KEY,
+    workspace_id               uuid NOT NULL REFERENCES workspace (id) ON DELETE CASCADE,
+    name                       text NOT NULL,
+    source_connection_id       uuid NOT NULL REFERENCES connection (id),
+    destination_connection_id  uuid NOT NULL REFERENCES connection (id),
+    streams                    text[] NOT NULL DEFAULT '{}',
+    spec                       jsonb NOT NULL DEFAULT '{}',
+    write_mode                 text NOT NULL
+                               CHECK (write_mode IN ('append', 'overwrite', 'upsert', 'merge')),
+    -- A cron expression; the scheduler fires the tick at next_run_at.
+    schedule                   text,
+    paused                     boolean NOT NULL DEFAULT false,
+    next_run_at                timestamptz,
+    created_at                 timestamptz NOT NULL,
+    updated_at                 timestamptz NOT NULL,
+    UNIQUE (workspace_id, name)
+);
+-- The scheduler's query: schedules whose tick has come.
+CREATE INDEX pipeline_schedule_idx ON pipeline (next_run_at)
+    WHERE schedule IS NOT NULL AND NOT paused;
+
+-- Jobs: what clients submit and wait for ------------------------------------
+
+CREATE TABLE job (
+    id                uuid PRIMARY KEY,
+    workspace_id      uuid NOT NULL REFERENCES workspace (id) ON DELETE CASCADE,
+    kind              text NOT NULL CHECK (kind IN ('run', 'test', 'discover', 'preview')),
+    -- Written only by setu_transition_jobs, below.
+    state             text NOT NULL
+                      CHECK (state IN ('ready', 'pending', 'running',
+                                       'succeeded', 'failed', 'cancelled')),
+    -- Bumped by every change a watcher can see; notified with it.
+    version           bigint NOT NULL DEFAULT 1,
+    pipeline_id       uuid REFERENCES pipeline (id) ON DELETE SET NULL,
+    connection_id     uuid REFERENCES connection (id) ON DELETE SET NULL,
+    -- A run's snapshot of its pipeline, taken at submit.
+    params            jsonb NOT NULL DEFAULT '{}',
+    phase             text CHECK (phase IN ('extract', 'load', 'direct')),
+    dry_run           boolean NOT NULL DEFAULT false,
+    cancel_requested  boolean NOT NULL DEFAULT false,
+    error_message     text NOT NULL DEFAULT '',
+    rows_extracted    bigint NOT NULL DEFAULT 0,
+    rows_loaded       bigint NOT NULL DEFAULT 0,
+    rows_total        bigint NOT NULL DEFAULT 0,
+    extract_runtime   text NOT NULL DEFAULT '',
+    load_runtime      text NOT NULL DEFAULT '',
+    result            jsonb,
+    idempotency_key   text,
+    scheduled_for     timestamptz,
+    created_at        timestamptz NOT NULL,
+    started_at        timestamptz,
+    finished_at       timestamptz,
+    updated_at        timestamptz NOT NULL,
+    -- Set by the janitor once the run's staged data is deleted.
+    staged_purged_at  timestamptz,
+    UNIQUE (workspace_id, idempotency_key),
+    -- A schedule tick creates one run, however many replicas fire it.
+    UNIQUE (pipeline_id, scheduled_for)
+);
+CREATE INDEX job_workspace_created_idx ON job (workspace_id, created_at DESC, id DESC);
+CREATE INDEX job_pipeline_idx ON job (pipeline_id, created_at DESC);
+CREATE INDEX job_active_idx ON job (state) WHERE state IN ('pending', 'running');
+-- The janitor's query: ended runs whose staged data is still there.
+CREATE INDEX job_staged_purge_idx ON job (finished_at)
+    WHERE kind = 'run' AND staged_purged_at IS NULL AND finished_at IS NOT NULL;
+
+-- A job's timeline.
+CREATE TABLE job_event (
+    sequence    bigserial PRIMARY KEY,
+    job_id      uuid NOT NULL REFERENCES job (id) ON DELETE CASCADE,
+    level       text NOT NULL CHECK (level IN ('debug', 'info', 'warning', 'error')),
+    stream      text NOT NULL DEFAULT '',
+    message     text NOT NULL,
+    created_at  timestamptz NOT NULL
+);
+CREATE INDEX job_event_job_idx ON job_event (job_id, sequence);
+
+-- Per-stream counts of a run. A stream's load commits in the destination,
+-- then sets loaded_at: a retry that resumes at load skips it.
+CREATE TABLE job_output (
+    job_id          uuid NOT NULL REFERENCES job (id) ON DELETE CASCADE,
+    stream          text NOT NULL,
+    rows_extracted  bigint NOT NULL DEFAULT 0,
+    rows_loaded     bigint NOT NULL DEFAULT 0,
+    checksum        text NOT NULL DEFAULT '',
+    updated_at      timestamptz NOT NULL,
+    loaded_at       timestamptz,
+    PRIMARY KEY (job_id, stream)
+);
+
+-- Tasks: what runtimes lease ------------------------------------------------
+
+CREATE TABLE task (
+    id                uuid PRIMARY KEY,
+    job_id            uuid NOT NULL REFERENCES job (id) ON DELETE CASCADE,
+    workspace_id      uuid NOT NULL REFERENCES workspace (id) ON DELETE CASCADE,
+    kind              text NOT NULL
+                      CHECK (kind IN ('migrate', 'extract', 'load', 'test', 'discover', 'preview')),
+    state             text NOT NULL
+                      CHECK (state IN ('pending', 'leased', 'succeeded', 'failed', 'cancelled')),
+    -- 'cloud', or the agent's id as text: the queue a runtime leases from.
+    runtime           text NOT NULL,
+    agent_id          uuid REFERENCES agent (id),
+    attempt           integer NOT NULL DEFAULT 1,
+    max_attempts      integer NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
+    -- Not leasable before this (a retry's backoff).
+    run_after         timestamptz NOT NULL,
+    lease_token       uuid,
+    lease_expires_at  timestamptz,
+    payload           jsonb NOT NULL DEFAULT '{}',
+    progress          jsonb NOT NULL DEFAULT '{}',
+    result            jsonb,
+    error_message     text NOT NULL DEFAULT '',
+    created_at        timestamptz NOT NULL,
+    updated_at        timestamptz NOT NULL,
+    finished_at       timestamptz,
+    CHECK ((runtime = 'cloud') = (agent_id IS NULL))
+);
+-- The lease query: oldest eligible pending task of one runtime.
+CREATE INDEX task_pending_idx ON task (runtime, created_at) WHERE state = 'pending';
+-- The reaper: leases that ran out.
+CREATE INDEX task_lease_expiry_idx ON task (lease_expires_at) WHERE state = 'leased';
+CREATE INDEX task_job_idx ON task (job_id);
+
+-- What an extract staged for one stream of a run.
+CREATE TABLE artifact (
+    id           uuid PRIMARY KEY,
+    job_id       uuid NOT NULL REFERENCES job (id) ON DELETE CASCADE,
+    task_id      uuid REFERENCES task (id) ON DELETE SET NULL,
+    stream       text NOT NULL,
+    blob_prefix  text NOT NULL,
+    parts        text[] NOT NULL DEFAULT '{}',
+    rows         bigint NOT NULL DEFAULT 0,
+    checksum     text NOT NULL DEFAULT '',
+    created_at   timestamptz NOT NULL,
+    UNIQUE (job_id, stream)
+);
+
+-- The one job transition path -----------------------------------------------
+
+-- Moves every job of p_ids that is in one of the states p_from to p_to, bumps
+-- its version, appends an event and notifies `setu_job` with
+-- {job_id, version, state}. Returns the jobs that moved. A function, so
+-- statements that change a task and its job (lease, complete) do both in one
+-- round trip and still share one definition.
+CREATE FUNCTION setu_transition_jobs(
+    p_ids uuid[],
+    p_to text,
+    p_from text[],
+    p_error text,
+    p_phase text,
+    p_level text,
+    p_message text,
+    p_now timestamptz,
+    p_result jsonb
+) RETURNS SETOF job
+LANGUAGE plpgsql VOLATILE AS $$
+-- plpgsql, not sql: its statements' plans are cached per session, where a
+-- sql function with data-modifying CTEs is planned again on every call.
+DECLARE
+    moved job;
+BEGIN
+    FOR moved IN
+        UPDATE job
+        SET state = p_to,
+            version = version + 1,
+            error_message = coalesce(p_error, error_message),
+            phase = coalesce(p_phase, phase),
+            started_at = CASE WHEN p_to = 'running'
+                              THEN coalesce(started_at, coalesce(p_now, now()))
+                              ELSE started_at END,
+            finished_at = CASE WHEN p_to IN ('succeeded', 'failed', 'cancelled')
+                               THEN coalesce(p_now, now()) ELSE finished_at END,
+            updated_at = coalesce(p_now, now()),
+            result = coalesce(p_result, result)
+        WHERE id = ANY(p_ids) AND state = ANY(p_from)
+        RETURNING *
+    LOOP
+        INSERT INTO job_event (job_id, level, message, created_at)
+        VALUES (moved.id, p_level, p_message, coalesce(p_now, now()));
+        PERFORM pg_notify('setu_job', json_build_object(
+            'job_id', moved.id, 'version', moved.version, 'state', moved.state)::text);
+        RETURN NEXT moved;
+    END LOOP;
+END;
+$$;

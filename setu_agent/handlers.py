@@ -28,11 +28,20 @@ from setu_agent.engine.providers.base import ConfigError, Connector, Egress, Pro
 from setu_agent.engine.s3 import S3Settings
 from setu_agent.engine.secrets import SecretStore
 from setu_agent.engine.staging import Manifest, read_manifest
+from setu_agent.results import (
+    Artifact,
+    DiscoverResult,
+    ExtractResult,
+    LoadResult,
+    PreviewResult,
+    TestResult,
+)
 from setu_agent.runtime import Handler, TaskContext
 from setu_agent.runtime.task import NonRetryable
 from setu_agent.specs import ConnectionSpec, SpecSource
 
 PREVIEW_LIMIT = 20
+
 
 class ConnectPolicy(Protocol):
     """What this runtime lets a connection reach. The cloud's keeps tenants
@@ -111,38 +120,38 @@ class EngineHandlers:
 
     # -- connection operations: the spec rides in the payload
 
-    async def test(self, ctx: TaskContext) -> dict[str, Any]:
+    async def test(self, ctx: TaskContext) -> TestResult:
         try:
             connector = await self._connect(ctx, _connection(ctx))
         except (ConfigError, ProviderError) as exc:
-            return {"ok": False, "message": str(exc)}
+            return TestResult(ok=False, message=str(exc))
         try:
-            return {"ok": True, "message": await connector.test()}
+            return TestResult(ok=True, message=await connector.test())
         except ProviderError as exc:
-            return {"ok": False, "message": str(exc)}
+            return TestResult(ok=False, message=str(exc))
         finally:
             await connector.close()
 
-    async def discover(self, ctx: TaskContext) -> dict[str, Any]:
+    async def discover(self, ctx: TaskContext) -> DiscoverResult:
         async with self._connected(ctx, _connection(ctx)) as connector:
             streams = await connector.discover()
-        return {"streams": [s.to_dict() for s in streams]}
+        return DiscoverResult(tuple(streams))
 
-    async def preview(self, ctx: TaskContext) -> dict[str, Any]:
+    async def preview(self, ctx: TaskContext) -> PreviewResult:
         wanted = str(ctx.task.payload.get("stream", ""))
         limit = int(ctx.task.payload.get("limit") or PREVIEW_LIMIT)
         async with self._connected(ctx, _connection(ctx)) as connector:
             stream = transfer.select_streams(await connector.discover(), [wanted])[0]
             rows = await connector.preview(stream, limit)
         names = stream.column_names
-        return {
-            "columns": [c.to_dict() for c in stream.columns],
-            "rows": [{n: jsonable(v) for n, v in zip(names, row, strict=True)} for row in rows],
-        }
+        return PreviewResult(
+            columns=tuple(stream.columns),
+            rows=tuple({n: jsonable(v) for n, v in zip(names, row, strict=True)} for row in rows),
+        )
 
     # -- run stages: the spec comes from the server, by task id
 
-    async def extract(self, ctx: TaskContext) -> dict[str, Any]:
+    async def extract(self, ctx: TaskContext) -> ExtractResult:
         assert self._specs is not None
         spec = await self._specs.extract_spec(ctx.task)
         async with (
@@ -153,24 +162,9 @@ class EngineHandlers:
             manifest = await transfer.stage(
                 source, streams, blob, spec.blob_prefix, ContextReporter(ctx), self._batch_rows
             )
-        return {
-            "artifact": {
-                "blob_prefix": spec.blob_prefix,
-                "manifest_path": "manifest.json",
-                "streams": [
-                    {
-                        "stream": s.name,
-                        "rows": s.rows,
-                        "parts": [p.path for p in s.parts],
-                        "checksum": s.checksum,
-                    }
-                    for s in manifest.streams
-                ],
-            },
-            "rows_extracted": manifest.rows,
-        }
+        return ExtractResult(Artifact.of(spec.blob_prefix, manifest), manifest.rows)
 
-    async def load(self, ctx: TaskContext) -> dict[str, Any]:
+    async def load(self, ctx: TaskContext) -> LoadResult:
         assert self._specs is not None
         spec = await self._specs.load_spec(ctx.task)
         try:
@@ -191,10 +185,10 @@ class EngineHandlers:
                     spec.write_mode,
                     ContextReporter(ctx),
                 )
-        return {
-            "rows_loaded": sum(t.loaded for t in totals),
-            "rows_by_stream": {t.stream: t.loaded for t in totals},
-        }
+        return LoadResult(
+            rows_loaded=sum(t.loaded for t in totals),
+            rows_by_stream={t.stream: t.loaded for t in totals},
+        )
 
     # -- plumbing
 

@@ -9,6 +9,16 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 
 from setu_agent.engine.blob import BlobSettings
 from setu_agent.engine.providers.base import WriteMode
+from setu_agent.engine.types import Column, Stream
+from setu_agent.results import (
+    DiscoverResult,
+    ExtractResult,
+    LoadResult,
+    MalformedResult,
+    PreviewResult,
+    TaskResult,
+    TestResult,
+)
 from setu_agent.runtime.task import LeasedTask
 from setu_agent.specs import ConnectionSpec, ExtractSpec, LoadSpec
 from setu_client._proto.setu.v1 import agents_pb2 as pb
@@ -21,15 +31,6 @@ LEASE_TIMEOUT_MARGIN_SECONDS = 15.0
 CALL_TIMEOUT_SECONDS = 30.0
 
 KIND_NAMES = {v: k.removeprefix("TASK_KIND_").lower() for k, v in pb.TaskKind.items()}
-
-# Which CompleteTaskRequest field carries the result of each task kind.
-RESULT_FIELDS = {
-    "extract": "extract",
-    "load": "load",
-    "test": "test",
-    "discover": "discover",
-    "preview": "preview",
-}
 
 
 WRITE_MODES = {getattr(common_pb2, f"WRITE_MODE_{m.name}"): m for m in WriteMode} | {
@@ -108,11 +109,8 @@ class GrpcTaskSource:
             streams=[s.stream for s in spec.artifact.streams],
         )
 
-    async def complete(self, task: LeasedTask, result: dict[str, Any]) -> None:
-        request = pb.CompleteTaskRequest(task_id=task.id, lease_token=task.lease_token)
-        field = RESULT_FIELDS.get(task.kind)
-        if field is not None and result:
-            ParseDict(result, getattr(request, field), ignore_unknown_fields=True)
+    async def complete(self, task: LeasedTask, result: TaskResult) -> None:
+        request = completion(task, result)
         await self._call(self._stub.CompleteTask, request)
 
     async def fail(self, task: LeasedTask, error: str, retryable: bool) -> None:
@@ -129,3 +127,58 @@ class GrpcTaskSource:
             return await method(request, timeout=timeout)
         except grpc.aio.AioRpcError as exc:
             raise from_rpc_error(exc) from exc
+
+
+# -- a typed result as the CompleteTaskRequest oneof: the agent's one edge
+
+
+def completion(task: LeasedTask, result: TaskResult) -> pb.CompleteTaskRequest:
+    request = pb.CompleteTaskRequest(task_id=task.id, lease_token=task.lease_token)
+    if isinstance(result, ExtractResult):
+        request.extract.CopyFrom(
+            pb.ExtractResult(
+                artifact=pb.Artifact(
+                    blob_prefix=result.artifact.blob_prefix,
+                    manifest_path=result.artifact.manifest_path,
+                    streams=[
+                        pb.StagedStream(
+                            stream=s.stream, rows=s.rows, parts=s.parts, checksum=s.checksum
+                        )
+                        for s in result.artifact.streams
+                    ],
+                ),
+                rows_extracted=result.rows_extracted,
+            )
+        )
+    elif isinstance(result, LoadResult):
+        request.load.CopyFrom(
+            pb.LoadResult(rows_loaded=result.rows_loaded, rows_by_stream=result.rows_by_stream)
+        )
+    elif isinstance(result, TestResult):
+        request.test.CopyFrom(pb.TestResult(ok=result.ok, message=result.message))
+    elif isinstance(result, DiscoverResult):
+        request.discover.CopyFrom(
+            pb.DiscoverResult(streams=[_catalog_stream(s) for s in result.streams])
+        )
+    elif isinstance(result, PreviewResult):
+        message = pb.PreviewResult(columns=[_column(c) for c in result.columns])
+        for row in result.rows:
+            message.rows.add().update(row)
+        request.preview.CopyFrom(message)
+    else:
+        raise MalformedResult(f"a {result.kind} result is not reported over gRPC")
+    return request
+
+
+def _column(column: Column) -> common_pb2.Column:
+    return common_pb2.Column(name=column.name, type=column.type, nullable=column.nullable)
+
+
+def _catalog_stream(stream: Stream) -> common_pb2.CatalogStream:
+    return common_pb2.CatalogStream(
+        namespace=stream.namespace,
+        name=stream.name,
+        columns=[_column(c) for c in stream.columns],
+        primary_key=stream.primary_key,
+        row_estimate=stream.row_estimate,
+    )

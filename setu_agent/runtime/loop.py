@@ -21,6 +21,7 @@ from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception, wait_random_exponential
 
+from setu_agent.results import MalformedResult, TaskResult, check_result, redacted
 from setu_agent.runtime.task import (
     Handler,
     LeasedTask,
@@ -169,7 +170,7 @@ class Runtime:
         log.info(
             "task started", extra={"task_id": task.id, "kind": task.kind, "attempt": task.attempt}
         )
-        work: asyncio.Task[dict[str, Any]] = asyncio.create_task(
+        work: asyncio.Task[TaskResult] = asyncio.create_task(
             handler(context), name=f"handler-{task.id}"
         )
         beats = asyncio.create_task(self._heartbeats(context, work))
@@ -198,11 +199,14 @@ class Runtime:
             log.debug("task failure traceback", exc_info=True, extra={"task_id": task.id})
             await self._report_failure(task, error, retryable=True)
         else:
-            # Only free text is redacted: names and data (a stream called like
-            # a database user) must reach the server as they are.
-            if isinstance(result.get("message"), str):
-                result = {**result, "message": report(result["message"])}
-            await self._report(lambda: self._source.complete(task, result), "completed", task)
+            try:
+                typed = redacted(check_result(task.kind, result), report)
+            except MalformedResult as exc:
+                # A handler's bug: say so in the job, rather than report a
+                # result the server would have to guess at.
+                await self._report_failure(task, str(exc), retryable=False)
+            else:
+                await self._report(lambda: self._source.complete(task, typed), "completed", task)
         finally:
             beats.cancel()
             with contextlib.suppress(asyncio.CancelledError, LeaseLost):

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import quote, quote_plus
 
+from setu_agent.results import TaskResult
+
 # Shorter values (a port, "on") would blank out unrelated text.
 MIN_REDACTED = 3
 
@@ -86,7 +88,8 @@ class TaskContext:
             raise TaskCancelled("cancelled by request")
 
 
-Handler = Callable[[TaskContext], Coroutine[Any, Any, dict[str, Any]]]
+# A handler ends with its kind's typed result (setu_agent/results.py).
+Handler = Callable[[TaskContext], Coroutine[Any, Any, TaskResult]]
 
 
 class TaskSource(Protocol):
@@ -99,6 +102,6 @@ class TaskSource(Protocol):
         """True when cancellation was requested; raises LeaseLost when the lease is gone."""
         ...
 
-    async def complete(self, task: LeasedTask, result: dict[str, Any]) -> None: ...
+    async def complete(self, task: LeasedTask, result: TaskResult) -> None: ...
 
     async def fail(self, task: LeasedTask, error: str, retryable: bool) -> None: ...

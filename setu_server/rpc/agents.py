@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from setu_agent.engine.blob import BlobSettings
+from setu_agent.engine.types import Column, Stream
+from setu_agent.results import (
+    Artifact,
+    ArtifactStream,
+    DiscoverResult,
+    ExtractResult,
+    LoadResult,
+    MalformedResult,
+    PreviewResult,
+    TaskResult,
+    TestResult,
+)
 from setu_agent.specs import ConnectionSpec
 from setu_client._proto.setu.v1 import agents_pb2 as pb
-from setu_client._proto.setu.v1 import agents_pb2_grpc
+from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
 from setu_server.config import Settings
 from setu_server.models import Task, TaskKind
 from setu_server.rpc import convert
@@ -57,17 +72,90 @@ def _blob(blob: BlobSettings) -> pb.BlobSettings:
     )
 
 
-def _result(request: pb.CompleteTaskRequest) -> dict[str, Any]:
+# -- the CompleteTaskRequest oneof as a typed result: the server's one edge
+
+
+def task_result(request: pb.CompleteTaskRequest) -> TaskResult | None:
+    """The typed result a runtime reported (None: it sent none), or
+    MalformedResult when a field this server does not know came along. Its
+    values are checked once the task's kind is known (TaskService.complete)."""
     which = request.WhichOneof("result")
     if which is None:
-        return {}
-    body: dict[str, Any] = MessageToDict(
-        getattr(request, which),
-        preserving_proto_field_name=True,
-        # A zero row count or `nullable: false` is an answer, not an absence.
-        always_print_fields_with_no_presence=True,
+        return None
+    message = getattr(request, which)
+    unknown = _unknown_fields(message, f"{which} result")
+    if unknown:
+        raise MalformedResult(
+            f"the {which} result carries fields this server does not know: {', '.join(unknown)}"
+        )
+    return RESULT_READERS[which](message)
+
+
+def _unknown_fields(message: Message, path: str) -> list[str]:
+    unknown = UnknownFieldSet(message)
+    found = [f"{path}.#{unknown[i].field_number}" for i in range(len(unknown))]
+    for descriptor, value in message.ListFields():
+        if descriptor.message_type is None or descriptor.message_type.GetOptions().map_entry:
+            continue
+        inner = value if descriptor.is_repeated else [value]
+        for i, item in enumerate(inner):
+            where = f"{path}.{descriptor.name}" + (f"[{i}]" if descriptor.is_repeated else "")
+            found += _unknown_fields(item, where)
+    return found
+
+
+def _extract_result(message: pb.ExtractResult) -> ExtractResult:
+    # An absent artifact reads as an empty one, which ExtractResult.validate refuses.
+    artifact = message.artifact
+    streams = tuple(
+        ArtifactStream(s.stream, s.rows, tuple(s.parts), s.checksum) for s in artifact.streams
     )
-    return {"kind": which, **body}
+    return ExtractResult(
+        Artifact(artifact.blob_prefix, streams, artifact.manifest_path), message.rows_extracted
+    )
+
+
+def _load_result(message: pb.LoadResult) -> LoadResult:
+    return LoadResult(message.rows_loaded, dict(message.rows_by_stream))
+
+
+def _test_result(message: pb.TestResult) -> TestResult:
+    return TestResult(message.ok, message.message)
+
+
+def _column(column: common_pb2.Column) -> Column:
+    return Column(column.name, column.type, column.nullable)
+
+
+def _discover_result(message: pb.DiscoverResult) -> DiscoverResult:
+    return DiscoverResult(
+        tuple(
+            Stream(
+                name=s.name,
+                columns=tuple(_column(c) for c in s.columns),
+                namespace=s.namespace,
+                primary_key=tuple(s.primary_key),
+                row_estimate=s.row_estimate,
+            )
+            for s in message.streams
+        )
+    )
+
+
+def _preview_result(message: pb.PreviewResult) -> PreviewResult:
+    return PreviewResult(
+        columns=tuple(_column(c) for c in message.columns),
+        rows=tuple(MessageToDict(row) for row in message.rows),
+    )
+
+
+RESULT_READERS: dict[str, Callable[[Any], TaskResult]] = {
+    "extract": _extract_result,
+    "load": _load_result,
+    "test": _test_result,
+    "discover": _discover_result,
+    "preview": _preview_result,
+}
 
 
 class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
@@ -152,7 +240,7 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
         self, request: pb.CompleteTaskRequest, context: Ctx
     ) -> pb.CompleteTaskResponse:
         await self._tasks.complete(
-            _runtime(), uid(request.task_id), uid(request.lease_token), _result(request)
+            _runtime(), uid(request.task_id), uid(request.lease_token), task_result(request)
         )
         return pb.CompleteTaskResponse()
 

@@ -56,20 +56,26 @@ class JobLifecycle:
         to: JobState,
         message: str,
         *,
+        db: Executor | None = None,
         level: EventLevel = EventLevel.INFO,
         error_message: str | None = None,
+        result: dict[str, Any] | None = None,
     ) -> list[Job]:
-        """Move every listed job that may go to `to`, in one statement."""
+        """Move every listed job that may go to `to`, in one statement; the
+        others stay as they are. With `db`, as `transition`: the caller
+        publishes after commit."""
         moved = await jobs.transition_jobs(
-            self._pool,
+            db or self._pool,
             job_ids,
             to,
             now=self._clock.sql_now(),
             message=message,
             level=level,
             error_message=error_message,
+            result=result,
         )
-        self.published(moved)
+        if db is None:
+            self.published(moved)
         return moved
 
     def published(self, changed: list[Job]) -> None:

@@ -5,15 +5,17 @@ describes goes on."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from setu_agent.engine.staging import Manifest
+from setu_agent.results import Artifact
 from setu_client.clock import Clock
 from setu_server.models import EventLevel, Job, JobOutput, Phase
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.store import jobs, runs
-from setu_server.store.db import Database, transaction
+from setu_server.store.db import Database, Executor, transaction
 
 
 class RunBook:
@@ -66,36 +68,14 @@ class RunBook:
     ) -> None:
         """Records what the extract staged and moves the run to `load`, in one
         transaction: from here a retry loads and never reads the source."""
-        now = self._clock.sql_now()
+        artifact = Artifact.of(prefix, manifest)
+        parts = sum(len(s.parts) for s in artifact.streams)
+        message = (
+            f"Staged {artifact.rows} rows of {len(artifact.streams)} stream(s) in {parts} part(s)"
+        )
         async with transaction(self._pool) as conn:
-            for staged in manifest.streams:
-                await runs.save_artifact(
-                    conn,
-                    job_id=job_id,
-                    task_id=task_id,
-                    stream=staged.name,
-                    blob_prefix=prefix,
-                    parts=[part.path for part in staged.parts],
-                    rows=staged.rows,
-                    checksum=staged.checksum,
-                    now=now,
-                )
-                await runs.save_output(
-                    conn,
-                    job_id,
-                    staged.name,
-                    now=now,
-                    rows_extracted=staged.rows,
-                    checksum=staged.checksum,
-                )
-            parts = sum(len(s.parts) for s in manifest.streams)
-            job = await runs.set_run_phase(
-                conn,
-                job_id,
-                Phase.LOAD,
-                f"Staged {manifest.rows} rows of {len(manifest.streams)} stream(s) "
-                f"in {parts} part(s)",
-                now,
+            job = await record_staged(
+                conn, job_id, task_id, artifact, message, self._clock.sql_now()
             )
         if job is not None:
             self._lifecycle.published([job])
@@ -123,3 +103,33 @@ class RunBook:
         await jobs.insert_job_event(
             self._pool, job_id, message, now=self._clock.sql_now(), level=level, stream=stream
         )
+
+
+async def record_staged(
+    db: Executor,
+    job_id: UUID,
+    task_id: UUID | None,
+    artifact: Artifact,
+    message: str,
+    now: datetime | None,
+) -> Job | None:
+    """What an extract staged, wherever it ran: each stream's artifact and
+    extracted count, then the run's phase moves to `load` (with `message` in
+    its timeline). Call it inside a transaction: from its commit on, a retry
+    loads and never reads the source again. Returns the job, moved."""
+    for staged in artifact.streams:
+        await runs.save_artifact(
+            db,
+            job_id=job_id,
+            task_id=task_id,
+            stream=staged.stream,
+            blob_prefix=artifact.blob_prefix,
+            parts=list(staged.parts),
+            rows=staged.rows,
+            checksum=staged.checksum,
+            now=now,
+        )
+        await runs.save_output(
+            db, job_id, staged.stream, now=now, rows_extracted=staged.rows, checksum=staged.checksum
+        )
+    return await runs.set_run_phase(db, job_id, Phase.LOAD, message, now)

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from setu_agent.results import TaskResult
 from setu_client.clock import Clock
 from setu_client.errors import InvalidArgument, LeaseLost, NotFound
 from setu_server.models import (
@@ -27,7 +28,7 @@ from setu_server.models import (
     runtime_name,
 )
 from setu_server.service.lifecycle import JobLifecycle
-from setu_server.service.outcomes import JobEndsWithItsTask, Outcomes
+from setu_server.service.outcomes import TaskOutcomes
 from setu_server.service.signals import TaskSignals
 from setu_server.service.watch import CLOCK_SLACK
 from setu_server.store import jobs, tasks
@@ -66,14 +67,14 @@ class TaskService:
         lifecycle: JobLifecycle,
         signals: TaskSignals,
         policy: LeasePolicy,
-        outcomes: Outcomes | None = None,
+        outcomes: TaskOutcomes | None = None,
     ) -> None:
         self._pool = pool
         self._clock = clock
         self._lifecycle = lifecycle
         self._signals = signals
         self.policy = policy
-        self.outcomes: Outcomes = outcomes or JobEndsWithItsTask(lifecycle, clock.sql_now)
+        self.outcomes = outcomes or TaskOutcomes(lifecycle, clock.sql_now)
         self.hooks = LeaseHooks()
 
     # -- leasing
@@ -137,30 +138,35 @@ class TaskService:
         return beat
 
     async def complete(
-        self, runtime: str, task_id: UUID, token: UUID, result: dict[str, Any]
+        self, runtime: str, task_id: UUID, token: UUID, result: TaskResult | None
     ) -> None:
-        """Record success once; the same completion again is accepted quietly."""
-        claimed = result.get("kind")
+        """Record success once; the same completion again is accepted quietly.
+        A result must be of the task's kind; none at all completes nothing."""
+        now = self._clock.sql_now()
+        if result is None:
+            await self._repeated_completion(self._pool, runtime, task_id, token, check_kind=None)
+            return
+        record = result.to_json()
         if self.outcomes.success_ends_job(result):
+            result.validate()
             done = await tasks.complete_task_and_job(
-                self._pool, task_id, runtime, token, result, self._clock.sql_now(), claimed
+                self._pool, task_id, runtime, token, record, now, result.kind
             )
             if done is None:
                 await self._repeated_completion(
-                    self._pool, runtime, task_id, token, check_kind=claimed
+                    self._pool, runtime, task_id, token, check_kind=result.kind
                 )
             elif done[1] is not None:
                 self._lifecycle.published([done[1]])
             return
         async with transaction(self._pool) as conn:
-            task = await tasks.complete_task(
-                conn, task_id, runtime, token, result, self._clock.sql_now()
-            )
+            task = await tasks.complete_task(conn, task_id, runtime, token, record, now)
             if task is None:
                 await self._repeated_completion(conn, runtime, task_id, token)
                 return
-            if claimed is not None and claimed != task.kind.value:
-                raise _wrong_result(task, claimed)  # rolls the completion back
+            if result.kind != task.kind.value:
+                raise _wrong_result(task, result.kind)  # rolls the completion back
+            result.validate()  # so does a malformed one
             changed = await self.outcomes.succeeded(conn, task, result)
         self._lifecycle.published(changed)
 

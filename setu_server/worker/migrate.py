@@ -25,6 +25,7 @@ from setu_agent.engine.providers.base import ConfigError, Connector, WriteMode
 from setu_agent.engine.secrets import SecretStore
 from setu_agent.engine.staging import Manifest, read_manifest, run_prefix
 from setu_agent.handlers import ConnectPolicy, open_connector
+from setu_agent.results import MigrateMode, MigrateResult, PlannedStream, StreamCounts
 from setu_agent.runtime import TaskContext
 from setu_agent.runtime.task import NonRetryable, TaskCancelled
 from setu_server.models import CLOUD, Job, Phase
@@ -85,11 +86,11 @@ class Migrate:
         self._settings = settings
         self._policy = policy
 
-    async def __call__(self, ctx: TaskContext) -> dict[str, Any]:
+    async def __call__(self, ctx: TaskContext) -> MigrateResult:
         job = await self._book.job(UUID(ctx.task.job_id))
         if job is None or job.state.terminal:
             # Cancelled (or failed) while the task waited: never revive it.
-            return {"skipped": "the run had already ended"}
+            return MigrateResult(MigrateMode.SKIPPED, reason="the run had already ended")
         if job.cancel_requested:
             raise TaskCancelled("cancelled by request")
         try:
@@ -97,7 +98,7 @@ class Migrate:
         except (ConfigError, SpecError, LookupError) as exc:
             raise NonRetryable(str(exc)) from exc
 
-    async def _run(self, ctx: TaskContext, job: Job) -> dict[str, Any]:
+    async def _run(self, ctx: TaskContext, job: Job) -> MigrateResult:
         pipeline = job.params["pipeline"]
         spec = parse_spec(pipeline["spec"])
         mode = WriteMode(pipeline["write_mode"])
@@ -135,7 +136,7 @@ class Migrate:
             await self._book.staged(job.id, UUID(ctx.task.id), prefix, manifest)
         if placement_of(job).load_agent is not None:
             # cloud → agent: the cloud's part ends here; the run goes on at the edge.
-            return {"handoff": "load", "rows_extracted": manifest.rows}
+            return MigrateResult(MigrateMode.HANDOFF, rows_extracted=manifest.rows)
         return await self._load(ctx, job, manifest, prefix, spec, mode, reporter)
 
     async def _load(
@@ -147,7 +148,7 @@ class Migrate:
         spec: PipelineSpec,
         mode: WriteMode,
         reporter: RunReporter,
-    ) -> dict[str, Any]:
+    ) -> MigrateResult:
         pipeline = job.params["pipeline"]
         done = {o.stream for o in await self._book.outputs(job.id) if o.loaded}
         await self._book.plan(job.id, rows_total=manifest.rows, load_runtime=CLOUD)
@@ -165,7 +166,7 @@ class Migrate:
                     await self._record(job, total)
         finally:
             await destination.close()
-        return await self._finish(job, reporter, "staged")
+        return await self._finish(job, MigrateMode.STAGED)
 
     async def _direct(
         self,
@@ -177,7 +178,7 @@ class Migrate:
         mode: WriteMode,
         reporter: RunReporter,
         total: int,
-    ) -> dict[str, Any]:
+    ) -> MigrateResult:
         await self._book.enter_phase(
             job.id, Phase.DIRECT, f"Copying directly in the cloud (about {total} rows, no staging)"
         )
@@ -192,22 +193,22 @@ class Migrate:
                     await self._record(job, done)
         finally:
             await destination.close()
-        return await self._finish(job, reporter, "direct")
+        return await self._finish(job, MigrateMode.DIRECT)
 
     async def _dry_run(
         self, ctx: TaskContext, job: Job, streams: list[Any], spec: PipelineSpec, mode: WriteMode
-    ) -> dict[str, Any]:
+    ) -> MigrateResult:
         planned = []
         for stream in streams:
             landing = transfer.plan_stream(spec, stream, mode)
             planned.append(
-                {
-                    "stream": stream.name,
-                    "destination": landing.destination,
-                    "rows_estimate": stream.row_estimate,
-                    "columns": [c.to_dict() for c in landing.plan.output],
-                    "key": list(landing.key),
-                }
+                PlannedStream(
+                    stream=stream.name,
+                    destination=landing.destination,
+                    rows_estimate=stream.row_estimate,
+                    columns=tuple(landing.plan.output),
+                    key=tuple(landing.key),
+                )
             )
         destination = await self._connect(ctx, job.params["pipeline"]["destination_connection_id"])
         try:
@@ -219,7 +220,7 @@ class Migrate:
         await self._book.event(
             job.id, f"Dry run: planned {len(planned)} stream(s); the destination passed its test"
         )
-        return {"dry_run": True, "streams": planned}
+        return MigrateResult(MigrateMode.DRY_RUN, planned=tuple(planned))
 
     async def _record(self, job: Job, totals: transfer.StreamTotals) -> None:
         await self._book.stream_loaded(
@@ -231,24 +232,17 @@ class Migrate:
             stream=totals.stream,
         )
 
-    async def _finish(self, job: Job, reporter: RunReporter, how: str) -> dict[str, Any]:
+    async def _finish(self, job: Job, how: MigrateMode) -> MigrateResult:
         outputs = await self._book.outputs(job.id)
         extracted = sum(o.rows_extracted for o in outputs)
         loaded = sum(o.rows_loaded for o in outputs)
         await self._book.progress(job.id, extracted, loaded)
-        return {
-            "mode": how,
-            "rows_extracted": extracted,
-            "rows_loaded": loaded,
-            "streams": [
-                {
-                    "stream": o.stream,
-                    "rows_extracted": o.rows_extracted,
-                    "rows_loaded": o.rows_loaded,
-                }
-                for o in outputs
-            ],
-        }
+        return MigrateResult(
+            how,
+            rows_extracted=extracted,
+            rows_loaded=loaded,
+            streams=tuple(StreamCounts(o.stream, o.rows_extracted, o.rows_loaded) for o in outputs),
+        )
 
     async def _connect(self, ctx: TaskContext, connection_id: str) -> Connector:
         provider, config, workspace_id = await self._book.connection(UUID(connection_id))

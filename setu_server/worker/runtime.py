@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from setu_agent.results import TaskResult
 from setu_agent.runtime import LeasedTask, Runtime
 from setu_agent.runtime.task import Handler
 from setu_server.models import CLOUD
@@ -39,9 +40,8 @@ class LocalTaskSource:
         )
         return cancel
 
-    async def complete(self, task: LeasedTask, result: dict[str, Any]) -> None:
-        # Outcomes read the kind from the result, as from an agent's report.
-        result = {"kind": task.kind, **result}
+    async def complete(self, task: LeasedTask, result: TaskResult) -> None:
+        # The same typed result an agent's report becomes on the server.
         await self._tasks.complete(CLOUD, uuid.UUID(task.id), uuid.UUID(task.lease_token), result)
 
     async def fail(self, task: LeasedTask, error: str, retryable: bool) -> None:

@@ -12,12 +12,12 @@ The `test` kind's behaviour is chosen by the task payload's "mode":
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
+from setu_agent.results import TestResult
 from setu_agent.runtime import TaskContext
 
 
-async def test_kind(ctx: TaskContext) -> dict[str, Any]:
+async def test_kind(ctx: TaskContext) -> TestResult:
     mode = ctx.task.payload.get("mode", "ok")
     if mode == "hold" and ctx.task.attempt == 1:
         await asyncio.Event().wait()
@@ -30,7 +30,7 @@ async def test_kind(ctx: TaskContext) -> dict[str, Any]:
             batches += 1
             ctx.report(rows_read=batches * 1000)
             await asyncio.wait_for(ctx.cancel_requested.wait(), timeout=3600)
-    return {"ok": True, "message": f"done on attempt {ctx.task.attempt}"}
+    return TestResult(ok=True, message=f"done on attempt {ctx.task.attempt}")
 
 
 HANDLERS = {"test": test_kind}

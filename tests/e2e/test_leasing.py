@@ -331,3 +331,37 @@ async def test_a_result_of_another_kind_of_task_is_refused_and_changes_nothing(
             assert "must be a extract result, not none" in (info.value.details() or "")
         job = await jobs.get_job(pool, task.job_id, tenant.workspace_id)
         assert job is not None and job.state is JobState.RUNNING
+
+
+async def test_a_malformed_result_is_refused_and_changes_nothing(
+    agent: agents_pb2_grpc.AgentServiceStub, pool: asyncpg.Pool, tenant: Tenant
+) -> None:
+    # A field this server does not know (as a newer or buggy agent sends
+    # it), a missing artifact, a negative count: each answers
+    # INVALID_ARGUMENT, naming the field, and the lease stays as it was.
+    unknown = pb.LoadResult(rows_loaded=5)
+    unknown.MergeFromString(b"\x48\x07")  # field 9, varint 7
+    cases = [
+        (TaskKind.LOAD, {"load": unknown}, "load result.#9"),
+        (
+            TaskKind.EXTRACT,
+            {"extract": pb.ExtractResult(rows_extracted=5)},
+            "artifact.blob_prefix is missing",
+        ),
+        (TaskKind.LOAD, {"load": pb.LoadResult(rows_loaded=-5)}, "rows_loaded is negative"),
+    ]
+    for kind, result, complaint in cases:
+        task = await make_task(pool, tenant, kind=kind)
+        leased = (await agent.LeaseTask(pb.LeaseTaskRequest(wait_seconds=5))).task
+        assert leased.id == str(task.id)
+        request = pb.CompleteTaskRequest(
+            task_id=leased.id, lease_token=leased.lease_token, **result
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await agent.CompleteTask(request)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert complaint in (info.value.details() or "")
+        still = await tasks.get_task(pool, task.id)
+        assert still is not None and still.state is TaskState.LEASED and still.result is None
+        job = await jobs.get_job(pool, task.job_id, tenant.workspace_id)
+        assert job is not None and job.state is JobState.RUNNING

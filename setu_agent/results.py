@@ -1,0 +1,467 @@
+"""What a runtime reports when a task succeeds: one typed result per task
+kind, made by the handler and read as it is by the server's outcomes.
+
+Results cross two edges. Over gRPC (an agent's CompleteTask) they travel as
+the `CompleteTaskRequest.result` oneof, converted once on each side
+(setu_agent/runtime/grpc_source.py and setu_server/rpc/agents.py). Into the
+database (the task's result, and the job's for kinds whose success ends it)
+they travel as JSON, converted here: `to_json` writes, `result_from_json`
+reads back and refuses a field it does not know, or one that is missing or
+of the wrong type (MalformedResult, INVALID_ARGUMENT), so a misspelt key
+fails loudly instead of vanishing. `validate` checks the values (names
+present, counts not negative) wherever a result enters the server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from setu_agent.engine.staging import MANIFEST, Manifest
+from setu_agent.engine.types import Column, Stream
+from setu_client.errors import InvalidArgument
+
+
+class MalformedResult(InvalidArgument):
+    """A result that does not have its kind's shape."""
+
+
+@dataclass(frozen=True)
+class ArtifactStream:
+    """One stream an extract staged."""
+
+    stream: str
+    rows: int
+    parts: tuple[str, ...]
+    checksum: str
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """What an extract staged: one manifest under the run's prefix."""
+
+    blob_prefix: str
+    streams: tuple[ArtifactStream, ...]
+    manifest_path: str = MANIFEST
+
+    @classmethod
+    def of(cls, blob_prefix: str, manifest: Manifest) -> Artifact:
+        return cls(
+            blob_prefix,
+            tuple(
+                ArtifactStream(s.name, s.rows, tuple(p.path for p in s.parts), s.checksum)
+                for s in manifest.streams
+            ),
+        )
+
+    @property
+    def rows(self) -> int:
+        return sum(s.rows for s in self.streams)
+
+
+@dataclass(frozen=True)
+class ExtractResult:
+    kind: ClassVar[str] = "extract"
+    artifact: Artifact
+    rows_extracted: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "artifact": {
+                "blob_prefix": self.artifact.blob_prefix,
+                "manifest_path": self.artifact.manifest_path,
+                "streams": [
+                    {
+                        "stream": s.stream,
+                        "rows": s.rows,
+                        "parts": list(s.parts),
+                        "checksum": s.checksum,
+                    }
+                    for s in self.artifact.streams
+                ],
+            },
+            "rows_extracted": self.rows_extracted,
+        }
+
+    def validate(self) -> None:
+        artifact = self.artifact
+        _present(artifact.blob_prefix, "extract result: artifact.blob_prefix")
+        _present(artifact.manifest_path, "extract result: artifact.manifest_path")
+        for staged in artifact.streams:
+            _present(staged.stream, "extract result: a staged stream's name")
+            _counted(staged.rows, f"extract result: rows of {staged.stream}")
+        _counted(self.rows_extracted, "extract result: rows_extracted")
+
+    @classmethod
+    def from_json(cls, data: Any) -> ExtractResult:
+        body = _fields(data, "extract result", kind=str, artifact=dict, rows_extracted=int)
+        artifact = _fields(
+            body["artifact"], "artifact", blob_prefix=str, manifest_path=str, streams=list
+        )
+        streams = []
+        for item in artifact["streams"]:
+            s = _fields(item, "artifact stream", stream=str, rows=int, parts=list, checksum=str)
+            streams.append(
+                ArtifactStream(s["stream"], s["rows"], _strings(s["parts"], "parts"), s["checksum"])
+            )
+        return cls(
+            Artifact(artifact["blob_prefix"], tuple(streams), artifact["manifest_path"]),
+            body["rows_extracted"],
+        )
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    kind: ClassVar[str] = "load"
+    rows_loaded: int
+    rows_by_stream: Mapping[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "rows_loaded": self.rows_loaded,
+            "rows_by_stream": dict(self.rows_by_stream),
+        }
+
+    def validate(self) -> None:
+        _counted(self.rows_loaded, "load result: rows_loaded")
+        for stream, rows in self.rows_by_stream.items():
+            _present(stream, "load result: a stream's name")
+            _counted(rows, f"load result: rows of {stream}")
+
+    @classmethod
+    def from_json(cls, data: Any) -> LoadResult:
+        body = _fields(data, "load result", kind=str, rows_loaded=int, rows_by_stream=dict)
+        by_stream = body["rows_by_stream"]
+        for stream, rows in by_stream.items():
+            _check(rows, int, f"rows_by_stream[{stream!r}]")
+        return cls(body["rows_loaded"], dict(by_stream))
+
+
+@dataclass(frozen=True)
+class TestResult:
+    __test__: ClassVar[bool] = False  # not a pytest class, despite its name
+    kind: ClassVar[str] = "test"
+    ok: bool
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "ok": self.ok, "message": self.message}
+
+    def validate(self) -> None:
+        return None
+
+    @classmethod
+    def from_json(cls, data: Any) -> TestResult:
+        body = _fields(data, "test result", kind=str, ok=bool, message=str)
+        return cls(body["ok"], body["message"])
+
+
+@dataclass(frozen=True)
+class DiscoverResult:
+    kind: ClassVar[str] = "discover"
+    streams: tuple[Stream, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "streams": [s.to_dict() for s in self.streams]}
+
+    def validate(self) -> None:
+        for stream in self.streams:
+            _present(stream.name, "discover result: a stream's name")
+            _check_columns(stream.columns, f"discover result: stream {stream.name}")
+
+    @classmethod
+    def from_json(cls, data: Any) -> DiscoverResult:
+        body = _fields(data, "discover result", kind=str, streams=list)
+        streams = []
+        for item in body["streams"]:
+            s = _fields(
+                item,
+                "stream",
+                namespace=str,
+                name=str,
+                columns=list,
+                primary_key=list,
+                row_estimate=int,
+            )
+            streams.append(
+                Stream(
+                    name=s["name"],
+                    columns=_columns(s["columns"]),
+                    namespace=s["namespace"],
+                    primary_key=_strings(s["primary_key"], "primary_key"),
+                    row_estimate=s["row_estimate"],
+                )
+            )
+        return cls(tuple(streams))
+
+
+@dataclass(frozen=True)
+class PreviewResult:
+    kind: ClassVar[str] = "preview"
+    columns: tuple[Column, ...]
+    # The sample itself: one JSON object per row, keyed by column name.
+    rows: tuple[dict[str, Any], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "columns": [c.to_dict() for c in self.columns],
+            "rows": [dict(r) for r in self.rows],
+        }
+
+    def validate(self) -> None:
+        _check_columns(self.columns, "preview result")
+
+    @classmethod
+    def from_json(cls, data: Any) -> PreviewResult:
+        body = _fields(data, "preview result", kind=str, columns=list, rows=list)
+        rows = tuple(_fields_any(r, "preview row") for r in body["rows"])
+        return cls(_columns(body["columns"]), rows)
+
+
+class MigrateMode(StrEnum):
+    STAGED = "staged"
+    DIRECT = "direct"
+    # cloud → agent: the cloud staged; the load goes on at the destination's agent.
+    HANDOFF = "handoff"
+    DRY_RUN = "dry_run"
+    # The run had ended before the task started: nothing was done.
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class StreamCounts:
+    stream: str
+    rows_extracted: int
+    rows_loaded: int
+
+
+@dataclass(frozen=True)
+class PlannedStream:
+    """A dry run's plan for one stream: where it would land, and how."""
+
+    stream: str
+    destination: str
+    rows_estimate: int
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MigrateResult:
+    """The cloud's part of a run. Only the cloud runs it, so it never
+    travels over gRPC."""
+
+    kind: ClassVar[str] = "migrate"
+    mode: MigrateMode
+    rows_extracted: int = 0
+    rows_loaded: int = 0
+    streams: tuple[StreamCounts, ...] = ()
+    planned: tuple[PlannedStream, ...] = ()
+    # Why a skipped task did nothing.
+    reason: str = ""
+
+    @property
+    def hands_off(self) -> bool:
+        return self.mode is MigrateMode.HANDOFF
+
+    def validate(self) -> None:
+        _counted(self.rows_extracted, "migrate result: rows_extracted")
+        _counted(self.rows_loaded, "migrate result: rows_loaded")
+
+    def to_json(self) -> dict[str, Any]:
+        if self.mode is MigrateMode.SKIPPED:
+            return {"kind": self.kind, "skipped": self.reason}
+        if self.mode is MigrateMode.HANDOFF:
+            return {"kind": self.kind, "handoff": "load", "rows_extracted": self.rows_extracted}
+        if self.mode is MigrateMode.DRY_RUN:
+            return {
+                "kind": self.kind,
+                "dry_run": True,
+                "streams": [
+                    {
+                        "stream": p.stream,
+                        "destination": p.destination,
+                        "rows_estimate": p.rows_estimate,
+                        "columns": [c.to_dict() for c in p.columns],
+                        "key": list(p.key),
+                    }
+                    for p in self.planned
+                ],
+            }
+        return {
+            "kind": self.kind,
+            "mode": self.mode.value,
+            "rows_extracted": self.rows_extracted,
+            "rows_loaded": self.rows_loaded,
+            "streams": [
+                {
+                    "stream": s.stream,
+                    "rows_extracted": s.rows_extracted,
+                    "rows_loaded": s.rows_loaded,
+                }
+                for s in self.streams
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> MigrateResult:
+        keys = set(data) if isinstance(data, Mapping) else set()
+        if "skipped" in keys:
+            body = _fields(data, "migrate result", kind=str, skipped=str)
+            return cls(MigrateMode.SKIPPED, reason=body["skipped"])
+        if "handoff" in keys:
+            body = _fields(data, "migrate result", kind=str, handoff=str, rows_extracted=int)
+            return cls(MigrateMode.HANDOFF, rows_extracted=body["rows_extracted"])
+        if "dry_run" in keys:
+            body = _fields(data, "migrate result", kind=str, dry_run=bool, streams=list)
+            planned = []
+            for item in body["streams"]:
+                p = _fields(
+                    item,
+                    "planned stream",
+                    stream=str,
+                    destination=str,
+                    rows_estimate=int,
+                    columns=list,
+                    key=list,
+                )
+                planned.append(
+                    PlannedStream(
+                        p["stream"],
+                        p["destination"],
+                        p["rows_estimate"],
+                        _columns(p["columns"]),
+                        _strings(p["key"], "key"),
+                    )
+                )
+            return cls(MigrateMode.DRY_RUN, planned=tuple(planned))
+        body = _fields(
+            data,
+            "migrate result",
+            kind=str,
+            mode=str,
+            rows_extracted=int,
+            rows_loaded=int,
+            streams=list,
+        )
+        if body["mode"] not in (MigrateMode.STAGED, MigrateMode.DIRECT):
+            raise MalformedResult(f"migrate result: mode {body['mode']!r} is not staged or direct")
+        streams = []
+        for item in body["streams"]:
+            s = _fields(item, "stream counts", stream=str, rows_extracted=int, rows_loaded=int)
+            streams.append(StreamCounts(s["stream"], s["rows_extracted"], s["rows_loaded"]))
+        return cls(
+            MigrateMode(body["mode"]),
+            rows_extracted=body["rows_extracted"],
+            rows_loaded=body["rows_loaded"],
+            streams=tuple(streams),
+        )
+
+
+TaskResult = (
+    ExtractResult | LoadResult | MigrateResult | TestResult | DiscoverResult | PreviewResult
+)
+
+RESULT_TYPES: dict[str, type[TaskResult]] = {
+    t.kind: t
+    for t in (ExtractResult, LoadResult, MigrateResult, TestResult, DiscoverResult, PreviewResult)
+}
+
+
+def result_from_json(data: Any) -> TaskResult:
+    """A result from its JSON form; MalformedResult when it has not exactly
+    the shape of the kind it names."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("kind"), str):
+        raise MalformedResult("a task result names its kind")
+    kind = data["kind"]
+    if kind not in RESULT_TYPES:
+        raise MalformedResult(f"no task kind {kind!r}; known: {', '.join(sorted(RESULT_TYPES))}")
+    result = RESULT_TYPES[kind].from_json(data)
+    result.validate()
+    return result
+
+
+def check_result(kind: str, result: object) -> TaskResult:
+    """`result` when it is the result of a `kind` task, else MalformedResult
+    (a handler that returned a dict, or another kind's result)."""
+    expected = RESULT_TYPES.get(kind)
+    if expected is None or not isinstance(result, expected):
+        wanted = expected.__name__ if expected else f"a result of kind {kind!r}"
+        raise MalformedResult(
+            f"a {kind} task must end with a {wanted}, not {type(result).__name__}"
+        )
+    return result
+
+
+def redacted(result: TaskResult, redact: Callable[[str], str]) -> TaskResult:
+    """The result with its free text redacted. Only free text: names and
+    data (a stream called like a database user) must reach the server as
+    they are."""
+    if isinstance(result, TestResult):
+        return replace(result, message=redact(result.message))
+    return result
+
+
+# -- strict JSON reading
+
+
+def _present(value: str, what: str) -> None:
+    if not value:
+        raise MalformedResult(f"{what} is missing")
+
+
+def _counted(value: int, what: str) -> None:
+    if value < 0:
+        raise MalformedResult(f"{what} is negative ({value})")
+
+
+def _check_columns(columns: tuple[Column, ...], what: str) -> None:
+    for column in columns:
+        _present(column.name, f"{what}: a column's name")
+        _present(column.type, f"{what}: the type of column {column.name}")
+
+
+def _check(value: Any, kind: type, what: str) -> None:
+    # bool is an int to Python, never a count to us.
+    wrong = not isinstance(value, kind) or (kind is int and isinstance(value, bool))
+    if wrong:
+        raise MalformedResult(f"{what}: expected {kind.__name__}, got {type(value).__name__}")
+
+
+def _fields(data: Any, what: str, **types: type) -> dict[str, Any]:
+    """`data` as an object with exactly these fields, each of its type."""
+    body = _fields_any(data, what)
+    unknown = sorted(set(body) - set(types))
+    missing = sorted(set(types) - set(body))
+    if unknown or missing:
+        problems = [f"unknown field(s) {', '.join(unknown)}"] if unknown else []
+        problems += [f"missing field(s) {', '.join(missing)}"] if missing else []
+        raise MalformedResult(f"{what}: {'; '.join(problems)}")
+    for name, kind in types.items():
+        _check(body[name], kind, f"{what}.{name}")
+    return body
+
+
+def _fields_any(data: Any, what: str) -> dict[str, Any]:
+    if not isinstance(data, Mapping):
+        raise MalformedResult(f"{what}: expected an object, got {type(data).__name__}")
+    return dict(data)
+
+
+def _strings(values: list[Any], what: str) -> tuple[str, ...]:
+    for value in values:
+        _check(value, str, what)
+    return tuple(values)
+
+
+def _columns(values: list[Any]) -> tuple[Column, ...]:
+    columns = []
+    for item in values:
+        c = _fields(item, "column", name=str, type=str, nullable=bool)
+        columns.append(Column(c["name"], c["type"], c["nullable"]))
+    return tuple(columns)

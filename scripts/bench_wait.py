@@ -68,8 +68,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from setu_client import JobNotFound, SetuClient, SetuError  # noqa: E402
-from setu_client.client import TERMINAL_STATES  # noqa: E402
+from setu_client import TERMINAL_STATES, JobNotFound, SetuClient, SetuError  # noqa: E402
 from setu_client.clock import SystemClock  # noqa: E402
 from setu_server.models import JobState  # noqa: E402
 from setu_server.service.admin import AdminService  # noqa: E402

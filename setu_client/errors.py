@@ -16,7 +16,12 @@ REASON_KEY = "setu-error-reason"
 
 
 class SetuError(Exception):
-    """Base of every error the service reports."""
+    """Base of every error the service reports.
+
+    `status` is the gRPC status code the call ended with, `message` the
+    server's explanation, and `reason` (class-wide) the finer cause sent
+    when one code covers several.
+    """
 
     code: ClassVar[grpc.StatusCode] = grpc.StatusCode.UNKNOWN
     reason: ClassVar[str] = ""
@@ -24,6 +29,10 @@ class SetuError(Exception):
     def __init__(self, message: str = "") -> None:
         super().__init__(message)
         self.message = message
+
+    @property
+    def status(self) -> grpc.StatusCode:
+        return self.code
 
 
 class InvalidArgument(SetuError):
@@ -79,15 +88,27 @@ class Internal(SetuError):
 
 
 class JobNotFound(NotFound):
-    """The job does not exist, or belongs to another workspace."""
+    """The job does not exist, or belongs to another workspace.
+
+    `job_id` is the id asked about ("" when the raiser did not say)."""
 
     reason = "job_not_found"
 
+    def __init__(self, message: str = "", job_id: str = "") -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
 
 class JobNotStarted(FailedPrecondition):
-    """The job is READY: it will not finish until somebody starts it."""
+    """The job is READY: it will not finish until somebody starts it.
+
+    `job_id` is the id asked about ("" when the raiser did not say)."""
 
     reason = "job_not_started"
+
+    def __init__(self, message: str = "", job_id: str = "") -> None:
+        super().__init__(message)
+        self.job_id = job_id
 
 
 class IllegalTransition(FailedPrecondition):

@@ -1,6 +1,7 @@
 """setu: the command line. `setu dev` runs a local server with dev credentials;
 `setu admin …` manages workspaces, API keys and agents on a running server;
-`setu connections|pipelines|run|jobs …` are a client's commands (cli_client)."""
+`setu connections|pipelines|run|jobs …` are a client's commands (the setu_cli
+package, which needs only the SDK)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,11 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
+from setu_cli.commands import add_client_commands, run_client_command
+from setu_client import admin as apb
 from setu_client import logs
-from setu_client._proto.setu.v1 import admin_pb2 as apb
-from setu_client._proto.setu.v1 import admin_pb2_grpc
 from setu_client.channel import open_channel
 from setu_client.errors import SetuError, from_rpc_error
-from setu_server.cli_client import add_client_commands, run_client_command
 from setu_server.config import Settings
 from setu_server.server import serving
 from setu_server.service.secrets import TokenKind, new_secret
@@ -46,7 +46,7 @@ def _save_credentials(path: Path, credentials: dict[str, str]) -> None:
 
 
 async def _ensure_dev_tenant(
-    admin: admin_pb2_grpc.AdminServiceAsyncStub, credentials: dict[str, str]
+    admin: apb.AdminServiceAsyncStub, credentials: dict[str, str]
 ) -> dict[str, str]:
     """The dev workspace and its API key, created on first run only."""
     listed = await admin.ListWorkspaces(apb.ListWorkspacesRequest())
@@ -107,9 +107,7 @@ async def _dev(args: argparse.Namespace, data_dir: Path) -> None:
         host = settings.listen.rsplit(":", 1)[0]
         address = f"{host}:{running.port}"
         async with open_channel(address, credentials["admin_token"]) as channel:
-            credentials = await _ensure_dev_tenant(
-                admin_pb2_grpc.AdminServiceStub(channel), credentials
-            )
+            credentials = await _ensure_dev_tenant(apb.AdminServiceStub(channel), credentials)
         _save_credentials(credentials_path, credentials)
         print(_banner(address, credentials, credentials_path), flush=True)
         await stop.wait()
@@ -124,14 +122,14 @@ def _print(message: Message) -> None:
 
 async def _admin_call(
     args: argparse.Namespace,
-    call: Callable[[admin_pb2_grpc.AdminServiceAsyncStub], Awaitable[Message]],
+    call: Callable[[apb.AdminServiceAsyncStub], Awaitable[Message]],
 ) -> None:
     token = args.admin_token or os.environ.get("SETU_ADMIN_TOKEN", "")
     if not token:
         raise SystemExit("an admin token is required (--admin-token or SETU_ADMIN_TOKEN)")
     async with open_channel(args.server, token, tls=args.tls) as channel:
         try:
-            _print(await call(admin_pb2_grpc.AdminServiceStub(channel)))
+            _print(await call(apb.AdminServiceStub(channel)))
         except grpc.aio.AioRpcError as exc:
             error = from_rpc_error(exc)
             raise SystemExit(f"error: {error.code.name}: {error.message}") from None

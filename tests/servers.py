@@ -1,4 +1,5 @@
-"""Real setu-server instances for tests: in-process on port 0, or as processes."""
+"""Real setu-server instances for tests: in-process on port 0 (through
+setu_server.testing, which ships with the server), or as processes."""
 
 from __future__ import annotations
 
@@ -9,44 +10,36 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from setu_client.clock import Clock
-from setu_server.config import Settings
-from setu_server.server import Running, start
+from setu_server import testing
+from setu_server.server import Running
 from setu_server.service.secrets import TokenKind, new_secret
 
+# One token for every server of the session, in-process or spawned.
 ADMIN_TOKEN = new_secret(TokenKind.ADMIN).token
 
-
-def server_settings(**overrides: object) -> Settings:
-    # Tests keep their files in their own tmp folders: cloud connections may
-    # use any local path here (tests/e2e/test_cloud_policy.py pins the rule).
-    # Their S3 (moto) listens on loopback, which cloud connections reach only
-    # as an allowed network (tests/e2e/test_cloud_egress.py pins that rule).
-    base = Settings(
-        listen="127.0.0.1:0",
-        admin_token=ADMIN_TOKEN,
-        grace_seconds=1.0,
-        local_files_root="/",
-        cloud_allow_networks="127.0.0.0/8",
-    )
-    return replace(base, **overrides)  # type: ignore[arg-type]
+# Tests keep their files in their own tmp folders: cloud connections may
+# use any local path here (tests/e2e/test_cloud_policy.py pins the rule).
+# Their S3 (moto) listens on loopback, which cloud connections reach only as
+# an allowed network (tests/e2e/test_cloud_egress.py pins that rule).
+_TEST_DEFAULTS: dict[str, object] = {
+    "admin_token": ADMIN_TOKEN,
+    "local_files_root": "/",
+    "cloud_allow_networks": "127.0.0.0/8",
+}
 
 
 @contextlib.asynccontextmanager
 async def in_process(
     database_url: str, clock: Clock | None = None, **overrides: object
 ) -> AsyncIterator[Running]:
-    running = await start(server_settings(**overrides), database_url, clock)
-    try:
+    async with testing.in_process(database_url, clock, **(_TEST_DEFAULTS | overrides)) as running:
         yield running
-    finally:
-        await running.stop(grace=0.5)
 
 
 def free_port() -> int:

@@ -6,9 +6,10 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from setu_client import struct_to_dict
 from setu_client._proto.setu.v1 import admin_pb2, common_pb2
 from setu_client.errors import InvalidArgument
 from setu_server.models import (
@@ -158,16 +159,6 @@ def optional_uid(value: str, field: str) -> UUID | None:
 
 def struct_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
     """A Struct as plain JSON values. Struct numbers are all doubles, so
-    whole numbers come back as ints: a port is 5432, not 5432.0."""
-    plain: dict[str, Any] = _whole(json_format.MessageToDict(struct))
-    return plain
-
-
-def _whole(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _whole(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_whole(v) for v in value]
-    return value
+    whole ones come back as ints (a port is 5432, not 5432.0), by the same
+    rule the SDK applies to what it receives."""
+    return struct_to_dict(struct)

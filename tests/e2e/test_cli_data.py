@@ -17,8 +17,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from setu_client._proto.setu.v1 import common_pb2 as S
-from setu_server.cli_client import ProgressDisplay, RateMeter, progress_line, read_documents
+from setu_cli.commands import read_documents
+from setu_cli.render import ProgressDisplay, RateMeter, progress_line
+from setu_client import Job, JobKind, JobState, Phase, Progress
 from setu_server.server import Running
 from tests.factories import make_tenant
 from tests.servers import in_process
@@ -126,12 +127,10 @@ async def test_connections_and_pipelines_from_files_then_a_run_lands_the_rows(
     code, out, _ = await setu("jobs", "get", job_id, "--json", env=env)
     job = json.loads(out)
     assert code == 0 and job["state"] == "JOB_STATE_SUCCEEDED"
-    assert job["pipeline_id"] == pipeline["id"] and job["progress"]["rows_loaded"] == "50"
+    assert job["pipeline_id"] == pipeline["id"] and job["progress"]["rows_loaded"] == 50
 
     code, out, _ = await setu("jobs", "outputs", job_id, "--json", env=env)
-    assert [(s["stream"], s["rows_loaded"]) for s in json.loads(out)["streams"]] == [
-        ("users", "50")
-    ]
+    assert [(s["stream"], s["rows_loaded"]) for s in json.loads(out)["streams"]] == [("users", 50)]
 
     code, out, _ = await setu("jobs", "events", job_id, env=env)
     assert code == 0 and out.splitlines()[0].split() == ["TIME", "LEVEL", "STREAM", "MESSAGE"]
@@ -155,7 +154,7 @@ async def test_run_json_list_filters_and_refusals(env: dict[str, str], tmp_path:
     assert code == 0
     done = json.loads(out)  # the progress lines went to stderr
     assert done["job"]["state"] == "JOB_STATE_SUCCEEDED" and "extracted" in err
-    assert done["outputs"]["totals"]["rows_loaded"] == "50"
+    assert done["outputs"]["totals"]["rows_loaded"] == 50
 
     code, out, _ = await setu("connections", "get", "crm", env=env)
     assert code == 0 and out.splitlines()[1:3] == ["name:       crm", "provider:   sqlite"]
@@ -237,6 +236,32 @@ async def test_a_failed_run_exits_1_and_ctrl_c_stops_only_the_waiting(
     assert json.loads(out)["state"] == "JOB_STATE_READY"  # waiting stopped; the job did not
 
 
+async def test_connections_get_shows_integers_as_integers(
+    env: dict[str, str], pool: asyncpg.Pool
+) -> None:
+    # The config travels as a google.protobuf.Struct, whose numbers are doubles.
+    warehouse = {
+        "name": "warehouse",
+        "provider": "postgres",
+        "config": {"host": "db.example.com", "port": 55432, "database": "dw", "user": "setu"},
+    }
+    code, _, err = await setu(
+        "connections", "create", "-f", "-", env=env, stdin=json.dumps(warehouse)
+    )
+    assert code == 0, err
+    # The server stores it as the integer it was (runtimes read it from there).
+    stored = await pool.fetchval("SELECT config->>'port' FROM connection WHERE name = 'warehouse'")
+    assert stored == "55432"
+
+    code, out, _ = await setu("connections", "get", "warehouse", env=env)
+    config = next(line for line in out.splitlines() if line.startswith("config:"))
+    assert '"port": 55432,' in config and "55432.0" not in out
+
+    code, out, _ = await setu("connections", "get", "warehouse", "--json", env=env)
+    port = json.loads(out)["config"]["port"]
+    assert (port, type(port)) == (55432, int) and "55432.0" not in out
+
+
 async def test_missing_api_key_and_bad_files_exit_2(env: dict[str, str], tmp_path: Path) -> None:
     keyless = {k: v for k, v in env.items() if k != "SETU_API_KEY"}
     code, _, err = await setu("connections", "list", env=keyless)
@@ -257,26 +282,30 @@ async def test_missing_api_key_and_bad_files_exit_2(env: dict[str, str], tmp_pat
 # -- the pieces, without a server ----------------------------------------------
 
 
-def snapshot(state: int, phase: int, extracted: int, loaded: int, total: int) -> S.Job:
-    return S.Job(
-        state=state,  # type: ignore[arg-type]
-        phase=phase,  # type: ignore[arg-type]
-        progress=S.Progress(rows_extracted=extracted, rows_loaded=loaded, rows_total=total),
+def snapshot(state: JobState, phase: Phase, extracted: int, loaded: int, total: int) -> Job:
+    return Job(
+        id="",
+        workspace_id="",
+        kind=JobKind.RUN,
+        state=state,
+        version=1,
+        phase=phase,
+        progress=Progress(rows_extracted=extracted, rows_loaded=loaded, rows_total=total),
     )
 
 
 def test_progress_line_shows_phase_rows_bar_and_rate() -> None:
-    pending = snapshot(S.JOB_STATE_PENDING, S.PHASE_UNSPECIFIED, 0, 0, 0)
+    pending = snapshot(JobState.PENDING, Phase.UNSPECIFIED, 0, 0, 0)
     assert progress_line(pending, None).split() == ["pending", "-", "extracted", "0", "loaded", "0"]
 
-    extracting = snapshot(S.JOB_STATE_RUNNING, S.PHASE_EXTRACT, 1_250, 0, 5_000)
+    extracting = snapshot(JobState.RUNNING, Phase.EXTRACT, 1_250, 0, 5_000)
     assert progress_line(extracting, 812.4, bar_width=8) == (
         "running    extract  extracted 1,250/5,000  loaded 0  [##------]  25%  812 rows/s"
     )
-    loading = snapshot(S.JOB_STATE_RUNNING, S.PHASE_LOAD, 5_000, 2_500, 5_000)
+    loading = snapshot(JobState.RUNNING, Phase.LOAD, 5_000, 2_500, 5_000)
     assert "loaded 2,500/5,000  [####----]  50%" in progress_line(loading, None, bar_width=8)
 
-    unknown_total = snapshot(S.JOB_STATE_RUNNING, S.PHASE_DIRECT, 0, 7, 0)
+    unknown_total = snapshot(JobState.RUNNING, Phase.DIRECT, 0, 7, 0)
     assert "[" not in progress_line(unknown_total, None) and "loaded 7" in progress_line(
         unknown_total, None
     )
@@ -284,18 +313,18 @@ def test_progress_line_shows_phase_rows_bar_and_rate() -> None:
 
 def test_rate_counts_rows_of_the_current_phase_since_its_first_snapshot() -> None:
     meter = RateMeter()
-    assert meter.rate(snapshot(S.JOB_STATE_RUNNING, S.PHASE_EXTRACT, 100, 0, 0), 10.0) is None
-    assert meter.rate(snapshot(S.JOB_STATE_RUNNING, S.PHASE_EXTRACT, 500, 0, 0), 12.0) == 200.0
+    assert meter.rate(snapshot(JobState.RUNNING, Phase.EXTRACT, 100, 0, 0), 10.0) is None
+    assert meter.rate(snapshot(JobState.RUNNING, Phase.EXTRACT, 500, 0, 0), 12.0) == 200.0
     # A new phase starts a new measure.
-    assert meter.rate(snapshot(S.JOB_STATE_RUNNING, S.PHASE_LOAD, 500, 0, 0), 13.0) is None
-    assert meter.rate(snapshot(S.JOB_STATE_RUNNING, S.PHASE_LOAD, 500, 300, 0), 14.0) == 300.0
+    assert meter.rate(snapshot(JobState.RUNNING, Phase.LOAD, 500, 0, 0), 13.0) is None
+    assert meter.rate(snapshot(JobState.RUNNING, Phase.LOAD, 500, 300, 0), 14.0) == 300.0
 
 
 def test_display_redraws_one_line_on_a_terminal_and_prints_changes_elsewhere() -> None:
     jobs = [
-        snapshot(S.JOB_STATE_RUNNING, S.PHASE_EXTRACT, 10, 0, 40),
-        snapshot(S.JOB_STATE_RUNNING, S.PHASE_EXTRACT, 10, 0, 40),  # nothing visible changed
-        snapshot(S.JOB_STATE_SUCCEEDED, S.PHASE_LOAD, 40, 40, 40),
+        snapshot(JobState.RUNNING, Phase.EXTRACT, 10, 0, 40),
+        snapshot(JobState.RUNNING, Phase.EXTRACT, 10, 0, 40),  # nothing visible changed
+        snapshot(JobState.SUCCEEDED, Phase.LOAD, 40, 40, 40),
     ]
     times = iter([0.0, 1.0, 2.0])
     log = io.StringIO()

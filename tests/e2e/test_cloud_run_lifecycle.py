@@ -253,7 +253,7 @@ async def test_a_run_cancelled_while_pending_is_never_started(
     await busy.wait_for_job(other.id)
     assert (await busy.get_job(other.id)).state == S.JOB_STATE_SUCCEEDED
     job_after = await busy.get_job(job.id)
-    assert job_after.state == S.JOB_STATE_CANCELLED and not job_after.started_at.seconds
+    assert job_after.state == S.JOB_STATE_CANCELLED and job_after.started_at is None
     states = await fetch(database_url, f"SELECT state FROM task WHERE job_id = '{job.id}'")
     assert states == [("cancelled",)]
 

@@ -1,20 +1,34 @@
-"""SetuClient against real servers: retries, budgets, closing."""
+"""SetuClient against real servers: retries, budgets, closing, and the
+public values it hands back, on the test server that ships with setu-server."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import sqlite3
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import asyncpg
+import grpc
 import pytest
 
-from setu_client import ClientClosed, RetryPolicy, SetuClient
-from setu_client._proto.setu.v1 import common_pb2
-from setu_client.errors import Unavailable
-from setu_server.models import JobState
+from setu_client import (
+    ClientClosed,
+    FakeClock,
+    JobNotFound,
+    JobNotStarted,
+    JobOutcome,
+    JobState,
+    Phase,
+    RetryPolicy,
+    SetuClient,
+    Unavailable,
+)
+from setu_server import models
 from setu_server.store import jobs
+from setu_server.testing import local_server
 from tests.factories import make_job, make_tenant
 from tests.servers import free_port, in_process, server_process, wait_healthy
 
@@ -36,10 +50,12 @@ async def test_wait_for_job_rides_out_a_server_restart(
             await asyncio.to_thread(first.wait)
         with server_process(env, tmp_path / "second.log", port=port):
             await wait_healthy(port)
-            await jobs.transition_job(pool, job.id, JobState.RUNNING, now=None, message="r")
-            await jobs.transition_job(pool, job.id, JobState.SUCCEEDED, now=None, message="d")
+            await jobs.transition_job(pool, job.id, models.JobState.RUNNING, now=None, message="r")
+            await jobs.transition_job(
+                pool, job.id, models.JobState.SUCCEEDED, now=None, message="d"
+            )
             answer = await asyncio.wait_for(waiting, 60)
-    assert answer.state == common_pb2.JOB_STATE_SUCCEEDED
+    assert answer == JobOutcome(str(job.id), JobState.SUCCEEDED, "", answer.version)
 
 
 @pytest.mark.looptime(noop_cycles=5000)
@@ -74,3 +90,49 @@ async def test_closing_the_client_ends_parked_waits_cleanly(
             await asyncio.wait_for(waiting, 10)
         with pytest.raises(ClientClosed):
             await client.get_job(str(job.id))
+
+
+START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+async def test_a_run_on_the_shipped_test_server_reads_back_as_public_values(
+    database_url: str, tmp_path: Path
+) -> None:
+    source = tmp_path / "source.db"
+    with sqlite3.connect(source) as db:
+        db.execute("CREATE TABLE items (id INTEGER PRIMARY KEY)")
+        db.executemany("INSERT INTO items VALUES (?)", [(i,) for i in range(7)])
+    clock = FakeClock(START)
+    async with (
+        local_server(database_url, clock, local_files_root=str(tmp_path)) as server,
+        SetuClient(server.address, server.api_key) as client,
+    ):
+        made = await client.create_connection("src", "sqlite", {"path": str(source)})
+        into = await client.create_connection(
+            "dst", "sqlite", {"path": str(tmp_path / "dst.db"), "create": True}
+        )
+        pipeline = await client.create_pipeline("copy", made.id, into.id, streams=["items"])
+        ready = await client.submit_run(pipeline.id, start=False)
+        with pytest.raises(JobNotStarted) as not_started:
+            await client.wait_for_job(ready.id)
+        await client.start_job(ready.id)
+        outcome = await client.wait_for_job(ready.id)
+        job = await client.get_job(ready.id)
+
+        other = await server.new_workspace()
+        async with SetuClient(server.address, other.api_key) as stranger:
+            with pytest.raises(JobNotFound) as not_found:
+                await stranger.get_job(ready.id)
+
+    assert (outcome.state, str(outcome.state), outcome.terminal) == (
+        JobState.SUCCEEDED,
+        "JobState.SUCCEEDED",
+        True,
+    )
+    assert job.state is JobState.SUCCEEDED and job.phase in (Phase.DIRECT, Phase.LOAD)
+    assert (job.progress.rows_extracted, job.progress.rows_loaded) == (7, 7)
+    assert (job.extract_runtime, job.load_runtime) == ("cloud", "cloud")
+    assert job.created_at == START  # the server's clock is the one the test holds
+    assert job.version == outcome.version
+    assert not_started.value.job_id == ready.id and not_found.value.job_id == ready.id
+    assert not_found.value.status is grpc.StatusCode.NOT_FOUND

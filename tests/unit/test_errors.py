@@ -37,3 +37,18 @@ def test_reason_distinguishes_errors_that_share_a_code() -> None:
 
 def test_unknown_code_maps_to_the_base_class() -> None:
     assert type(from_status(grpc.StatusCode.DATA_LOSS, "x")) is SetuError
+
+
+@pytest.mark.parametrize("cls", ERRORS, ids=lambda c: c.__name__)
+def test_every_error_carries_its_status_and_the_servers_message(cls: type[SetuError]) -> None:
+    code, details, trailers = status_of(cls("why"))
+    back = from_status(code, details, dict(trailers))
+    assert (back.status, back.message, back.reason) == (cls.code, "why", cls.reason)
+
+
+def test_job_errors_name_the_job() -> None:
+    assert JobNotFound("gone", job_id="j-1").job_id == "j-1"
+    assert JobNotStarted("ready", job_id="j-2").job_id == "j-2"
+    # From the wire alone the id is unknown; the SDK fills it in for its calls.
+    error = from_status(grpc.StatusCode.NOT_FOUND, "x", {REASON_KEY: "job_not_found"})
+    assert isinstance(error, JobNotFound) and error.job_id == ""

@@ -1,0 +1,3 @@
+from setu_cli.main import main
+
+main()

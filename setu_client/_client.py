@@ -1,0 +1,642 @@
+"""SetuClient: the Python SDK for clients of Setu.
+
+Short calls share one channel; long-polls (`wait_for_job`, `watch_job`) travel
+on their own small pool of channels, so hundreds of parked waits never queue
+behind or starve short calls. Every channel pings the server (HTTP/2
+keepalive) so a silently dead peer is noticed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import field_mask_pb2, struct_pb2
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    wait_random_exponential,
+)
+from tenacity.stop import stop_base
+
+from setu_client._proto.setu.v1 import (
+    common_pb2,
+    connections_pb2,
+    connections_pb2_grpc,
+    jobs_pb2,
+    jobs_pb2_grpc,
+    pipelines_pb2,
+    pipelines_pb2_grpc,
+)
+from setu_client._types import (
+    Job,
+    JobEvent,
+    JobKind,
+    JobOutcome,
+    JobOutputs,
+    JobState,
+    event_from_message,
+    job_from_message,
+    outcome_from_message,
+    outputs_from_message,
+)
+from setu_client.channel import open_channel
+from setu_client.errors import (
+    ClientClosed,
+    DeadlineExceeded,
+    FailedPrecondition,
+    JobNotFound,
+    JobNotStarted,
+    NotFound,
+    SetuError,
+    Unavailable,
+    from_rpc_error,
+)
+from setu_client.messages import (
+    Connection,
+    DiscoverStreamsResponse,
+    Pipeline,
+    PreviewStreamResponse,
+    TestConnectionResponse,
+)
+
+T = TypeVar("T")
+
+# The server's WaitJob cap (docs/jobs-and-tasks.md); the SDK's per-call timeout sits above it.
+SERVER_WAIT_CAP_SECONDS = 60.0
+LONG_POLL_MARGIN_SECONDS = 15.0
+
+# Codes worth retrying: the server is restarting, unreachable or overloaded.
+# CANCELLED counts when we did not cancel: the server or transport did.
+_TRANSIENT = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
+)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Jittered exponential backoff for transient failures.
+
+    `budget_seconds` bounds a run of consecutive failures, not the whole
+    wait: every good answer starts a fresh budget.
+    """
+
+    initial_seconds: float = 0.1
+    max_seconds: float = 10.0
+    budget_seconds: float = 300.0
+
+
+class _LoopTimeBudget(stop_base):
+    """Stop retrying once the budget has passed on the event loop's clock
+    (tenacity's own delay stop reads the wall clock, which paused-clock tests
+    cannot move)."""
+
+    def __init__(self, budget: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._deadline = loop.time() + budget
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return self._loop.time() >= self._deadline
+
+
+class SetuClient:
+    """An asyncio client for JobOrchestrationService.
+
+    Use as `async with SetuClient(target, api_key) as client: ...`, or call
+    `close()`. Errors are the classes of `setu_client.errors`; jobs come back
+    as `Job` values, connections and pipelines as `setu_client.messages`.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        api_key: str,
+        *,
+        tls: bool = False,
+        root_certificates: bytes | None = None,
+        retry: RetryPolicy | None = None,
+        long_poll_channels: int = 2,
+        call_timeout: float = 30.0,
+        wait_cap_seconds: float = SERVER_WAIT_CAP_SECONDS,
+    ) -> None:
+        if long_poll_channels < 1:
+            raise ValueError("long_poll_channels must be at least 1")
+        self.retry = retry or RetryPolicy()
+        self._call_timeout = call_timeout
+        self._long_poll_timeout = wait_cap_seconds + LONG_POLL_MARGIN_SECONDS
+
+        def channel() -> grpc.aio.Channel:
+            return open_channel(target, api_key, tls=tls, root_certificates=root_certificates)
+
+        self._short = channel()
+        # Distinct channel args keep grpc from sharing one connection between them.
+        self._long = [
+            open_channel(
+                target,
+                api_key,
+                tls=tls,
+                root_certificates=root_certificates,
+                options=[("grpc.channel_pool_index", i)],
+            )
+            for i in range(long_poll_channels)
+        ]
+        self._next_long = itertools.cycle(range(long_poll_channels))
+        self._stub = jobs_pb2_grpc.JobOrchestrationServiceStub(self._short)
+        self._long_stubs = [jobs_pb2_grpc.JobOrchestrationServiceStub(c) for c in self._long]
+        self._closed = False
+
+    async def __aenter__(self) -> SetuClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close every channel; parked waits end with ClientClosed."""
+        self._closed = True
+        for channel in (self._short, *self._long):
+            await channel.close(grace=None)
+
+    # -- jobs
+
+    async def get_job(self, job_id: str) -> Job:
+        request = jobs_pb2.GetJobRequest(job_id=job_id)
+        answer: jobs_pb2.GetJobResponse = await self._retrying(
+            self._call, self._stub.GetJob, request, job_id
+        )
+        return job_from_message(answer.job)
+
+    async def start_job(self, job_id: str) -> Job:
+        """Moves a READY job on. Raises IllegalTransition once it has started."""
+        request = jobs_pb2.StartJobRequest(job_id=job_id)
+        answer: jobs_pb2.StartJobResponse = await self._call(
+            self._stub.StartJob, request, job_id=job_id
+        )
+        return job_from_message(answer.job)
+
+    async def cancel_job(self, job_id: str, reason: str = "") -> Job:
+        """Idempotent: cancelling an ended job returns it unchanged."""
+        request = jobs_pb2.CancelJobRequest(job_id=job_id, reason=reason)
+        answer: jobs_pb2.CancelJobResponse = await self._retrying(
+            self._call, self._stub.CancelJob, request, job_id
+        )
+        return job_from_message(answer.job)
+
+    async def list_jobs(
+        self,
+        *,
+        states: Sequence[JobState] = (),
+        kinds: Sequence[JobKind] = (),
+        pipeline_id: str = "",
+        page_size: int = 100,
+    ) -> AsyncIterator[Job]:
+        """Every matching job, newest first, fetched a page at a time."""
+        token = ""
+        while True:
+            request = jobs_pb2.ListJobsRequest(
+                states=[_wire(common_pb2.JobState, s) for s in states],
+                kinds=[_wire(common_pb2.JobKind, k) for k in kinds],
+                pipeline_id=pipeline_id,
+                page_size=page_size,
+                page_token=token,
+            )
+            page = await self._call(self._stub.ListJobs, request)
+            for job in page.jobs:
+                yield job_from_message(job)
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def job_events(self, job_id: str, *, after_sequence: int = 0) -> AsyncIterator[JobEvent]:
+        """The job's timeline, oldest first."""
+        token = ""
+        while True:
+            request = jobs_pb2.ListJobEventsRequest(
+                job_id=job_id, after_sequence=after_sequence, page_size=500, page_token=token
+            )
+            page = await self._call(self._stub.ListJobEvents, request, job_id=job_id)
+            for event in page.events:
+                yield event_from_message(event)
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def job_outputs(self, job_id: str) -> JobOutputs:
+        """What the job's run moved, per stream and in total."""
+        request = jobs_pb2.GetJobOutputsRequest(job_id=job_id)
+        answer: jobs_pb2.GetJobOutputsResponse = await self._call(
+            self._stub.GetJobOutputs, request, job_id=job_id
+        )
+        return outputs_from_message(answer)
+
+    # -- long polls
+
+    async def wait_for_job(self, job_id: str, timeout: float | None = None) -> JobOutcome:
+        """Block until the job is terminal; returns its state, error and version.
+
+        No overall deadline unless `timeout` (seconds) is given, then
+        TimeoutError. Raises JobNotStarted for a READY job and JobNotFound
+        for an unknown one; transient failures are retried (see RetryPolicy).
+        """
+        async with asyncio.timeout(timeout):
+            while True:
+                answer: jobs_pb2.WaitJobResponse = await self._retrying(self._wait_once, job_id)
+                if answer.terminal:
+                    return outcome_from_message(answer)
+
+    async def _wait_once(self, job_id: str) -> jobs_pb2.WaitJobResponse:
+        stub = self._long_stubs[next(self._next_long)]
+        try:
+            answer: jobs_pb2.WaitJobResponse = await self._call(
+                stub.WaitJob,
+                jobs_pb2.WaitJobRequest(job_id=job_id),
+                timeout=self._long_poll_timeout,
+                job_id=job_id,
+            )
+        except (JobNotFound, JobNotStarted):
+            raise
+        # WaitJob's contract gives these codes one meaning each, reason or not.
+        except NotFound as exc:
+            raise JobNotFound(exc.message, job_id=job_id) from exc
+        except FailedPrecondition as exc:
+            raise JobNotStarted(exc.message, job_id=job_id) from exc
+        return answer
+
+    async def watch_job(self, job_id: str, from_version: int = 0) -> AsyncIterator[Job]:
+        """Snapshots of the job as it changes, ending after the terminal one.
+
+        A dropped stream resumes from the last version seen, so no snapshot
+        is repeated and the terminal one is never skipped.
+        """
+        seen = from_version
+        while True:
+            stream = self._long_stubs[next(self._next_long)].WatchJob(
+                jobs_pb2.WatchJobRequest(job_id=job_id, from_version=seen)
+            )
+            try:
+                async for answer in stream:
+                    job = job_from_message(answer.job)
+                    seen = job.version
+                    yield job
+                    if job.terminal:
+                        return
+                return
+            except grpc.aio.AioRpcError as exc:
+                error = self._translate(exc, job_id)
+                if not isinstance(error, Unavailable | DeadlineExceeded):
+                    raise error from exc
+                await asyncio.sleep(self.retry.initial_seconds)
+            finally:
+                stream.cancel()
+
+    # -- plumbing
+
+    async def _call(
+        self, method: Any, request: Any, job_id: str = "", *, timeout: float | None = None
+    ) -> Any:
+        """One attempt. `job_id` names the job the call is about, for the
+        errors that carry it."""
+        if self._closed:
+            raise ClientClosed("the client is closed")
+        try:
+            return await method(request, timeout=timeout or self._call_timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise self._translate(exc, job_id) from exc
+        except asyncio.CancelledError:
+            if self._closed:
+                raise ClientClosed("the client was closed during the call") from None
+            raise
+
+    def _translate(self, exc: grpc.aio.AioRpcError, job_id: str = "") -> SetuError:
+        if self._closed and exc.code() == grpc.StatusCode.CANCELLED:
+            return ClientClosed("the client was closed during the call")
+        error = from_rpc_error(exc)
+        if isinstance(error, JobNotFound | JobNotStarted):
+            error.job_id = job_id
+        return error
+
+    async def _retrying(self, call: Any, *args: Any) -> Any:
+        """One logical call, retried through transient failures within the budget."""
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(
+                lambda e: isinstance(e, SetuError) and e.code in _TRANSIENT and not self._closed
+            ),
+            wait=wait_random_exponential(
+                multiplier=self.retry.initial_seconds, max=self.retry.max_seconds
+            ),
+            stop=_LoopTimeBudget(self.retry.budget_seconds),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await call(*args)
+        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+    # -- connections
+
+    @cached_property
+    def _connections(self) -> connections_pb2_grpc.ConnectionServiceStub:
+        return connections_pb2_grpc.ConnectionServiceStub(self._short)
+
+    async def create_connection(
+        self,
+        name: str,
+        provider: str,
+        config: Mapping[str, Any],
+        placement: str = "cloud",
+        agent_id: str | None = None,
+    ) -> Connection:
+        """A new connection. `placement` is "cloud" or "agent" (then `agent_id`
+        names one of the workspace's agents). Config values may be secret
+        references, {"$secret": "NAME"}: they are stored and returned as they
+        are, and resolved only by the runtime that executes the connection.
+        Raises InvalidArgument (config, placement), NotFound (agent) and
+        AlreadyExists (name)."""
+        request = connections_pb2.CreateConnectionRequest(
+            name=name,
+            provider=provider,
+            config=_struct(config),
+            placement=_placement(placement),
+            agent_id=agent_id or "",
+        )
+        answer: connections_pb2.Connection = await self._call(
+            self._connections.CreateConnection, request
+        )
+        return answer
+
+    async def get_connection(self, connection_id: str) -> Connection:
+        request = connections_pb2.GetConnectionRequest(connection_id=connection_id)
+        answer: connections_pb2.Connection = await self._retrying(
+            self._call, self._connections.GetConnection, request
+        )
+        return answer
+
+    async def list_connections(
+        self, *, provider: str = "", page_size: int = 100
+    ) -> AsyncIterator[Connection]:
+        """Every connection of the workspace (of one provider, if given), by
+        name, fetched a page at a time."""
+        token = ""
+        while True:
+            request = connections_pb2.ListConnectionsRequest(
+                provider=provider, page_size=page_size, page_token=token
+            )
+            page: connections_pb2.ListConnectionsResponse = await self._retrying(
+                self._call, self._connections.ListConnections, request
+            )
+            for found in page.connections:
+                yield found
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def update_connection(self, connection_id: str, **fields: Any) -> Connection:
+        """Changes only the fields given: any of name, provider, config,
+        placement ("cloud"/"agent") and agent_id. The result is validated as a
+        whole, so moving to "agent" needs agent_id in the same call."""
+        _check_fields("update_connection", fields, _CONNECTION_FIELDS)
+        changes = connections_pb2.Connection(
+            name=fields.get("name", ""),
+            provider=fields.get("provider", ""),
+            config=_struct(fields.get("config") or {}),
+            placement=_placement(fields.get("placement", "cloud")),
+            agent_id=fields.get("agent_id") or "",
+        )
+        request = connections_pb2.UpdateConnectionRequest(
+            connection_id=connection_id,
+            connection=changes,
+            update_mask=field_mask_pb2.FieldMask(paths=list(fields)),
+        )
+        answer: connections_pb2.Connection = await self._retrying(
+            self._call, self._connections.UpdateConnection, request
+        )
+        return answer
+
+    async def delete_connection(self, connection_id: str) -> None:
+        """Raises FailedPrecondition while a pipeline still uses it."""
+        request = connections_pb2.DeleteConnectionRequest(connection_id=connection_id)
+        await self._call(self._connections.DeleteConnection, request)
+
+    async def test_connection(
+        self, connection_id: str, timeout_seconds: int = 0
+    ) -> TestConnectionResponse:
+        """Whether the connection works from where it is placed; `ok` may be
+        false with a message saying why. An agent-placed connection is tested
+        by its agent, waiting up to `timeout_seconds` (0: the server's 30)."""
+        request = connections_pb2.TestConnectionRequest(
+            connection_id=connection_id, timeout_seconds=timeout_seconds
+        )
+        answer: TestConnectionResponse = await self._call(
+            self._connections.TestConnection, request, timeout=_blocking(timeout_seconds)
+        )
+        return answer
+
+    async def discover_streams(
+        self, connection_id: str, timeout_seconds: int = 0
+    ) -> DiscoverStreamsResponse:
+        """The streams the connection offers; also refreshes its catalog."""
+        request = connections_pb2.DiscoverStreamsRequest(
+            connection_id=connection_id, timeout_seconds=timeout_seconds
+        )
+        answer: DiscoverStreamsResponse = await self._call(
+            self._connections.DiscoverStreams, request, timeout=_blocking(timeout_seconds)
+        )
+        return answer
+
+    async def preview_stream(
+        self, connection_id: str, stream: str, limit: int = 0, timeout_seconds: int = 0
+    ) -> PreviewStreamResponse:
+        """The first `limit` rows of one stream (0: the server's 20)."""
+        request = connections_pb2.PreviewStreamRequest(
+            connection_id=connection_id,
+            stream=stream,
+            limit=limit,
+            timeout_seconds=timeout_seconds,
+        )
+        answer: PreviewStreamResponse = await self._call(
+            self._connections.PreviewStream, request, timeout=_blocking(timeout_seconds)
+        )
+        return answer
+
+    # -- pipelines
+
+    @cached_property
+    def _pipelines(self) -> pipelines_pb2_grpc.PipelineServiceStub:
+        return pipelines_pb2_grpc.PipelineServiceStub(self._short)
+
+    async def create_pipeline(
+        self,
+        name: str,
+        source_connection_id: str,
+        destination_connection_id: str,
+        streams: Sequence[str] = (),
+        spec: Mapping[str, Any] | None = None,
+        write_mode: str = "append",
+        schedule: str = "",
+        paused: bool = False,
+    ) -> Pipeline:
+        """A new pipeline. `streams` empty means all the source offers; `spec`
+        is {"operators": [...]}; `write_mode` is append, overwrite, upsert or
+        merge; `schedule` a five-field cron expression in UTC ("" for manual
+        runs only). Raises InvalidArgument, NotFound (a connection) and
+        AlreadyExists (name)."""
+        request = pipelines_pb2.CreatePipelineRequest(
+            name=name,
+            source_connection_id=source_connection_id,
+            destination_connection_id=destination_connection_id,
+            streams=list(streams),
+            spec=_struct(spec or {}),
+            write_mode=_write_mode(write_mode),
+            schedule=schedule,
+            paused=paused,
+        )
+        answer: pipelines_pb2.Pipeline = await self._call(self._pipelines.CreatePipeline, request)
+        return answer
+
+    async def get_pipeline(self, pipeline_id: str) -> Pipeline:
+        request = pipelines_pb2.GetPipelineRequest(pipeline_id=pipeline_id)
+        answer: pipelines_pb2.Pipeline = await self._retrying(
+            self._call, self._pipelines.GetPipeline, request
+        )
+        return answer
+
+    async def list_pipelines(self, *, page_size: int = 100) -> AsyncIterator[Pipeline]:
+        """Every pipeline of the workspace, by name, fetched a page at a time."""
+        token = ""
+        while True:
+            request = pipelines_pb2.ListPipelinesRequest(page_size=page_size, page_token=token)
+            page: pipelines_pb2.ListPipelinesResponse = await self._retrying(
+                self._call, self._pipelines.ListPipelines, request
+            )
+            for found in page.pipelines:
+                yield found
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def update_pipeline(self, pipeline_id: str, **fields: Any) -> Pipeline:
+        """Changes only the fields given: any of name, source_connection_id,
+        destination_connection_id, streams, spec, write_mode, schedule and
+        paused. Changing the schedule or pausing recomputes next_run_at."""
+        _check_fields("update_pipeline", fields, _PIPELINE_FIELDS)
+        changes = pipelines_pb2.Pipeline(
+            name=fields.get("name", ""),
+            source_connection_id=fields.get("source_connection_id", ""),
+            destination_connection_id=fields.get("destination_connection_id", ""),
+            streams=list(fields.get("streams", ())),
+            spec=_struct(fields.get("spec") or {}),
+            write_mode=_write_mode(fields.get("write_mode", "append")),
+            schedule=fields.get("schedule", ""),
+            paused=fields.get("paused", False),
+        )
+        request = pipelines_pb2.UpdatePipelineRequest(
+            pipeline_id=pipeline_id,
+            pipeline=changes,
+            update_mask=field_mask_pb2.FieldMask(paths=list(fields)),
+        )
+        answer: pipelines_pb2.Pipeline = await self._retrying(
+            self._call, self._pipelines.UpdatePipeline, request
+        )
+        return answer
+
+    async def delete_pipeline(self, pipeline_id: str) -> None:
+        """Its runs remain. Raises FailedPrecondition while a run is active."""
+        request = pipelines_pb2.DeletePipelineRequest(pipeline_id=pipeline_id)
+        await self._call(self._pipelines.DeletePipeline, request)
+
+    async def submit_run(
+        self,
+        pipeline_id: str,
+        start: bool = True,
+        dry_run: bool = False,
+        idempotency_key: str = "",
+    ) -> Job:
+        """A new run of the pipeline: PENDING, or READY for start_job when
+        `start` is false. With an `idempotency_key`, a repeated submit answers
+        the first job, so only then is the call retried."""
+        request = jobs_pb2.SubmitRunRequest(
+            pipeline_id=pipeline_id, start=start, dry_run=dry_run, idempotency_key=idempotency_key
+        )
+        if idempotency_key:
+            answer: jobs_pb2.SubmitRunResponse = await self._retrying(
+                self._call, self._stub.SubmitRun, request
+            )
+        else:
+            answer = await self._call(self._stub.SubmitRun, request)
+        return job_from_message(answer.job)
+
+
+_CONNECTION_FIELDS = ("name", "provider", "config", "placement", "agent_id")
+_PIPELINE_FIELDS = (
+    "name",
+    "source_connection_id",
+    "destination_connection_id",
+    "streams",
+    "spec",
+    "write_mode",
+    "schedule",
+    "paused",
+)
+_PLACEMENTS = {"cloud": common_pb2.PLACEMENT_CLOUD, "agent": common_pb2.PLACEMENT_AGENT}
+_WRITE_MODES = {
+    "append": common_pb2.WRITE_MODE_APPEND,
+    "overwrite": common_pb2.WRITE_MODE_OVERWRITE,
+    "upsert": common_pb2.WRITE_MODE_UPSERT,
+    "merge": common_pb2.WRITE_MODE_MERGE,
+}
+# Connection operations may block for an agent's answer: the server's
+# default wait when none is given, plus room for the answer to travel.
+_DEFAULT_BLOCKING_SECONDS = 30
+
+
+def _blocking(timeout_seconds: int) -> float:
+    return (timeout_seconds or _DEFAULT_BLOCKING_SECONDS) + LONG_POLL_MARGIN_SECONDS
+
+
+def _struct(values: Mapping[str, Any]) -> struct_pb2.Struct:
+    message = struct_pb2.Struct()
+    message.update(values)
+    return message
+
+
+def _wire(enum: Any, value: int) -> Any:
+    """A public enum member as the generated enum's value (the same number)."""
+    return enum.Value(enum.Name(value))
+
+
+def _placement(name: str) -> common_pb2.Placement.ValueType:
+    try:
+        return _PLACEMENTS[name]
+    except KeyError:
+        raise ValueError(
+            f"placement must be one of {', '.join(_PLACEMENTS)}, not {name!r}"
+        ) from None
+
+
+def _write_mode(name: str) -> common_pb2.WriteMode.ValueType:
+    try:
+        return _WRITE_MODES[name]
+    except KeyError:
+        raise ValueError(
+            f"write_mode must be one of {', '.join(_WRITE_MODES)}, not {name!r}"
+        ) from None
+
+
+def _check_fields(method: str, fields: Mapping[str, Any], allowed: Sequence[str]) -> None:
+    unknown = sorted(set(fields) - set(allowed))
+    if unknown:
+        raise TypeError(
+            f"{method}() cannot change {', '.join(unknown)}; it takes {', '.join(allowed)}"
+        )

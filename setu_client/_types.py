@@ -1,0 +1,293 @@
+"""What the SDK hands back about jobs: plain, frozen values, not wire messages.
+
+The enums keep the wire's numbers, so a `JobState` compares equal to the
+generated constant of the same name, and print as their names
+(`JobState.SUCCEEDED`), not as numbers.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf import json_format, message, struct_pb2, timestamp_pb2
+
+from setu_client._proto.setu.v1 import common_pb2, jobs_pb2
+
+# ---------------------------------------------------------------- numbers
+
+# Above this a double no longer holds every integer, so it stays a float.
+_EXACT_INTEGERS = 2**53
+
+
+def whole_numbers(value: Any) -> Any:
+    """JSON-like `value` with whole floats turned back into ints.
+
+    google.protobuf.Struct carries every number as a double, so a config's
+    `port: 55432` arrives as 55432.0. Finite floats with no fraction, within
+    ±2**53 (where doubles are exact), become ints, at any depth.
+    """
+    if isinstance(value, float):
+        if math.isfinite(value) and value.is_integer() and abs(value) <= _EXACT_INTEGERS:
+            return int(value)
+        return value
+    if isinstance(value, dict):
+        return {k: whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(v) for v in value]
+    return value
+
+
+def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
+    """A Struct as plain Python values, whole numbers as ints (see whole_numbers)."""
+    plain: dict[str, Any] = whole_numbers(json_format.MessageToDict(struct))
+    return plain
+
+
+def message_to_dict(value: message.Message) -> dict[str, Any]:
+    """A message (a `setu_client.messages` Connection, say) as plain JSON
+    values, field names as in the .proto and whole numbers as ints."""
+    plain: dict[str, Any] = whole_numbers(
+        json_format.MessageToDict(
+            value, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+        )
+    )
+    return plain
+
+
+# ---------------------------------------------------------------- enums
+
+
+class _WireEnum(enum.IntEnum):
+    """An IntEnum that prints as `Class.NAME` (IntEnum prints the number)."""
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}.{self.name}"
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+class JobState(_WireEnum):
+    """Where a job is: READY → PENDING → RUNNING → SUCCEEDED | FAILED | CANCELLED."""
+
+    UNSPECIFIED = common_pb2.JOB_STATE_UNSPECIFIED
+    READY = common_pb2.JOB_STATE_READY
+    PENDING = common_pb2.JOB_STATE_PENDING
+    RUNNING = common_pb2.JOB_STATE_RUNNING
+    SUCCEEDED = common_pb2.JOB_STATE_SUCCEEDED
+    FAILED = common_pb2.JOB_STATE_FAILED
+    CANCELLED = common_pb2.JOB_STATE_CANCELLED
+
+    @property
+    def terminal(self) -> bool:
+        """True once the state can no longer change."""
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+
+class JobKind(_WireEnum):
+    """What a job does: a pipeline run, or an operation on one connection."""
+
+    UNSPECIFIED = common_pb2.JOB_KIND_UNSPECIFIED
+    RUN = common_pb2.JOB_KIND_RUN
+    TEST = common_pb2.JOB_KIND_TEST
+    DISCOVER = common_pb2.JOB_KIND_DISCOVER
+    PREVIEW = common_pb2.JOB_KIND_PREVIEW
+
+
+class Phase(_WireEnum):
+    """Where a run is; UNSPECIFIED before it moves rows."""
+
+    UNSPECIFIED = common_pb2.PHASE_UNSPECIFIED
+    EXTRACT = common_pb2.PHASE_EXTRACT
+    LOAD = common_pb2.PHASE_LOAD
+    DIRECT = common_pb2.PHASE_DIRECT
+
+
+class Placement(_WireEnum):
+    """Where a connection's stages run: in the cloud, or on its agent."""
+
+    UNSPECIFIED = common_pb2.PLACEMENT_UNSPECIFIED
+    CLOUD = common_pb2.PLACEMENT_CLOUD
+    AGENT = common_pb2.PLACEMENT_AGENT
+
+
+class WriteMode(_WireEnum):
+    UNSPECIFIED = common_pb2.WRITE_MODE_UNSPECIFIED
+    APPEND = common_pb2.WRITE_MODE_APPEND
+    OVERWRITE = common_pb2.WRITE_MODE_OVERWRITE
+    UPSERT = common_pb2.WRITE_MODE_UPSERT
+    MERGE = common_pb2.WRITE_MODE_MERGE
+
+
+class EventLevel(_WireEnum):
+    UNSPECIFIED = common_pb2.EVENT_LEVEL_UNSPECIFIED
+    DEBUG = common_pb2.EVENT_LEVEL_DEBUG
+    INFO = common_pb2.EVENT_LEVEL_INFO
+    WARNING = common_pb2.EVENT_LEVEL_WARNING
+    ERROR = common_pb2.EVENT_LEVEL_ERROR
+
+
+# ---------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Row counts of a run (all zero for connection operations)."""
+
+    rows_extracted: int = 0
+    rows_loaded: int = 0
+    rows_total: int = 0
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as the server last reported it.
+
+    Ids the job does not have (`pipeline_id` of a connection operation) are
+    "". `extract_runtime` and `load_runtime` say where each stage ran
+    ("cloud" or an agent id). `result` is the job's summary, numbers that are
+    whole as ints.
+    """
+
+    id: str
+    workspace_id: str
+    kind: JobKind
+    state: JobState
+    version: int
+    pipeline_id: str = ""
+    connection_id: str = ""
+    phase: Phase = Phase.UNSPECIFIED
+    dry_run: bool = False
+    cancel_requested: bool = False
+    error_message: str = ""
+    progress: Progress = field(default_factory=Progress)
+    extract_runtime: str = ""
+    load_runtime: str = ""
+    result: Mapping[str, Any] = field(default_factory=dict)
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    updated_at: datetime | None = None
+    scheduled_for: datetime | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.terminal
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What `wait_for_job` answers: the terminal state, why it failed, and
+    the job's version at that moment."""
+
+    job_id: str
+    state: JobState
+    error_message: str
+    version: int
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.terminal
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """One line of a job's timeline."""
+
+    sequence: int
+    job_id: str
+    level: EventLevel
+    stream: str
+    message: str
+    created_at: datetime | None
+
+
+@dataclass(frozen=True)
+class StreamOutput:
+    """What a run moved for one stream."""
+
+    stream: str
+    rows_extracted: int
+    rows_loaded: int
+    checksum: str
+
+
+@dataclass(frozen=True)
+class JobOutputs:
+    job_id: str
+    streams: tuple[StreamOutput, ...]
+    totals: Progress
+
+
+# ---------------------------------------------------------------- from the wire
+
+
+def _time(message: Any, name: str) -> datetime | None:
+    if not message.HasField(name):
+        return None
+    stamp: timestamp_pb2.Timestamp = getattr(message, name)
+    return stamp.ToDatetime(tzinfo=UTC)
+
+
+def _progress(p: common_pb2.Progress) -> Progress:
+    return Progress(p.rows_extracted, p.rows_loaded, p.rows_total)
+
+
+def job_from_message(m: common_pb2.Job) -> Job:
+    return Job(
+        id=m.id,
+        workspace_id=m.workspace_id,
+        kind=JobKind(m.kind),
+        state=JobState(m.state),
+        version=m.version,
+        pipeline_id=m.pipeline_id,
+        connection_id=m.connection_id,
+        phase=Phase(m.phase),
+        dry_run=m.dry_run,
+        cancel_requested=m.cancel_requested,
+        error_message=m.error_message,
+        progress=_progress(m.progress),
+        extract_runtime=m.extract_runtime,
+        load_runtime=m.load_runtime,
+        result=struct_to_dict(m.result),
+        created_at=_time(m, "created_at"),
+        started_at=_time(m, "started_at"),
+        finished_at=_time(m, "finished_at"),
+        updated_at=_time(m, "updated_at"),
+        scheduled_for=_time(m, "scheduled_for"),
+    )
+
+
+def outcome_from_message(m: jobs_pb2.WaitJobResponse) -> JobOutcome:
+    return JobOutcome(
+        job_id=m.job_id, state=JobState(m.state), error_message=m.error_message, version=m.version
+    )
+
+
+def event_from_message(m: common_pb2.JobEvent) -> JobEvent:
+    return JobEvent(
+        sequence=m.sequence,
+        job_id=m.job_id,
+        level=EventLevel(m.level),
+        stream=m.stream,
+        message=m.message,
+        created_at=_time(m, "created_at"),
+    )
+
+
+def outputs_from_message(m: jobs_pb2.GetJobOutputsResponse) -> JobOutputs:
+    return JobOutputs(
+        job_id=m.job_id,
+        streams=tuple(
+            StreamOutput(s.stream, s.rows_extracted, s.rows_loaded, s.checksum) for s in m.streams
+        ),
+        totals=_progress(m.totals),
+    )

@@ -1,0 +1,86 @@
+"""The SDK's public surface changes only on purpose: this list is it."""
+
+from __future__ import annotations
+
+import setu_client
+import setu_client.admin
+import setu_client.messages
+
+PUBLIC = [
+    "TERMINAL_STATES",
+    "Aborted",
+    "AgentOffline",
+    "AlreadyExists",
+    "Cancelled",
+    "ClientClosed",
+    "Clock",
+    "DeadlineExceeded",
+    "EventLevel",
+    "FailedPrecondition",
+    "FakeClock",
+    "IllegalTransition",
+    "Internal",
+    "InvalidArgument",
+    "Job",
+    "JobEvent",
+    "JobKind",
+    "JobNotFound",
+    "JobNotStarted",
+    "JobOutcome",
+    "JobOutputs",
+    "JobState",
+    "LeaseLost",
+    "NotFound",
+    "PermissionDenied",
+    "Phase",
+    "Placement",
+    "Progress",
+    "ResourceExhausted",
+    "RetryPolicy",
+    "SetuClient",
+    "SetuError",
+    "StreamOutput",
+    "SystemClock",
+    "Unauthenticated",
+    "Unavailable",
+    "Unimplemented",
+    "WriteMode",
+    "message_to_dict",
+    "struct_to_dict",
+    "whole_numbers",
+]
+
+MESSAGES = [
+    "CatalogStream",
+    "Column",
+    "Connection",
+    "DiscoverStreamsResponse",
+    "Pipeline",
+    "PreviewStreamResponse",
+    "TestConnectionResponse",
+]
+
+
+def test_the_public_names_are_exactly_these() -> None:
+    assert setu_client.__all__ == PUBLIC
+    for name in PUBLIC:
+        assert getattr(setu_client, name) is not None, name
+
+
+def test_every_public_name_comes_from_its_module_not_a_stray_import() -> None:
+    # A name imported into __init__ for internal use and not listed would
+    # slip into `from setu_client import *` unnoticed; nothing else is public.
+    module_attrs = {n for n in vars(setu_client) if not n.startswith("_")}
+    submodules = {"admin", "channel", "clock", "errors", "logs", "messages"}
+    assert module_attrs - submodules == set(PUBLIC)
+
+
+def test_messages_for_connections_and_pipelines_are_public() -> None:
+    assert setu_client.messages.__all__ == MESSAGES
+    assert setu_client.messages.Connection.DESCRIPTOR.full_name == "setu.v1.Connection"
+
+
+def test_admin_surface_lists_what_it_exports() -> None:
+    exported = set(setu_client.admin.__all__)
+    assert {"AdminServiceStub", "CreateWorkspaceRequest", "Workspace"} <= exported
+    assert all(hasattr(setu_client.admin, name) for name in exported)

@@ -1,4 +1,5 @@
-"""`setu admin …` against a running server."""
+"""`setu admin …` against a running server; which commands each entry
+point offers."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import sys
 from tests.servers import ADMIN_TOKEN, in_process
 
 
-async def _setu(*args: str) -> tuple[int, str, str]:
+async def _setu(*args: str, module: str = "setu_server.cli") -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "setu_server.cli",
+        module,
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -42,3 +43,17 @@ async def test_admin_commands_create_and_list(database_url: str) -> None:
 
         code, _, err = await _setu(*common, "api-key", "create", "--workspace", "nope", "k")
         assert code == 1 and "INVALID_ARGUMENT: workspace_id: must be a UUID" in err
+
+
+def _commands(help_text: str) -> set[str]:
+    listed = help_text.split("{", 1)[1].split("}", 1)[0]
+    return set(listed.split(","))
+
+
+async def test_setu_offers_every_command_and_setu_cli_the_clients_alone() -> None:
+    code, out, _ = await _setu("--help")
+    assert code == 0
+    assert _commands(out) == {"dev", "admin", "connections", "pipelines", "run", "jobs"}
+    code, out, _ = await _setu("--help", module="setu_cli")
+    assert code == 0
+    assert _commands(out) == {"connections", "pipelines", "run", "jobs"}

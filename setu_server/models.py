@@ -132,7 +132,8 @@ class Job:
     updated_at: datetime
     pipeline_id: UUID | None = None
     connection_id: UUID | None = None
-    params: dict[str, Any] = field(default_factory=dict)
+    # A run's snapshot of its pipeline; None for connection operations.
+    params: RunSnapshot | None = None
     phase: Phase | None = None
     dry_run: bool = False
     cancel_requested: bool = False
@@ -283,7 +284,7 @@ class Endpoint:
 @dataclass(frozen=True)
 class PipelineForRun:
     """A pipeline and its two connections at the moment a run is submitted;
-    the run keeps this snapshot (job.params) so edits do not change it."""
+    the run keeps a RunSnapshot of it (job.params) so edits do not change it."""
 
     id: UUID
     workspace_id: UUID
@@ -293,6 +294,93 @@ class PipelineForRun:
     write_mode: WriteMode
     source: Endpoint
     destination: Endpoint
+
+
+@dataclass(frozen=True)
+class RunPlacement:
+    """Where a run's two stages execute (service/placement.py decides)."""
+
+    extract_agent: UUID | None
+    load_agent: UUID | None
+
+    @property
+    def extract_runtime(self) -> str:
+        return str(self.extract_agent) if self.extract_agent else CLOUD
+
+    @property
+    def load_runtime(self) -> str:
+        return str(self.load_agent) if self.load_agent else CLOUD
+
+    @property
+    def flow(self) -> str:
+        ends = ("agent" if agent else "cloud" for agent in (self.extract_agent, self.load_agent))
+        return " → ".join(ends)
+
+    @property
+    def first_task(self) -> TaskKind:
+        """The cloud's part starts with migrate, which stages (and loads, or
+        hands the load to an agent); an edge source starts with extract."""
+        return TaskKind.EXTRACT if self.extract_agent else TaskKind.MIGRATE
+
+    @property
+    def first_agent(self) -> UUID | None:
+        return self.extract_agent
+
+    @property
+    def cloud_touches_data(self) -> bool:
+        return self.extract_agent is None or self.load_agent is None
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """What a run moves, fixed at submit (job.params): an edit to the
+    pipeline while the run goes on, or before a retry, never changes it.
+    `to_json` and `from_json` are the only readers and writers of its JSON."""
+
+    pipeline_name: str
+    source_connection_id: UUID
+    destination_connection_id: UUID
+    # Empty: every stream the source offers.
+    streams: tuple[str, ...]
+    spec: dict[str, Any]
+    write_mode: WriteMode
+    placement: RunPlacement
+
+    def to_json(self) -> dict[str, Any]:
+        where = self.placement
+        return {
+            "pipeline": {
+                "name": self.pipeline_name,
+                "streams": list(self.streams),
+                "spec": self.spec,
+                "write_mode": self.write_mode.value,
+                "source_connection_id": str(self.source_connection_id),
+                "destination_connection_id": str(self.destination_connection_id),
+            },
+            # The flow is for people reading the row; the runtimes are the data.
+            "placement": {
+                "extract": where.extract_runtime,
+                "load": where.load_runtime,
+                "flow": where.flow,
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunSnapshot:
+        pipeline, where = data["pipeline"], data["placement"]
+
+        def agent(runtime: str) -> UUID | None:
+            return None if runtime == CLOUD else UUID(runtime)
+
+        return cls(
+            pipeline_name=str(pipeline["name"]),
+            source_connection_id=UUID(pipeline["source_connection_id"]),
+            destination_connection_id=UUID(pipeline["destination_connection_id"]),
+            streams=tuple(str(s) for s in pipeline["streams"]),
+            spec=dict(pipeline["spec"]),
+            write_mode=WriteMode(pipeline["write_mode"]),
+            placement=RunPlacement(agent(where["extract"]), agent(where["load"])),
+        )
 
 
 @dataclass(frozen=True)

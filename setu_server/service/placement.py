@@ -12,11 +12,12 @@ agent; anything else runs in the cloud.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 from uuid import UUID
 
-from setu_server.models import CLOUD, Placement, TaskKind
+from setu_server.models import Placement, RunPlacement
+
+__all__ = ["Placed", "RunPlacement", "placement"]
 
 
 class Placed(Protocol):
@@ -25,42 +26,6 @@ class Placed(Protocol):
 
     @property
     def agent_id(self) -> UUID | None: ...
-
-
-@dataclass(frozen=True)
-class RunPlacement:
-    extract_agent: UUID | None
-    load_agent: UUID | None
-
-    @property
-    def extract_runtime(self) -> str:
-        return str(self.extract_agent) if self.extract_agent else CLOUD
-
-    @property
-    def load_runtime(self) -> str:
-        return str(self.load_agent) if self.load_agent else CLOUD
-
-    @property
-    def flow(self) -> str:
-        ends = ("agent" if agent else "cloud" for agent in (self.extract_agent, self.load_agent))
-        return " → ".join(ends)
-
-    @property
-    def first_task(self) -> TaskKind:
-        """The cloud's part starts with migrate, which stages (and loads, or
-        hands the load to an agent); an edge source starts with extract."""
-        return TaskKind.EXTRACT if self.extract_agent else TaskKind.MIGRATE
-
-    @property
-    def first_agent(self) -> UUID | None:
-        return self.extract_agent
-
-    @property
-    def cloud_touches_data(self) -> bool:
-        return self.extract_agent is None or self.load_agent is None
-
-    def to_dict(self) -> dict[str, str]:
-        return {"extract": self.extract_runtime, "load": self.load_runtime, "flow": self.flow}
 
 
 def _agent(connection: Placed) -> UUID | None:

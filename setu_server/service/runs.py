@@ -1,7 +1,8 @@
 """Runs of pipelines: submitting one, and dispatching its first task.
 
-A run snapshots its pipeline into `job.params` at submit, so an edit made
-while it runs (or before a retry) never changes what it moves. Dispatch
+A run snapshots its pipeline into `job.params` (a RunSnapshot) at submit,
+so an edit made while it runs (or before a retry) never changes what it
+moves. Dispatch
 follows placement (service.placement): a run whose first stage sits on an
 agent needs that agent online, or it fails at once with how to fix it.
 """
@@ -10,12 +11,10 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
 from setu_agent.engine.blob import BlobSettings
 from setu_agent.engine.operators import SpecError, parse_spec
-from setu_agent.engine.providers.base import WriteMode
 from setu_agent.engine.staging import run_prefix
 from setu_agent.specs import ConnectionSpec, ExtractSpec, LoadSpec
 from setu_client.clock import Clock
@@ -33,13 +32,14 @@ from setu_server.models import (
     JobKind,
     JobState,
     PipelineForRun,
+    RunSnapshot,
     Task,
     TaskKind,
     TaskState,
     runtime_name,
 )
 from setu_server.service.lifecycle import JobLifecycle
-from setu_server.service.placement import RunPlacement, placement
+from setu_server.service.placement import placement
 from setu_server.store import jobs, runs, tasks, tenancy
 from setu_server.store.db import Database, Executor, transaction
 
@@ -47,27 +47,24 @@ from setu_server.store.db import Database, Executor, transaction
 RUN_TASK_ATTEMPTS = 3
 
 
-def snapshot(pipeline: PipelineForRun, where: RunPlacement) -> dict[str, Any]:
-    return {
-        "pipeline": {
-            "name": pipeline.name,
-            "streams": pipeline.streams,
-            "spec": pipeline.spec,
-            "write_mode": pipeline.write_mode.value,
-            "source_connection_id": str(pipeline.source.id),
-            "destination_connection_id": str(pipeline.destination.id),
-        },
-        "placement": where.to_dict(),
-    }
+def snapshot(pipeline: PipelineForRun) -> RunSnapshot:
+    """What a run of `pipeline` moves, and where its stages run."""
+    return RunSnapshot(
+        pipeline_name=pipeline.name,
+        source_connection_id=pipeline.source.id,
+        destination_connection_id=pipeline.destination.id,
+        streams=tuple(pipeline.streams),
+        spec=pipeline.spec,
+        write_mode=pipeline.write_mode,
+        placement=placement(pipeline.source, pipeline.destination),
+    )
 
 
-def placement_of(job: Job) -> RunPlacement:
-    saved = job.params.get("placement", {})
-
-    def agent(runtime: str | None) -> UUID | None:
-        return UUID(runtime) if runtime and runtime != "cloud" else None
-
-    return RunPlacement(agent(saved.get("extract")), agent(saved.get("load")))
+def snapshot_of(job: Job) -> RunSnapshot:
+    """The snapshot a run took at submit; FailedPrecondition for any other job."""
+    if job.params is None:
+        raise FailedPrecondition(f"job {job.id} is not a run of a pipeline")
+    return job.params
 
 
 class RunService:
@@ -124,12 +121,13 @@ class RunService:
             async with db.transaction():
                 await self.dispatch(db, job)
         except FailedPrecondition as exc:
-            return await jobs.transition_job(
-                db,
+            # In the caller's transaction: nobody can be waiting on it yet,
+            # and other processes hear the NOTIFY at commit.
+            return await self._lifecycle.transition(
                 job.id,
                 JobState.FAILED,
-                now=self._clock.sql_now(),
-                message=f"Scheduled run not started: {exc}",
+                f"Scheduled run not started: {exc}",
+                db=db,
                 level=EventLevel.ERROR,
                 error_message=str(exc),
             )
@@ -145,7 +143,8 @@ class RunService:
         idempotency_key: str,
         scheduled_for: datetime | None = None,
     ) -> Job:
-        where = placement(pipeline.source, pipeline.destination)
+        taken = snapshot(pipeline)
+        where = taken.placement
         now = self._clock.sql_now()
         job = await jobs.insert_job(
             db,
@@ -155,7 +154,7 @@ class RunService:
             state=JobState.PENDING if start else JobState.READY,
             now=now,
             pipeline_id=pipeline.id,
-            params=snapshot(pipeline, where),
+            params=taken.to_json(),
             dry_run=dry_run,
             idempotency_key=idempotency_key or None,
             scheduled_for=scheduled_for,
@@ -170,7 +169,7 @@ class RunService:
         """The first task of a pending run (also StartJob's dispatcher)."""
         if job.kind is not JobKind.RUN:
             return
-        where = placement_of(job)
+        where = snapshot_of(job).placement
         if where.first_agent is not None:
             await self._require_online(db, where.first_agent)
         await self._dispatch(db, job, where.first_task, where.first_agent)
@@ -181,7 +180,7 @@ class RunService:
         load is atomic per stream, and an append must not land twice); in
         the cloud, one `migrate` that resumes at load and skips loaded streams.
         Returns the tasks dispatched."""
-        where = placement_of(job)
+        where = snapshot_of(job).placement
         if where.load_agent is None:
             await self._dispatch(db, job, TaskKind.MIGRATE, None)
             return 1
@@ -225,12 +224,12 @@ class RunService:
         """What an agent needs to extract: ids, the source with its secret
         references unresolved, and where to stage."""
         job, _ = await self._leased_job(runtime, task_id, token, TaskKind.EXTRACT)
-        pipeline = job.params["pipeline"]
+        taken = snapshot_of(job)
         return ExtractSpec(
             job_id=str(job.id),
             pipeline_id=str(job.pipeline_id),
-            source=await self._connection(pipeline["source_connection_id"]),
-            streams=list(pipeline["streams"]),
+            source=await self._connection(taken.source_connection_id),
+            streams=list(taken.streams),
             blob_prefix=run_prefix(job.workspace_id, job.pipeline_id, job.id),
             blob=self._blob,
         )
@@ -240,16 +239,16 @@ class RunService:
         unresolved), the write mode and the operator chain, and the staged
         data's prefix and manifest."""
         job, task = await self._leased_job(runtime, task_id, token, TaskKind.LOAD)
-        pipeline = job.params["pipeline"]
+        taken = snapshot_of(job)
         stream = task.payload.get("stream")
         outputs = await jobs.job_outputs(self._pool, job.id)
         streams = [stream] if stream else [o.stream for o in outputs]
         return LoadSpec(
             job_id=str(job.id),
             pipeline_id=str(job.pipeline_id),
-            destination=await self._connection(pipeline["destination_connection_id"]),
-            write_mode=WriteMode(pipeline["write_mode"]),
-            spec=pipeline["spec"],
+            destination=await self._connection(taken.destination_connection_id),
+            write_mode=taken.write_mode,
+            spec=taken.spec,
             blob_prefix=run_prefix(job.workspace_id, job.pipeline_id, job.id),
             blob=self._blob,
             streams=streams,
@@ -276,12 +275,12 @@ class RunService:
             )
         return job, task
 
-    async def _connection(self, connection_id: str) -> ConnectionSpec:
-        found = await runs.connection_for_runtime(self._pool, UUID(connection_id))
+    async def _connection(self, connection_id: UUID) -> ConnectionSpec:
+        found = await runs.connection_for_runtime(self._pool, connection_id)
         if found is None:
             raise FailedPrecondition(f"connection {connection_id} no longer exists")
         provider, config, _ = found
-        return ConnectionSpec(connection_id, provider, config)
+        return ConnectionSpec(str(connection_id), provider, config)
 
     async def _require_online(self, db: Executor, agent_id: UUID) -> None:
         agent = await tenancy.get_agent(db, agent_id)

@@ -18,6 +18,7 @@ from setu_server.models import (
     JobOutput,
     JobState,
     Phase,
+    RunSnapshot,
     job_states_into,
 )
 from setu_server.store.db import Executor, translate_errors
@@ -35,7 +36,8 @@ def job_of(r: asyncpg.Record) -> Job:
         updated_at=r["updated_at"],
         pipeline_id=r["pipeline_id"],
         connection_id=r["connection_id"],
-        params=r["params"],
+        # Only a run keeps a snapshot; a bare run row (tests) has none.
+        params=RunSnapshot.from_json(r["params"]) if r["kind"] == "run" and r["params"] else None,
         phase=Phase(r["phase"]) if r["phase"] else None,
         dry_run=r["dry_run"],
         cancel_requested=r["cancel_requested"],

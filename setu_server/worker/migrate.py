@@ -30,7 +30,7 @@ from setu_agent.runtime import TaskContext
 from setu_agent.runtime.task import NonRetryable, TaskCancelled
 from setu_server.models import CLOUD, Job, Phase
 from setu_server.service.runbook import RunBook
-from setu_server.service.runs import placement_of
+from setu_server.service.runs import snapshot_of
 
 # Runs whose source holds at most this many rows (the providers' estimate)
 # go direct when fresh. A named setting: SETU_DIRECT_MAX_ROWS.
@@ -99,25 +99,25 @@ class Migrate:
             raise NonRetryable(str(exc)) from exc
 
     async def _run(self, ctx: TaskContext, job: Job) -> MigrateResult:
-        pipeline = job.params["pipeline"]
-        spec = parse_spec(pipeline["spec"])
-        mode = WriteMode(pipeline["write_mode"])
+        taken = snapshot_of(job)
+        spec = parse_spec(taken.spec)
+        mode = taken.write_mode
         reporter = RunReporter(self._book, job, ctx)
         prefix = run_prefix(job.workspace_id, job.pipeline_id, job.id)
         if job.phase is Phase.LOAD:
             await self._book.event(job.id, "Resuming at load: the staged data is read again")
             manifest = await read_manifest(self._blob, prefix)
         else:
-            source = await self._connect(ctx, pipeline["source_connection_id"])
+            source = await self._connect(ctx, taken.source_connection_id)
             try:
                 offered = await source.discover()
-                streams = transfer.select_streams(offered, pipeline["streams"])
+                streams = transfer.select_streams(offered, list(taken.streams))
                 total = sum(s.row_estimate for s in streams)
                 await self._book.plan(job.id, rows_total=total, extract_runtime=CLOUD)
                 if job.dry_run:
                     return await self._dry_run(ctx, job, streams, spec, mode)
                 # 0 means the provider cannot tell (a file): stage, to be safe.
-                direct = placement_of(job).load_agent is None
+                direct = taken.placement.load_agent is None
                 if direct and job.phase is None and 0 < total <= self._settings.direct_max_rows:
                     return await self._direct(
                         ctx, job, source, streams, spec, mode, reporter, total
@@ -134,7 +134,7 @@ class Migrate:
             finally:
                 await source.close()
             await self._book.staged(job.id, UUID(ctx.task.id), prefix, manifest)
-        if placement_of(job).load_agent is not None:
+        if taken.placement.load_agent is not None:
             # cloud → agent: the cloud's part ends here; the run goes on at the edge.
             return MigrateResult(MigrateMode.HANDOFF, rows_extracted=manifest.rows)
         return await self._load(ctx, job, manifest, prefix, spec, mode, reporter)
@@ -149,11 +149,10 @@ class Migrate:
         mode: WriteMode,
         reporter: RunReporter,
     ) -> MigrateResult:
-        pipeline = job.params["pipeline"]
         done = {o.stream for o in await self._book.outputs(job.id) if o.loaded}
         await self._book.plan(job.id, rows_total=manifest.rows, load_runtime=CLOUD)
         await self._book.event(job.id, "Loading staged data in the cloud")
-        destination = await self._connect(ctx, pipeline["destination_connection_id"])
+        destination = await self._connect(ctx, snapshot_of(job).destination_connection_id)
         try:
             for staged in manifest.streams:
                 if staged.name in done:
@@ -183,7 +182,7 @@ class Migrate:
             job.id, Phase.DIRECT, f"Copying directly in the cloud (about {total} rows, no staging)"
         )
         await self._book.plan(job.id, load_runtime=CLOUD)
-        destination = await self._connect(ctx, job.params["pipeline"]["destination_connection_id"])
+        destination = await self._connect(ctx, snapshot_of(job).destination_connection_id)
         try:
             for stream in streams:
                 totals = await transfer.direct(
@@ -210,7 +209,7 @@ class Migrate:
                     key=tuple(landing.key),
                 )
             )
-        destination = await self._connect(ctx, job.params["pipeline"]["destination_connection_id"])
+        destination = await self._connect(ctx, snapshot_of(job).destination_connection_id)
         try:
             await destination.test()
         finally:
@@ -244,7 +243,8 @@ class Migrate:
             streams=tuple(StreamCounts(o.stream, o.rows_extracted, o.rows_loaded) for o in outputs),
         )
 
-    async def _connect(self, ctx: TaskContext, connection_id: str) -> Connector:
-        provider, config, workspace_id = await self._book.connection(UUID(connection_id))
+    async def _connect(self, ctx: TaskContext, connection_id: UUID) -> Connector:
+        provider, config, workspace_id = await self._book.connection(connection_id)
         store = self._secrets.for_workspace(workspace_id)
-        return await open_connector(ctx, provider, config, store, self._policy)
+        policy = self._policy.for_workspace(workspace_id) if self._policy else None
+        return await open_connector(ctx, provider, config, store, policy)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 
 import pytest
 
-from setu_server.models import Placement, TaskKind
+from setu_server.models import Placement, RunSnapshot, TaskKind, WriteMode
 from setu_server.service.placement import placement
-from setu_server.service.runs import placement_of
 
 A = uuid.UUID("00000000-0000-0000-0000-00000000000a")
 B = uuid.UUID("00000000-0000-0000-0000-00000000000b")
@@ -63,9 +63,16 @@ def test_an_agent_id_on_a_cloud_connection_does_not_pin_it() -> None:
 
 
 def test_a_run_keeps_its_placement_in_its_snapshot() -> None:
-    where = placement(End(Placement.AGENT, A), End(Placement.AGENT, B))
-
-    class Job:
-        params = {"placement": where.to_dict()}
-
-    assert placement_of(Job()) == where  # type: ignore[arg-type]
+    where = placement(End(Placement.AGENT, A), End(Placement.CLOUD))
+    taken = RunSnapshot(
+        pipeline_name="nightly",
+        source_connection_id=A,
+        destination_connection_id=B,
+        streams=("public.items",),
+        spec={"operators": []},
+        write_mode=WriteMode.UPSERT,
+        placement=where,
+    )
+    saved = json.loads(json.dumps(taken.to_json()))  # as the jsonb column keeps it
+    assert saved["placement"] == {"extract": str(A), "load": "cloud", "flow": "agent → cloud"}
+    assert RunSnapshot.from_json(saved) == taken

@@ -98,18 +98,20 @@ START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 async def test_a_run_on_the_shipped_test_server_reads_back_as_public_values(
     database_url: str, tmp_path: Path
 ) -> None:
-    source = tmp_path / "source.db"
-    with sqlite3.connect(source) as db:
-        db.execute("CREATE TABLE items (id INTEGER PRIMARY KEY)")
-        db.executemany("INSERT INTO items VALUES (?)", [(i,) for i in range(7)])
     clock = FakeClock(START)
     async with (
         local_server(database_url, clock, local_files_root=str(tmp_path)) as server,
         SetuClient(server.address, server.api_key) as client,
     ):
-        made = await client.create_connection("src", "sqlite", {"path": str(source)})
+        # Cloud connections use files only in their workspace's folder.
+        folder = tmp_path / server.workspace_id
+        folder.mkdir()
+        with sqlite3.connect(folder / "source.db") as db:
+            db.execute("CREATE TABLE items (id INTEGER PRIMARY KEY)")
+            db.executemany("INSERT INTO items VALUES (?)", [(i,) for i in range(7)])
+        made = await client.create_connection("src", "sqlite", {"path": str(folder / "source.db")})
         into = await client.create_connection(
-            "dst", "sqlite", {"path": str(tmp_path / "dst.db"), "create": True}
+            "dst", "sqlite", {"path": str(folder / "dst.db"), "create": True}
         )
         pipeline = await client.create_pipeline("copy", made.id, into.id, streams=["items"])
         ready = await client.submit_run(pipeline.id, start=False)
@@ -124,6 +126,7 @@ async def test_a_run_on_the_shipped_test_server_reads_back_as_public_values(
             with pytest.raises(JobNotFound) as not_found:
                 await stranger.get_job(ready.id)
 
+    assert outcome.state is JobState.SUCCEEDED, outcome.error_message
     assert (outcome.state, str(outcome.state), outcome.terminal) == (
         JobState.SUCCEEDED,
         "JobState.SUCCEEDED",

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import date, datetime, time
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, Protocol
 
 from setu_agent.engine import transfer
@@ -47,8 +48,19 @@ class ConnectPolicy(Protocol):
     """What this runtime lets a connection reach. The cloud's keeps tenants
     off the server's own files, sockets, networks and credentials."""
 
-    # Vets every address a connection opens a socket to.
-    egress: Egress | None
+    @property
+    def egress(self) -> Egress | None:
+        """Vets every address a connection opens a socket to."""
+        ...
+
+    @property
+    def files_root(self) -> Path | None:
+        """The folder every local file of the connection must stay inside."""
+        ...
+
+    def for_workspace(self, workspace_id: object) -> ConnectPolicy:
+        """The policy as one workspace's connections meet it (its own files)."""
+        ...
 
     def __call__(self, provider: str, config: dict[str, Any]) -> dict[str, Any]:
         """The resolved config to connect with, or ConfigError."""
@@ -195,9 +207,8 @@ class EngineHandlers:
     async def _connect(self, ctx: TaskContext, connection: ConnectionSpec) -> Connector:
         workspace = ctx.task.payload.get("workspace_id")
         store = self._secrets.for_workspace(workspace) if workspace else self._secrets
-        return await open_connector(
-            ctx, connection.provider, connection.config, store, self._policy
-        )
+        policy = self._policy.for_workspace(workspace) if self._policy else None
+        return await open_connector(ctx, connection.provider, connection.config, store, policy)
 
     @asynccontextmanager
     async def _connected(
@@ -237,7 +248,9 @@ async def open_connector(
     resolved = secrets.resolve(config, ctx.redact)
     if policy is None:
         return await get_provider(provider).connect(resolved)
-    return await get_provider(provider).connect(policy(provider, resolved), policy.egress)
+    return await get_provider(provider).connect(
+        policy(provider, resolved), policy.egress, root=policy.files_root
+    )
 
 
 def _connection(ctx: TaskContext) -> ConnectionSpec:

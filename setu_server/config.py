@@ -56,8 +56,8 @@ class Settings:
     local_files_root: str = field(
         default="",
         metadata={
-            "help": "the only folder cloud connections may read or write files in "
-            "(default DATA_DIR/files)"
+            "help": "holds a folder per workspace, ROOT/<workspace id>/, the only place its "
+            "cloud connections may read or write files (default DATA_DIR/files)"
         },
     )
     secrets_file: str = field(

@@ -7,8 +7,13 @@ folder), its secrets file, its S3 credentials, services listening on its
 loopback interface.
 
 - Local files (a `sqlite` path, a `file` url) and PostgreSQL Unix sockets
-  must lie under one folder (SETU_LOCAL_FILES_ROOT); the connector gets the
-  resolved path, so what was checked is what is opened.
+  must lie in the connection's workspace folder, `<SETU_LOCAL_FILES_ROOT>/
+  <workspace id>/`: one workspace never reaches another's files. A relative
+  path is taken from that folder. Every path is resolved with its links
+  followed; the connector gets the resolved path, and the folder, which it
+  checks again for every file a folder lists (a link inside may lead out).
+  A root of `/` confines nothing, so it is one folder shared by all
+  workspaces (tests, single-tenant setups).
 - Every socket goes to an address vetted by `egress` (setu_agent/engine/
   egress.py): no loopback, private, link-local or metadata address unless
   the operator allows its network, and never Setu's own database.
@@ -20,6 +25,7 @@ A connection placed on an agent is bound by the agent's host only.
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -29,9 +35,42 @@ from setu_agent.engine.providers.base import ConfigError
 
 
 class CloudPolicy:
-    def __init__(self, local_root: Path, egress: AddressPolicy | None = None) -> None:
+    """The cloud's rules for one workspace's connections (`for_workspace`);
+    the server holds one unbound, which refuses every local path."""
+
+    def __init__(
+        self,
+        local_root: Path,
+        egress: AddressPolicy | None = None,
+        workspace_id: str | None = None,
+    ) -> None:
         self._root = local_root.resolve()
         self.egress = egress or AddressPolicy()
+        self._workspace = workspace_id
+
+    def for_workspace(self, workspace_id: object) -> CloudPolicy:
+        """These rules as one workspace's connections meet them."""
+        try:
+            workspace = str(uuid.UUID(str(workspace_id)))  # never a path of its own
+        except ValueError:
+            workspace = None
+        return CloudPolicy(self._root, self.egress, workspace)
+
+    @property
+    def files_root(self) -> Path | None:
+        """The folder every local file of the connection must resolve inside;
+        None when unbound (no local file passes `__call__` then)."""
+        if self._shared:
+            return self._root
+        if self._workspace is None:
+            return None
+        return (self._root / self._workspace).resolve()
+
+    @property
+    def _shared(self) -> bool:
+        # A root of / confines nothing: splitting it per workspace would put
+        # files in /<workspace id>/, which helps no one.
+        return self._root == Path(self._root.anchor)
 
     def __call__(self, provider: str, config: dict[str, Any]) -> dict[str, Any]:
         """The config to connect with (paths resolved); ConfigError when the
@@ -54,11 +93,25 @@ class CloudPolicy:
         return config
 
     def _local(self, path: str, field: str) -> str:
-        resolved = Path(path).expanduser().resolve()
-        if not resolved.is_relative_to(self._root):
+        root = self.files_root
+        if root is None:
             raise ConfigError(
-                f"{field}: a cloud connection may only use files under {self._root}; "
-                f"move the file there, or place the connection on an agent that can reach it"
+                f"{field}: this cloud task names no workspace, so it may use no local files"
+            )
+        if not self._shared:
+            # Made on first use, so a workspace's relative paths have a home.
+            root.mkdir(parents=True, exist_ok=True)
+        # Relative to the workspace folder (`path: crm.db`); `..` and links
+        # are resolved before the check, so neither leads out of it.
+        try:
+            resolved = (root / path).resolve()
+        except RuntimeError as exc:  # a loop of links
+            raise ConfigError(f"{field}: {exc}") from exc
+        if not resolved.is_relative_to(root):
+            raise ConfigError(
+                f"{field}: a cloud connection may only use files under its workspace "
+                f"folder {root}/; give a path inside it (or relative to it), or place the "
+                f"connection on an agent that can reach the file"
             )
         return str(resolved)
 

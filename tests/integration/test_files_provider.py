@@ -19,6 +19,7 @@ from setu_agent.engine import s3
 from setu_agent.engine.providers import get_provider
 from setu_agent.engine.providers.base import ConfigError, Connector, ProviderError, WriteMode
 from setu_agent.engine.providers.files import PROVIDER
+from setu_agent.engine.providers.files_storage import _LocalFiles
 from setu_agent.engine.s3 import s3_client
 from setu_agent.engine.secrets import SecretStore
 from setu_agent.engine.types import Batch, Column, Stream
@@ -575,3 +576,101 @@ def test_a_valid_s3_config_with_secret_references_passes() -> None:
             "columns": {"events": {"id": "bigint"}},
         }
     )
+
+
+# -- a folder confined to a root (the cloud's workspace folder) -------------------
+
+
+@dataclass
+class Confined:
+    root: Path  # the workspace folder
+    folder: Path  # the connection's folder inside it
+    outside: Path  # a file beyond the root
+
+    async def connect(self, **options: Any) -> Connector:
+        config = {"url": str(self.folder), "format": "csv", **options}
+        return await PROVIDER.connect(config, root=self.root)
+
+
+@pytest.fixture
+def confined(tmp_path: Path) -> Confined:
+    root = tmp_path / "workspace"
+    (root / "data").mkdir(parents=True)
+    outside = tmp_path / "outside.csv"
+    outside.write_text("id,name\n1,secret\n")
+    return Confined(root.resolve(), (root / "data").resolve(), outside)
+
+
+async def test_a_confined_folder_lists_no_link_that_leads_outside_its_root(
+    confined: Confined,
+) -> None:
+    (confined.folder / "users.csv").write_text("id,name\n1,Ada\n")
+    (confined.folder / "theirs.csv").symlink_to(confined.outside)
+    connector = await confined.connect()
+    try:
+        with pytest.raises(ProviderError, match=r"theirs\.csv leads outside the workspace folder"):
+            await connector.discover()
+    finally:
+        await connector.close()
+
+
+async def test_a_confined_folder_follows_a_link_that_stays_inside_its_root(
+    confined: Confined,
+) -> None:
+    (confined.root / "users.csv").write_text("id,name\n1,Ada\n")
+    (confined.folder / "users.csv").symlink_to(confined.root / "users.csv")
+    connector = await confined.connect()
+    try:
+        [stream] = await connector.discover()
+        assert await read_all(connector, stream) == [[(1, "Ada")]]
+    finally:
+        await connector.close()
+
+
+@pytest.mark.parametrize("mode", [WriteMode.APPEND, WriteMode.UPSERT, WriteMode.OVERWRITE])
+async def test_a_confined_write_neither_reads_nor_replaces_a_file_outside_its_root(
+    confined: Confined, mode: WriteMode
+) -> None:
+    (confined.folder / "users.csv").symlink_to(confined.outside)
+    connector = await confined.connect()
+    try:
+        with pytest.raises(ProviderError, match=r"users\.csv leads outside the workspace folder"):
+            await connector.write("users", ROWS, batches_of(NEW), mode, ["id"])
+    finally:
+        await connector.close()
+    assert confined.outside.read_text() == "id,name\n1,secret\n"
+    assert (confined.folder / "users.csv").is_symlink()
+
+
+async def test_a_link_swapped_in_after_the_check_is_not_followed(confined: Confined) -> None:
+    checked = confined.folder / "users.csv"
+    checked.write_text("id,name\n1,Ada\n")
+
+    class Raced(_LocalFiles):
+        """The path passes the check, then becomes a link before it is opened."""
+
+        def _inside(self, ref: str | Path) -> Path:
+            real = super()._inside(ref)
+            real.unlink()
+            real.symlink_to(confined.outside)
+            return real
+
+    storage = Raced(confined.folder, single=False, root=confined.root)
+    with pytest.raises(ProviderError, match=r"cannot open .*users\.csv"):
+        async for _ in storage.chunks(str(checked)):
+            pass
+
+
+@pytest.mark.parametrize("stream", ["../escape", "a/../../escape", "..", "a\\b", "nul\x00"])
+async def test_a_stream_name_is_one_file_name_inside_the_folder(
+    tmp_path: Path, stream: str
+) -> None:
+    folder = tmp_path / "deep" / "data"
+    connector = await PROVIDER.connect({"url": str(folder), "format": "csv"})
+    try:
+        with pytest.raises(ProviderError, match="cannot name a file"):
+            await connector.write(stream, ROWS, batches_of(NEW), WriteMode.APPEND, [])
+    finally:
+        await connector.close()
+    assert not (tmp_path / "deep" / "escape.csv").exists()
+    assert not (tmp_path / "escape.csv").exists()

@@ -570,3 +570,17 @@ def test_config_errors_name_the_field(config: dict[str, Any], message: str) -> N
 
 def test_a_good_config_validates() -> None:
     PROVIDER.validate_config({"path": "relative/file.db", "create": True})
+
+
+async def test_a_confined_connection_opens_no_file_outside_its_root(tmp_path: Path) -> None:
+    root = (tmp_path / "workspace").resolve()
+    root.mkdir()
+    outside = tmp_path / "outside.db"
+    sqlite3.connect(outside).close()
+    inside = await PROVIDER.connect({"path": str(root / "mine.db"), "create": True}, root=root)
+    await inside.close()
+    with pytest.raises(ConfigError, match="may only use files under"):
+        await PROVIDER.connect({"path": str(outside)}, root=root)
+    (root / "link.db").symlink_to(outside)
+    with pytest.raises(ConfigError, match="may only use files under"):
+        await PROVIDER.connect({"path": str(root / "link.db")}, root=root)

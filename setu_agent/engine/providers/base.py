@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from setu_agent.engine.types import Batch, Column, Stream
@@ -92,9 +93,13 @@ class Provider(Protocol):
         ({"$secret": NAME}) are allowed where a value is a credential."""
         ...
 
-    async def connect(self, config: dict[str, Any], egress: Egress | None = None) -> Connector:
+    async def connect(
+        self, config: dict[str, Any], egress: Egress | None = None, *, root: Path | None = None
+    ) -> Connector:
         """Opens a connector on the resolved config, to addresses `egress`
-        allows; raises ProviderError. Never falls back to the process's
+        allows, on local files that resolve inside `root` (the cloud's
+        workspace folder; None where the runtime's own file system is the
+        limit); raises ProviderError. Never falls back to the process's
         environment or files for what the config leaves out."""
         ...
 

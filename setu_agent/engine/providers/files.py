@@ -482,7 +482,9 @@ class FileProvider:
     def validate_config(self, config: dict[str, Any]) -> None:
         parse_config(config, resolved=False)
 
-    async def connect(self, config: dict[str, Any], egress: Egress | None = None) -> Connector:
+    async def connect(
+        self, config: dict[str, Any], egress: Egress | None = None, *, root: Path | None = None
+    ) -> Connector:
         parsed = parse_config(config, resolved=True)
         named_file = PurePosixPath(parsed.url).suffix.lower() in FORMATS
         if parsed.s3 is not None:
@@ -493,7 +495,7 @@ class FileProvider:
             return FileConnector(parsed, _S3Files(settings, bucket, key, single))
         path = Path(parsed.url)
         single = named_file or await asyncio.to_thread(path.is_file)
-        return FileConnector(parsed, _LocalFiles(path, single))
+        return FileConnector(parsed, _LocalFiles(path, single, root))
 
 
 PROVIDER = FileProvider()

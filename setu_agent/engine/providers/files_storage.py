@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncGenerator
 from contextlib import AsyncExitStack, aclosing
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
@@ -56,14 +56,46 @@ class _Storage(Protocol):
 
 
 def _check_stream_name(stream: str) -> None:
-    if not stream or "/" in stream or "\\" in stream or stream in (".", ".."):
-        raise ProviderError(f"stream name {stream!r} cannot name a file")
+    # A stream's name is one file name inside the folder, never a path.
+    if not stream or any(c in stream for c in "/\\\x00") or stream in (".", ".."):
+        raise ProviderError(
+            f"stream name {stream!r} cannot name a file (no path separators, no . or ..); "
+            f"name its file in the pipeline's spec.destination"
+        )
+
+
+# Opening a file does not follow a link at its last step: a link swapped in
+# after the path was resolved and checked is refused, not followed. (0 where
+# the platform has no such flag.)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _open_nofollow(path: Path) -> BinaryIO:
+    return os.fdopen(os.open(path, os.O_RDONLY | _NOFOLLOW), "rb")
 
 
 class _LocalFiles:
-    def __init__(self, path: Path, single: bool) -> None:
+    """A local folder or file. With a `root` (the cloud's workspace folder),
+    every path is resolved, links followed, and must stay inside it: a link
+    in a folder cannot lend another workspace's file, or the server's."""
+
+    def __init__(self, path: Path, single: bool, root: Path | None = None) -> None:
         self.path = path
         self.single = single
+        self.root = root
+
+    def _inside(self, ref: str | Path) -> Path:
+        """The real path of ref, checked against the root (blocking I/O)."""
+        try:
+            real = Path(ref).resolve()
+        except RuntimeError as exc:  # a loop of links
+            raise ProviderError(f"cannot resolve {Path(ref).name}: {exc}") from exc
+        if self.root is not None and not real.is_relative_to(self.root):
+            raise ProviderError(
+                f"{Path(ref).name} leads outside the workspace folder {self.root}/; "
+                f"a cloud connection reads and writes only files inside it"
+            )
+        return real
 
     def target(self, stream: str, ext: str) -> str:
         _check_stream_name(stream)
@@ -75,8 +107,12 @@ class _LocalFiles:
     async def list_files(self, ext: str) -> list[str]:
         def scan() -> list[str]:
             if self.single:
-                return [str(self.path)] if self.path.is_file() else []
-            return sorted(str(p) for p in self.path.iterdir() if p.suffix == ext and p.is_file())
+                found = [self.path] if self.path.is_file() else []
+            else:
+                found = [p for p in self.path.iterdir() if p.suffix == ext and p.is_file()]
+            for path in found:
+                self._inside(path)
+            return sorted(str(p) for p in found)
 
         try:
             return await asyncio.to_thread(scan)
@@ -85,7 +121,8 @@ class _LocalFiles:
 
     async def chunks(self, ref: str) -> AsyncGenerator[list[bytes], None]:
         try:
-            source = await asyncio.to_thread(open, ref, "rb")
+            real = await asyncio.to_thread(self._inside, ref)
+            source = await asyncio.to_thread(_open_nofollow, real)
         except OSError as exc:
             raise ProviderError(f"cannot open {ref}: {exc.strerror or exc}") from exc
         try:
@@ -97,22 +134,29 @@ class _LocalFiles:
             source.close()
 
     async def exists(self, ref: str) -> bool:
-        return await asyncio.to_thread(os.path.isfile, ref)
+        return await asyncio.to_thread(lambda: self._inside(ref).is_file())
 
     async def temp_file(self, ref: str) -> Path:
         # Beside the target, so the final rename stays on one filesystem.
         path = Path(ref)
         try:
             await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+            path = await asyncio.to_thread(self._inside, path)
         except OSError as exc:
             raise ProviderError(f"cannot create {path.parent}: {exc.strerror or exc}") from exc
         return path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
 
     async def copy_to(self, ref: str, temp: Path) -> None:
-        await asyncio.to_thread(shutil.copyfile, ref, temp)
+        def copy() -> None:
+            with _open_nofollow(self._inside(ref)) as source, temp.open("wb") as out:
+                shutil.copyfileobj(source, out)
+
+        await asyncio.to_thread(copy)
 
     async def commit(self, ref: str, temp: Path) -> None:
-        await asyncio.to_thread(os.replace, temp, ref)
+        # Into the resolved path: a link to a file inside the root keeps
+        # pointing at the new content.
+        await asyncio.to_thread(lambda: os.replace(temp, self._inside(ref)))
 
     async def test(self, ext: str) -> str:
         def check() -> str:

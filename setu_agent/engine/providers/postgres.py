@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import ssl
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -166,8 +167,9 @@ class PostgresProvider:
             raise ConfigError("config.connect_timeout: seconds, more than 0 and at most 300")
 
     async def connect(
-        self, config: dict[str, Any], egress: Egress | None = None
+        self, config: dict[str, Any], egress: Egress | None = None, *, root: Path | None = None
     ) -> PostgresConnector:
+        # `root` confines nothing here: the runtime's policy placed a socket folder.
         host = config.get("host", "localhost")
         port = int(config.get("port", 5432))
         where = f"{host}:{port}/{config['database']}"

@@ -41,12 +41,22 @@ class SqliteProvider:
     def validate_config(self, config: dict[str, Any]) -> None:
         _parse_config(config)
 
-    async def connect(self, config: dict[str, Any], egress: Egress | None = None) -> Connector:
-        # A file, no socket: the runtime's policy already placed the path.
+    async def connect(
+        self, config: dict[str, Any], egress: Egress | None = None, *, root: Path | None = None
+    ) -> Connector:
+        # A file, no socket: the runtime's policy already placed the path
+        # (resolved, so no link in it); checked again against `root`.
         path, create = _parse_config(config)
+        if root is not None and not path.is_relative_to(root):
+            raise ConfigError(f"config.path: a cloud connection may only use files under {root}/")
         if not path.exists() and not create:
             raise ProviderError(f"no SQLite database at {path}")
         conn = await _in_thread(_open, path, "rwc" if create else "ro")
+        if root is not None and path.is_symlink():
+            # sqlite3 cannot open with O_NOFOLLOW: a link swapped in since the
+            # path was resolved is caught here instead, before any use.
+            await _in_thread(conn.close)
+            raise ProviderError(f"sqlite: {path.name} became a link while it was opened")
         return SqliteConnector(path, conn, writable=create)
 
 

@@ -77,7 +77,7 @@ class GrpcTaskSource:
         request = pb.HeartbeatRequest(
             task_id=task.id,
             lease_token=task.lease_token,
-            progress=ParseDict(progress, pb.TaskProgress(), ignore_unknown_fields=True),
+            progress=ParseDict(progress, pb.TaskProgress()),
         )
         answer: pb.HeartbeatResponse = await self._call(self._stub.Heartbeat, request)
         return answer.cancel_requested

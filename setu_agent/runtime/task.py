@@ -14,6 +14,8 @@ from setu_agent.results import TaskResult
 
 # Shorter values (a port, "on") would blank out unrelated text.
 MIN_REDACTED = 3
+# What a heartbeat carries (TaskProgress in protos/setu/v1/agents.proto).
+PROGRESS_FIELDS = frozenset({"rows_read", "rows_written", "stream", "message"})
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,11 @@ class TaskContext:
         return text
 
     def report(self, **progress: Any) -> None:
-        """Progress to send with the next heartbeat (rows_read, rows_written, stream, message)."""
+        """Progress to send with the next heartbeat (rows_read, rows_written,
+        stream, message); any other name is a TypeError here, at its source."""
+        unknown = sorted(set(progress) - PROGRESS_FIELDS)
+        if unknown:
+            raise TypeError(f"no progress field(s) {', '.join(unknown)}")
         self.progress.update(progress)
 
     def check_cancelled(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from setu_agent.results import PreviewResult, TestResult
 from setu_client._proto.setu.v1 import common_pb2, connections_pb2_grpc
 from setu_client._proto.setu.v1 import connections_pb2 as pb
 from setu_client.errors import Aborted, InvalidArgument
@@ -46,9 +47,11 @@ class ConnectionServicer(connections_pb2_grpc.ConnectionServiceServicer):
             {},
             request.timeout_seconds,
         )
-        result = job.result or {}
-        ok = job.state is JobState.SUCCEEDED and bool(result.get("ok"))
-        message = str(result.get("message", "")) if job.result else job.error_message
+        if job.state is JobState.SUCCEEDED:
+            tested = TestResult.from_json(job.result)
+            ok, message = tested.ok, tested.message
+        else:
+            ok, message = False, job.error_message
         return pb.TestConnectionResponse(
             ok=ok, message=message, job_id=str(job.id), runtime=runtime
         )
@@ -77,10 +80,10 @@ class ConnectionServicer(connections_pb2_grpc.ConnectionServiceServicer):
             params,
             request.timeout_seconds,
         )
-        result = _succeeded(job)
+        result = PreviewResult.from_json(_succeeded(job))
         answer = pb.PreviewStreamResponse(job_id=str(job.id), runtime=runtime)
-        answer.columns.extend(column(c) for c in result.get("columns", []))
-        for row in result.get("rows", []):
+        answer.columns.extend(column(c.to_dict()) for c in result.columns)
+        for row in result.rows:
             answer.rows.add().update(row)
         return answer
 

@@ -9,9 +9,12 @@ import math
 from decimal import Decimal
 from urllib.parse import quote, quote_plus
 
+import pytest
+
 from setu_agent.engine.secrets import SecretStore
 from setu_agent.handlers import jsonable
-from setu_agent.runtime.task import LeasedTask, TaskContext
+from setu_agent.runtime.task import PROGRESS_FIELDS, LeasedTask, TaskContext
+from setu_client._proto.setu.v1 import agents_pb2 as pb
 
 
 def context() -> TaskContext:
@@ -57,3 +60,16 @@ def test_preview_values_are_json() -> None:
     assert jsonable(-math.inf) == "-inf"
     assert jsonable(2.5) == 2.5
     assert jsonable(b"\x00\x01") == "AAE="
+
+
+def test_a_misspelt_progress_field_fails_where_it_is_reported() -> None:
+    ctx = context()
+    with pytest.raises(TypeError, match="no progress field"):
+        ctx.report(rows_reed=10)
+    assert ctx.progress == {}
+    ctx.report(rows_read=10, stream="items")
+    assert ctx.progress == {"rows_read": 10, "stream": "items"}
+
+
+def test_progress_fields_are_the_heartbeats() -> None:
+    assert set(pb.TaskProgress.DESCRIPTOR.fields_by_name) == PROGRESS_FIELDS

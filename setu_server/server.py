@@ -9,6 +9,7 @@ import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -33,9 +34,10 @@ from setu_client._proto.setu.v1 import (
 )
 from setu_client.clock import Clock, SystemClock
 from setu_server.config import Settings
-from setu_server.maintenance.janitor import Janitor
-from setu_server.maintenance.reaper import Reaper
-from setu_server.maintenance.scheduler import Scheduler
+from setu_server.maintenance.janitor import Janitor, JanitorSettings
+from setu_server.maintenance.periodic import PeriodicService
+from setu_server.maintenance.reaper import Reaper, ReaperSettings
+from setu_server.maintenance.scheduler import Scheduler, SchedulerSettings
 from setu_server.rpc import reflection
 from setu_server.rpc.admin import AdminServicer
 from setu_server.rpc.agents import AgentServicer
@@ -127,6 +129,12 @@ class Services:
     blob: BlobStore
     connection_ops: ConnectionOps
 
+    @property
+    def maintenance(self) -> tuple[PeriodicService[Any], ...]:
+        """The background loops: started together when the services are
+        built, stopped together when the server stops."""
+        return (self.reaper, self.scheduler, self.janitor)
+
 
 @dataclass
 class Running:
@@ -173,6 +181,7 @@ class Running:
         await parts.worker.stop(grace)
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
+        await asyncio.gather(*(service.stop() for service in parts.maintenance))
         for task in parts.background:
             task.cancel()
         await asyncio.gather(*parts.background, return_exceptions=True)
@@ -238,14 +247,28 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
     runs_service = RunService(pool, clock, lifecycle, where)
     outcomes = TaskOutcomes(lifecycle, clock.sql_now, runs_service)
     task_service = TaskService(pool, clock, lifecycle, signals, policy, outcomes)
-    reaper = Reaper(task_service, settings.reaper_interval_seconds)
-    scheduler = Scheduler(pool, clock, runs_service, settings.scheduler_interval_seconds)
+    reaper = Reaper(
+        pool,
+        clock,
+        lifecycle,
+        task_service.outcomes,
+        ReaperSettings(
+            interval_seconds=settings.reaper_interval_seconds,
+            retry_backoff_seconds=policy.retry_backoff_seconds,
+            max_backoff_seconds=policy.max_backoff_seconds,
+        ),
+    )
+    scheduler = Scheduler(
+        pool, clock, runs_service, SchedulerSettings(settings.scheduler_interval_seconds)
+    )
     janitor = Janitor(
         pool,
         clock,
         blob,
-        settings.staged_retention_hours * 3600,
-        settings.janitor_interval_seconds,
+        JanitorSettings(
+            interval_seconds=settings.janitor_interval_seconds,
+            retention_seconds=settings.staged_retention_hours * 3600,
+        ),
     )
     secrets = SecretStore.from_file(
         Path(settings.secrets_file) if settings.secrets_file else None,
@@ -273,12 +296,9 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
     worker = cloud_worker(task_service, handlers, settings.worker_concurrency)
     job_service = JobService(pool, clock, hub, lifecycle, dispatcher=runs_service)
     background = [
-        asyncio.create_task(reaper.run(), name="setu-reaper"),
-        asyncio.create_task(scheduler.run(), name="setu-scheduler"),
-        asyncio.create_task(janitor.run(), name="setu-janitor"),
         asyncio.create_task(worker.run(), name="setu-cloud-worker"),
     ]
-    return Services(
+    services = Services(
         pool=pool,
         hub=hub,
         signals=signals,
@@ -300,6 +320,9 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         blob=blob,
         connection_ops=ConnectionOps(pool, clock, job_service),
     )
+    for service in services.maintenance:
+        service.start()
+    return services
 
 
 async def start(settings: Settings, url: str, clock: Clock | None = None) -> Running:

@@ -9,13 +9,14 @@ the next pass tries it again.
 
 from __future__ import annotations
 
-import asyncio
 import logging
+from dataclasses import dataclass, field
 from uuid import UUID
 
 from setu_agent.engine.blob import BlobStore
 from setu_agent.engine.staging import is_run_prefix, run_prefix
 from setu_client.clock import Clock
+from setu_server.maintenance.periodic import PeriodicService
 from setu_server.models import StagedRun
 from setu_server.store import runs
 from setu_server.store.db import Database, transaction
@@ -33,56 +34,59 @@ def own_prefixes(run: StagedRun) -> set[str]:
     return found
 
 
-BATCH = 50
+@dataclass(frozen=True)
+class JanitorSettings:
+    interval_seconds: float = 60.0
+    retention_seconds: float = 24 * 3600.0
+    # Runs looked at per pass, purged or skipped.
+    batch: int = 50
 
 
-class Janitor:
+@dataclass(frozen=True)
+class JanitorResult:
+    purged: list[UUID] = field(default_factory=list)
+    # Runs whose delete failed this pass; the next pass tries them again.
+    skipped: list[UUID] = field(default_factory=list)
+
+
+class Janitor(PeriodicService[JanitorResult]):
+    name = "janitor"
+
     def __init__(
         self,
-        pool: Database,
+        db: Database,
         clock: Clock,
         blob: BlobStore,
-        retention_seconds: float,
-        interval: float = 60.0,
+        settings: JanitorSettings | None = None,
     ) -> None:
-        self._pool = pool
+        self.settings = settings or JanitorSettings()
+        super().__init__(self.settings.interval_seconds)
+        self._db = db
         self._clock = clock
         self._blob = blob
-        self._retention = retention_seconds
-        self._interval = interval
 
-    async def run_once(self) -> int:
+    async def run_once(self) -> JanitorResult:
         """Purges up to a batch of expired runs, each in its own short
-        transaction (a slow or failing delete holds one run, not many);
-        returns how many were purged."""
-        purged = 0
+        transaction (a slow or failing delete holds one run, not many)."""
+        purged: list[UUID] = []
         skipped: list[UUID] = []
-        while purged + len(skipped) < BATCH:
-            async with transaction(self._pool) as conn:
+        while len(purged) + len(skipped) < self.settings.batch:
+            async with transaction(self._db) as conn:
                 due = await runs.runs_to_purge(
-                    conn, self._clock.sql_now(), self._retention, 1, skipped
+                    conn, self._clock.sql_now(), self.settings.retention_seconds, 1, skipped
                 )
                 if not due:
                     break
                 run = due[0]
-                job_id = run.id
                 try:
                     for prefix in sorted(own_prefixes(run)):
                         await self._blob.delete_prefix(prefix)
                 except Exception:
-                    log.exception("could not purge staged data", extra={"job_id": str(job_id)})
-                    skipped.append(job_id)  # left for the next pass
+                    log.exception("could not purge staged data", extra={"job_id": str(run.id)})
+                    skipped.append(run.id)  # left for the next pass
                     continue
-                await runs.mark_staged_purged(conn, [job_id], self._clock.sql_now())
-                purged += 1
+                await runs.mark_staged_purged(conn, [run.id], self._clock.sql_now())
+                purged.append(run.id)
         if purged:
-            log.info("staged data purged", extra={"runs": purged})
-        return purged
-
-    async def run(self) -> None:
-        while True:
-            try:
-                await self.run_once()
-            except Exception:
-                log.exception("janitor pass failed; trying again next interval")
-            await asyncio.sleep(self._interval)
+            log.info("staged data purged", extra={"runs": len(purged)})
+        return JanitorResult(purged, skipped)

@@ -3,32 +3,109 @@ when attempts are spent. Safe on every replica at once (SKIP LOCKED)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+from uuid import UUID
 
-from setu_server.service.tasks import TaskService
+from setu_client.clock import Clock
+from setu_server.maintenance.periodic import PeriodicService
+from setu_server.models import EventLevel, Job, Task, TaskState, runtime_name
+from setu_server.service.lifecycle import JobLifecycle
+from setu_server.store import jobs, tasks
+from setu_server.store.db import Database, Executor, transaction
 
 log = logging.getLogger(__name__)
 
 
-class Reaper:
-    def __init__(self, tasks: TaskService, interval_seconds: float = 5.0) -> None:
-        self._tasks = tasks
-        self._interval = interval_seconds
+class FailedTasks(Protocol):
+    """What happens to a job whose task failed for good (service/outcomes.py)."""
 
-    async def run_once(self) -> int:
-        """Reap until no expired lease is left; returns how many were reaped."""
-        total = 0
-        while reaped := await self._tasks.reap():
-            total += reaped
-        if total:
-            log.info("reaped expired leases", extra={"tasks": total})
-        return total
+    async def failed(self, db: Executor, task: Task) -> list[Job]: ...
 
-    async def run(self) -> None:
-        while True:
-            try:
-                await self.run_once()
-            except Exception:
-                log.exception("reaper pass failed; trying again next interval")
-            await asyncio.sleep(self._interval)
+
+@dataclass(frozen=True)
+class ReaperSettings:
+    interval_seconds: float = 5.0
+    # Leases reaped per transaction; a pass repeats until none is left.
+    batch: int = 500
+    # A requeued task waits this long, doubling per attempt, as a failed one does.
+    retry_backoff_seconds: float = 5.0
+    max_backoff_seconds: float = 600.0
+
+
+@dataclass(frozen=True)
+class ReapResult:
+    requeued: list[UUID] = field(default_factory=list)
+    failed: list[UUID] = field(default_factory=list)
+
+    @property
+    def reaped(self) -> int:
+        return len(self.requeued) + len(self.failed)
+
+
+class Reaper(PeriodicService[ReapResult]):
+    name = "reaper"
+
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        lifecycle: JobLifecycle,
+        outcomes: FailedTasks,
+        settings: ReaperSettings | None = None,
+    ) -> None:
+        self.settings = settings or ReaperSettings()
+        super().__init__(self.settings.interval_seconds)
+        self._db = db
+        self._clock = clock
+        self._lifecycle = lifecycle
+        self._outcomes = outcomes
+
+    async def run_once(self) -> ReapResult:
+        """Reap until no expired lease is left."""
+        requeued: list[UUID] = []
+        failed: list[UUID] = []
+        while reaped := await self._reap_batch():
+            requeued += [t.id for t in reaped if t.state is TaskState.PENDING]
+            failed += [t.id for t in reaped if t.state is not TaskState.PENDING]
+        result = ReapResult(requeued, failed)
+        if result.reaped:
+            log.info(
+                "reaped expired leases", extra={"requeued": len(requeued), "failed": len(failed)}
+            )
+        return result
+
+    async def _reap_batch(self) -> list[Task]:
+        """One transaction: requeue (or fail, with attempts spent) a batch of
+        tasks whose lease ran out, with their events and job outcomes."""
+        now = self._clock.sql_now()
+        async with transaction(self._db) as conn:
+            reaped = await tasks.reap_expired_leases(
+                conn,
+                batch=self.settings.batch,
+                backoff_seconds=self.settings.retry_backoff_seconds,
+                max_backoff=self.settings.max_backoff_seconds,
+                now=now,
+            )
+            changed: list[Job] = []
+            for task in reaped:
+                if task.state is TaskState.PENDING:
+                    await jobs.insert_job_event(
+                        conn,
+                        task.job_id,
+                        f"Lease of task {task.kind.value} expired: {runtime_name(task.runtime)} "
+                        f"stopped heartbeating; requeued (attempt {task.attempt} of "
+                        f"{task.max_attempts})",
+                        now=now,
+                        level=EventLevel.WARNING,
+                    )
+                else:
+                    lost = replace(
+                        task,
+                        error_message=f"lease expired {task.max_attempts} times: "
+                        f"{runtime_name(task.runtime)} stopped heartbeating; giving up",
+                    )
+                    changed += await self._outcomes.failed(conn, lost)
+        self._lifecycle.published(changed)
+        return reaped

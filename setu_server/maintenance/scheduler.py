@@ -10,11 +10,13 @@ no server ran collapse into one run, for the oldest of them.
 
 from __future__ import annotations
 
-import asyncio
 import logging
+from dataclasses import dataclass, field
+from uuid import UUID
 
 from setu_client.clock import Clock
 from setu_client.errors import AlreadyExists
+from setu_server.maintenance.periodic import PeriodicService
 from setu_server.service.pipelines import next_tick
 from setu_server.service.runs import RunService
 from setu_server.store import runs
@@ -22,42 +24,55 @@ from setu_server.store.db import Database, transaction
 
 log = logging.getLogger(__name__)
 
-BATCH = 100
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    interval_seconds: float = 1.0
+    # Due pipelines fired per pass.
+    batch: int = 100
 
 
-class Scheduler:
+@dataclass(frozen=True)
+class ScheduleResult:
+    # The runs this pass created (a tick that cannot run is a failed run).
+    created: list[UUID] = field(default_factory=list)
+    # Due pipelines whose tick already had its run (another replica's).
+    already_fired: list[UUID] = field(default_factory=list)
+
+
+class Scheduler(PeriodicService[ScheduleResult]):
+    name = "scheduler"
+
     def __init__(
-        self, pool: Database, clock: Clock, runs_service: RunService, interval: float = 1.0
+        self,
+        db: Database,
+        clock: Clock,
+        runs_service: RunService,
+        settings: SchedulerSettings | None = None,
     ) -> None:
-        self._pool = pool
+        self.settings = settings or SchedulerSettings()
+        super().__init__(self.settings.interval_seconds)
+        self._db = db
         self._clock = clock
         self._runs = runs_service
-        self._interval = interval
 
-    async def run_once(self) -> int:
-        """Fires every due tick; returns the runs created."""
-        created = 0
-        async with transaction(self._pool) as conn:
-            due = await runs.due_pipelines(conn, self._clock.sql_now(), BATCH)
+    async def run_once(self) -> ScheduleResult:
+        """Fires every due tick."""
+        created: list[UUID] = []
+        already: list[UUID] = []
+        async with transaction(self._db) as conn:
+            due = await runs.due_pipelines(conn, self._clock.sql_now(), self.settings.batch)
             for pipeline_id, workspace_id, schedule, tick in due:
                 pipeline = await runs.pipeline_for_run(conn, pipeline_id, workspace_id)
                 assert pipeline is not None, "a due pipeline is locked, so it still exists"
                 try:
                     async with conn.transaction():
-                        await self._runs.submit_scheduled(conn, pipeline, tick)
-                    created += 1
+                        job = await self._runs.submit_scheduled(conn, pipeline, tick)
+                    created.append(job.id)
                 except AlreadyExists:
-                    pass  # this tick already has its run
+                    already.append(pipeline_id)  # this tick already has its run
                 later = next_tick(schedule, max(tick, self._clock.now()))
                 await runs.set_next_run(conn, pipeline_id, later)
         if created:
-            log.info("scheduled runs created", extra={"runs": created})
-        return created
-
-    async def run(self) -> None:
-        while True:
-            try:
-                await self.run_once()
-            except Exception:
-                log.exception("scheduler pass failed; trying again next interval")
-            await asyncio.sleep(self._interval)
+            log.info("scheduled runs created", extra={"runs": len(created)})
+        return ScheduleResult(created, already)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Protocol
 from uuid import UUID
@@ -20,24 +19,11 @@ from setu_server.models import (
     JobState,
 )
 from setu_server.service import paging
+from setu_server.service.hooks import Hooks
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.watch import CLOCK_SLACK, WatchHub
 from setu_server.store import jobs, tasks
 from setu_server.store.db import Database, Executor, transaction
-
-Hook = Callable[[UUID], Awaitable[None]]
-
-
-async def _nothing(job_id: UUID) -> None:
-    return None
-
-
-@dataclass
-class WaitHooks:
-    """Points inside WaitJob where tests force an interleaving."""
-
-    after_subscribe: Hook = _nothing
-    after_read: Hook = _nothing
 
 
 class Dispatcher(Protocol):
@@ -65,7 +51,8 @@ class JobService:
         self._hub = hub
         self._lifecycle = lifecycle
         self._dispatcher = dispatcher or NoDispatch()
-        self.hooks = WaitHooks()
+        # Points inside WaitJob where tests force an interleaving (the job id).
+        self.hooks: Hooks[UUID] = Hooks("after_subscribe", "after_read")
 
     async def get(self, workspace_id: UUID, job_id: UUID) -> Job:
         job = await jobs.get_job(self._pool, job_id, workspace_id)

@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -27,6 +26,7 @@ from setu_server.models import (
     TaskState,
     runtime_name,
 )
+from setu_server.service.hooks import Hooks
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.outcomes import TaskOutcomes
 from setu_server.service.signals import TaskSignals
@@ -45,20 +45,6 @@ class LeasePolicy:
     max_backoff_seconds: float = 600.0
 
 
-Hook = Callable[[str], Awaitable[None]]
-
-
-async def _nothing(runtime: str) -> None:
-    return None
-
-
-@dataclass
-class LeaseHooks:
-    """Points inside LeaseTask where tests observe the long-poll."""
-
-    parked: Hook = _nothing
-
-
 class TaskService:
     def __init__(
         self,
@@ -75,7 +61,8 @@ class TaskService:
         self._signals = signals
         self.policy = policy
         self.outcomes = outcomes or TaskOutcomes(lifecycle, clock.sql_now)
-        self.hooks = LeaseHooks()
+        # `parked`: a LeaseTask found nothing and is about to wait (its runtime).
+        self.hooks: Hooks[str] = Hooks("parked")
 
     # -- leasing
 
@@ -238,38 +225,6 @@ class TaskService:
             )
             return []
         return await self.outcomes.failed(conn, task)
-
-    async def reap(self, batch: int = 500) -> int:
-        """Requeue (or fail, with attempts spent) tasks whose lease ran out."""
-        async with transaction(self._pool) as conn:
-            reaped = await tasks.reap_expired_leases(
-                conn,
-                batch=batch,
-                backoff_seconds=self.policy.retry_backoff_seconds,
-                max_backoff=self.policy.max_backoff_seconds,
-                now=self._clock.sql_now(),
-            )
-            changed: list[Job] = []
-            for task in reaped:
-                if task.state is TaskState.PENDING:
-                    await jobs.insert_job_event(
-                        conn,
-                        task.job_id,
-                        f"Lease of task {task.kind.value} expired: {runtime_name(task.runtime)} "
-                        f"stopped heartbeating; requeued (attempt {task.attempt} of "
-                        f"{task.max_attempts})",
-                        now=self._clock.sql_now(),
-                        level=EventLevel.WARNING,
-                    )
-                else:
-                    lost = replace(
-                        task,
-                        error_message=f"lease expired {task.max_attempts} times: "
-                        f"{runtime_name(task.runtime)} stopped heartbeating; giving up",
-                    )
-                    changed += await self.outcomes.failed(conn, lost)
-        self._lifecycle.published(changed)
-        return len(reaped)
 
     async def fail_runtime(self, runtime: str, reason: str) -> int:
         """Fail every queued or held task of a runtime and their jobs (agent deactivated)."""

@@ -4,7 +4,7 @@
 -- and the migrations to another and fails when the two catalogs differ, so
 -- a new migration comes with its change here.
 --
--- Not here: schema_migration, the migrator's own record (store/migrate.py).
+-- Not here: schema_migration, the migrator's own record (setu_server/store/migrate.py).
 -- Timestamps are timestamptz; ids are uuids made by the server.
 
 -- Tenants ------------------------------------------------------------------

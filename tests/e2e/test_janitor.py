@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -59,13 +60,13 @@ async def test_a_runs_staged_data_is_purged_after_the_retention_and_only_then(
 
         janitor = server.services.janitor
         clock.advance(23 * HOUR)
-        assert await janitor.run_once() == 0
+        assert (await janitor.run_once()).purged == []
         assert staged(blobs) == kept
 
         clock.advance(2 * HOUR)
-        assert await janitor.run_once() == 1
+        assert (await janitor.run_once()).purged == [uuid.UUID(job.id)]
         assert staged(blobs) == []
-        assert await janitor.run_once() == 0
+        assert (await janitor.run_once()).purged == []
 
     purged = await pool.fetch("SELECT id, staged_purged_at FROM job")
     assert {str(r["id"]): r["staged_purged_at"] is not None for r in purged} == {

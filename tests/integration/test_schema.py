@@ -1,4 +1,4 @@
-"""store/schema.sql is the schema the migrations build.
+"""setu_server/store/schema.sql is the schema the migrations build.
 
 schema.sql is applied to one empty database and the migrations to another;
 the two catalogs (tables, columns in order with types, nullability and

@@ -1,4 +1,4 @@
-"""The task statements of store/queries/tasks.sql, called directly on a real
+"""The task statements of setu_server/store/queries/tasks.sql, called directly on a real
 database with a fake clock passed as "now": lease, heartbeat, complete,
 fail and reap, without gRPC or services in between."""
 

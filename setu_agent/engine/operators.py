@@ -274,7 +274,12 @@ class PipelineSpec:
         return key
 
     def destination_for(self, stream: str, namespace: str = "") -> str:
-        return _lookup(self.destination, stream, namespace) or stream
+        return self.mapped_destination(stream, namespace) or stream
+
+    def mapped_destination(self, stream: str, namespace: str = "") -> str | None:
+        """The name spec.destination gives the stream, if it gives one."""
+        name: str | None = _lookup(self.destination, stream, namespace)
+        return name
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"operators": [op.to_dict() for op in self.operators]}

@@ -70,11 +70,34 @@ def select_streams(available: Sequence[Stream], wanted: Sequence[str]) -> list[S
 
 @dataclass(frozen=True)
 class StreamPlan:
-    """How one stream lands: its operator plan, destination name and key."""
+    """How one stream lands: its operator plan, the table (or file) it
+    writes, its key, and a schema only where the pipeline names one.
+
+    `table` is one identifier, whatever it holds: a source's stream named
+    `public.victim` (or `a"."b`) lands as that one name in the destination
+    connection's configured schema (or folder), so no source can steer a
+    write into another schema. Only the pipeline's author can, with
+    spec.destination: `{stream: "schema.table"}` (split at the first dot)."""
 
     plan: Plan
-    destination: str
+    table: str
     key: tuple[str, ...]
+    schema: str | None = None
+
+    @property
+    def destination(self) -> str:
+        """Where it lands, for people to read."""
+        return f"{self.schema}.{self.table}" if self.schema else self.table
+
+
+def landing_name(spec: PipelineSpec, stream: Stream) -> tuple[str | None, str]:
+    """(schema or None, table) for a stream: its own name as one identifier,
+    unless spec.destination maps it, where `schema.table` names a schema."""
+    mapped = spec.mapped_destination(stream.name, stream.namespace)
+    if mapped is None:
+        return None, stream.name
+    schema, dot, table = mapped.partition(".")
+    return (schema, table) if dot and schema and table else (None, mapped)
 
 
 def plan_stream(spec: PipelineSpec, stream: Stream, mode: WriteMode) -> StreamPlan:
@@ -88,7 +111,8 @@ def plan_stream(spec: PipelineSpec, stream: Stream, mode: WriteMode) -> StreamPl
             f"write mode {mode.value} needs a key for stream {qualified(stream)}: the source "
             f"has no primary key among the output columns; set spec.primary_key.{stream.name}"
         )
-    return StreamPlan(plan, spec.destination_for(stream.name, stream.namespace), tuple(key))
+    schema, table = landing_name(spec, stream)
+    return StreamPlan(plan, table, tuple(key), schema)
 
 
 async def stage(
@@ -185,11 +209,12 @@ async def _direct_stream(
         # Rows for a Python writer: asyncpg decodes them faster than a COPY
         # decoder written in Python could.
         written = await destination.write(
-            landing.destination,
+            landing.table,
             landing.plan.output,
             _applied(rows(), landing.plan),
             mode,
             landing.key,
+            schema=landing.schema,
         )
     return StreamTotals(name, extracted, written)
 
@@ -203,14 +228,15 @@ async def _write(
 ) -> int:
     if isinstance(destination, CopyDestination):
         return await destination.write_copy(
-            landing.destination, columns, parts, landing.plan, mode, landing.key
+            landing.table, columns, parts, landing.plan, mode, landing.key, schema=landing.schema
         )
     return await destination.write(
-        landing.destination,
+        landing.table,
         landing.plan.output,
         _applied(_decoded(parts, columns), landing.plan),
         mode,
         landing.key,
+        schema=landing.schema,
     )
 
 

@@ -608,7 +608,7 @@ async def test_a_confined_folder_lists_no_link_that_leads_outside_its_root(
     (confined.folder / "theirs.csv").symlink_to(confined.outside)
     connector = await confined.connect()
     try:
-        with pytest.raises(ProviderError, match=r"theirs\.csv leads outside the workspace folder"):
+        with pytest.raises(ConfigError, match=r"theirs\.csv leads outside the workspace folder"):
             await connector.discover()
     finally:
         await connector.close()
@@ -634,7 +634,7 @@ async def test_a_confined_write_neither_reads_nor_replaces_a_file_outside_its_ro
     (confined.folder / "users.csv").symlink_to(confined.outside)
     connector = await confined.connect()
     try:
-        with pytest.raises(ProviderError, match=r"users\.csv leads outside the workspace folder"):
+        with pytest.raises(ConfigError, match=r"users\.csv leads outside the workspace folder"):
             await connector.write("users", ROWS, batches_of(NEW), mode, ["id"])
     finally:
         await connector.close()
@@ -668,7 +668,7 @@ async def test_a_stream_name_is_one_file_name_inside_the_folder(
     folder = tmp_path / "deep" / "data"
     connector = await PROVIDER.connect({"url": str(folder), "format": "csv"})
     try:
-        with pytest.raises(ProviderError, match="cannot name a file"):
+        with pytest.raises(ConfigError, match="cannot name a file"):
             await connector.write(stream, ROWS, batches_of(NEW), WriteMode.APPEND, [])
     finally:
         await connector.close()

@@ -684,13 +684,16 @@ async def load(
     key: Sequence[str] = ("id",),
     *,
     stream: str = "people",
+    schema: str | None = None,
     columns: Sequence[Column] = PEOPLE,
     size: int = 2,
 ) -> int:
     if how == "write":
-        return await pg.write(stream, columns, batches_of(rows, size), mode, key)
+        batches = batches_of(rows, size)
+        return await pg.write(stream, columns, batches, mode, key, schema=schema)
     plan = identity(columns)
-    return await pg.write_copy(stream, columns, parts_of(columns, rows, size), plan, mode, key)
+    parts = parts_of(columns, rows, size)
+    return await pg.write_copy(stream, columns, parts, plan, mode, key, schema=schema)
 
 
 async def table_rows(admin: asyncpg.Connection, table: str = "people") -> list[Row]:
@@ -978,18 +981,30 @@ async def test_a_missing_destination_column_is_named(
 
 @pytest.mark.parametrize("how", HOWS)
 @pytest.mark.parametrize("mode", [WriteMode.APPEND, WriteMode.UPSERT])
-async def test_a_qualified_stream_writes_into_its_schema(
+async def test_a_schema_the_pipeline_names_is_written_into(
     admin: asyncpg.Connection, pg: PostgresConnector, how: str, mode: WriteMode
 ) -> None:
     await admin.execute("CREATE SCHEMA archive")
-    assert await load(pg, how, people([1, 2]), mode, stream="archive.people") == 2
+    assert await load(pg, how, people([1, 2]), mode, stream="people", schema="archive") == 2
     assert await table_rows(admin, "archive.people") == people([1, 2])
     assert await admin.fetchval("SELECT to_regclass('public.people')") is None
 
 
+@pytest.mark.parametrize("how", HOWS)
+@pytest.mark.parametrize("stream", ["archive.people", 'archive"."people', '"archive"."people"'])
+async def test_a_dotted_or_quoted_stream_is_one_table_in_the_configured_schema(
+    admin: asyncpg.Connection, pg: PostgresConnector, how: str, stream: str
+) -> None:
+    await admin.execute("CREATE SCHEMA archive")
+    assert await load(pg, how, people([1, 2]), WriteMode.UPSERT, stream=stream) == 2
+    quoted = '"' + stream.replace('"', '""') + '"'
+    assert await table_rows(admin, f"public.{quoted}") == people([1, 2])
+    assert await admin.fetchval("SELECT count(*) FROM pg_tables WHERE schemaname = 'archive'") == 0
+
+
 async def test_a_missing_schema_is_a_provider_error(pg: PostgresConnector) -> None:
     with pytest.raises(ProviderError, match="nowhere"):
-        await load(pg, "write_copy", people([1]), WriteMode.APPEND, stream="nowhere.people")
+        await load(pg, "write_copy", people([1]), WriteMode.APPEND, schema="nowhere")
 
 
 async def test_odd_table_and_column_names_are_quoted(
@@ -1005,7 +1020,8 @@ async def test_odd_table_and_column_names_are_quoted(
             rows,
             WriteMode.OVERWRITE,
             ('the "id"',),
-            stream='odd "schema".we"ird',
+            stream='we"ird',
+            schema='odd "schema"',
             columns=columns,
         )
         assert written == 2

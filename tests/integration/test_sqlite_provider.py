@@ -584,3 +584,21 @@ async def test_a_confined_connection_opens_no_file_outside_its_root(tmp_path: Pa
     (root / "link.db").symlink_to(outside)
     with pytest.raises(ConfigError, match="may only use files under"):
         await PROVIDER.connect({"path": str(root / "link.db")}, root=root)
+
+
+@pytest.mark.parametrize(
+    ("stream", "schema", "table"),
+    [("main.people", None, "main.people"), ('a"."b', None, 'a"."b'), ("t", "temp", "temp.t")],
+)
+async def test_a_landing_name_is_one_table_of_the_file(
+    tmp_path: Path, stream: str, schema: str | None, table: str
+) -> None:
+    # SQLite has no schemas to land in; "main." or "temp." must not pick one.
+    path = tmp_path / "out.db"
+    conn = await connect(path, create=True)
+    try:
+        rows = batches_of([(1, "a")])
+        await conn.write(stream, KEYED, rows, WriteMode.APPEND, [], schema=schema)
+    finally:
+        await conn.close()
+    assert table_rows(path, "SELECT name FROM sqlite_master WHERE type = 'table'") == [(table,)]

@@ -65,10 +65,17 @@ class Connector(Protocol):
         batches: AsyncIterator[Batch],
         mode: WriteMode,
         key: Sequence[str],
+        *,
+        schema: str | None = None,
     ) -> int:
         """Writes every batch to the named stream under the write mode, all or
         nothing: on any failure the destination keeps its previous content.
-        Returns the rows written."""
+        Returns the rows written.
+
+        `stream` is one identifier (a table, a file name), dots and quotes
+        included, in the connection's configured schema or folder; `schema`
+        is one the pipeline's author named in spec.destination (a provider
+        without schemas lands `schema.stream` as one name)."""
         ...
 
     async def close(self) -> None: ...
@@ -133,9 +140,12 @@ class CopyDestination(Protocol):
         plan: Plan,
         mode: WriteMode,
         key: Sequence[str],
+        *,
+        schema: str | None = None,
     ) -> int:
         """Loads every part (rows shaped as `columns`), applies the plan and
-        writes under the mode, atomically. Returns the rows written."""
+        writes under the mode, atomically, naming the target as `write`
+        does. Returns the rows written."""
         ...
 
 

@@ -411,7 +411,11 @@ class FileConnector(Connector):
         batches: AsyncIterator[Batch],
         mode: WriteMode,
         key: Sequence[str],
+        *,
+        schema: str | None = None,
     ) -> int:
+        # One file in the folder: a folder has no schemas.
+        stream = f"{schema}.{stream}" if schema else stream
         ref = self._ref(stream)
         positions = _key_positions(columns, mode, key)
         temp = await self.storage.temp_file(ref)

@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, Protocol
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
 from setu_agent.engine import s3
-from setu_agent.engine.providers.base import ProviderError
+from setu_agent.engine.providers.base import ConfigError, ProviderError
 
 READ_HINT = 1024 * 1024
 
@@ -58,7 +58,7 @@ class _Storage(Protocol):
 def _check_stream_name(stream: str) -> None:
     # A stream's name is one file name inside the folder, never a path.
     if not stream or any(c in stream for c in "/\\\x00") or stream in (".", ".."):
-        raise ProviderError(
+        raise ConfigError(
             f"stream name {stream!r} cannot name a file (no path separators, no . or ..); "
             f"name its file in the pipeline's spec.destination"
         )
@@ -91,7 +91,8 @@ class _LocalFiles:
         except RuntimeError as exc:  # a loop of links
             raise ProviderError(f"cannot resolve {Path(ref).name}: {exc}") from exc
         if self.root is not None and not real.is_relative_to(self.root):
-            raise ProviderError(
+            # Refused for good (ConfigError): another attempt meets the same link.
+            raise ConfigError(
                 f"{Path(ref).name} leads outside the workspace folder {self.root}/; "
                 f"a cloud connection reads and writes only files inside it"
             )

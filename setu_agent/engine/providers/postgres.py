@@ -369,13 +369,15 @@ class PostgresConnector:
         batches: AsyncIterator[Batch],
         mode: WriteMode,
         key: Sequence[str],
+        *,
+        schema: str | None = None,
     ) -> int:
         async def parts() -> AsyncIterator[CopyBatch]:
             async for batch in batches:
                 yield CopyBatch(pgcopy.encode(columns, batch), len(batch))
 
         plan = parse_spec(None).chain_for(stream).plan(columns)
-        return await self.write_copy(stream, columns, parts(), plan, mode, key)
+        return await self.write_copy(stream, columns, parts(), plan, mode, key, schema=schema)
 
     async def write_copy(
         self,
@@ -385,16 +387,19 @@ class PostgresConnector:
         plan: Plan,
         mode: WriteMode,
         key: Sequence[str],
+        *,
+        schema: str | None = None,
     ) -> int:
-        schema, _, table = stream.rpartition(".")
-        target = f"{quote(schema or self._schema)}.{quote(table)}"
+        # `stream` is one identifier, dots and all: only the pipeline's author
+        # (through `schema`) picks another schema than the configured one.
+        load = _Load(self._conn, schema or self._schema, stream, columns, plan, mode, key)
         try:
             async with self._conn.transaction():
                 # The compiled chain renders timestamptz as UTC (operators).
                 await self._conn.execute("SET LOCAL TimeZone = 'UTC'")
-                return await _Load(self._conn, target, columns, plan, mode, key).run(parts)
+                return await load.run(parts)
         except asyncpg.PostgresError as exc:
-            raise ProviderError(f"postgres: loading {target}: {exc}") from exc
+            raise ProviderError(f"postgres: loading {load.target}: {exc}") from exc
 
 
 class _Load:
@@ -403,14 +408,17 @@ class _Load:
     def __init__(
         self,
         conn: asyncpg.Connection,
-        target: str,
+        schema: str,
+        table: str,
         columns: Sequence[Column],
         plan: Plan,
         mode: WriteMode,
         key: Sequence[str],
     ) -> None:
         self.conn = conn
-        self.target = target
+        self.schema = schema
+        self.table = table
+        self.target = f"{quote(schema)}.{quote(table)}"
         self.columns = list(columns)
         self.plan = plan
         self.mode = mode
@@ -438,11 +446,11 @@ class _Load:
             await self.conn.execute(f"TRUNCATE {self.target}")
         same_types = all(existing[c.name] == CANONICAL[c.type] for c in self.plan.output)
         if self.plan.identity and not self.mode.needs_key and same_types:
-            return await self._copy(parts, self.target, self.plan.output)
+            return await self._copy(parts, self.schema, self.table, self.plan.output)
         await self.conn.execute(
             f"CREATE TEMP TABLE _setu_stage ({_ddl(self.columns)}) ON COMMIT DROP"
         )
-        await self._copy(parts, "_setu_stage", self.columns)
+        await self._copy(parts, None, "_setu_stage", self.columns)
         select = self.plan.select_sql("_setu_stage")
         if not self.mode.needs_key:
             status = await self.conn.execute(f"INSERT INTO {self.target} ({self.names}) {select}")
@@ -469,14 +477,17 @@ class _Load:
             )
 
     async def _copy(
-        self, parts: AsyncIterator[CopyBatch], table: str, columns: Sequence[Column]
+        self,
+        parts: AsyncIterator[CopyBatch],
+        schema: str | None,
+        table: str,
+        columns: Sequence[Column],
     ) -> int:
-        schema, _, name = table.rpartition(".")
         rows = 0
         async for part in parts:
             status = await self.conn.copy_to_table(
-                _unquote(name),
-                schema_name=_unquote(schema) if schema else None,
+                table,
+                schema_name=schema,
                 source=_once(part.data),
                 columns=[c.name for c in columns],
                 format="binary",
@@ -521,12 +532,6 @@ class _Load:
 
 def _ddl(columns: Sequence[Column]) -> str:
     return ", ".join(f"{quote(c.name)} {PG_TYPES[c.type]}" for c in columns)
-
-
-def _unquote(name: str) -> str:
-    if name.startswith('"') and name.endswith('"'):
-        return name[1:-1].replace('""', '"')
-    return name
 
 
 # COPY FROM reads a CopyData message whole before parsing it: chunks of this

@@ -157,9 +157,14 @@ class SqliteConnector:
         batches: AsyncIterator[Batch],
         mode: WriteMode,
         key: Sequence[str],
+        *,
+        schema: str | None = None,
     ) -> int:
-        plan = _WritePlan(stream, list(columns), WriteMode(mode), list(key))
-        what = f"writing {stream!r}"
+        # One table of the file, quoted whole: SQLite has no schemas to land
+        # in (an attached database is not the pipeline's to pick).
+        table = f"{schema}.{stream}" if schema else stream
+        plan = _WritePlan(table, list(columns), WriteMode(mode), list(key))
+        what = f"writing {table!r}"
         async with self._lock:
             if not self._writable:
                 await _in_thread(self._conn.close)

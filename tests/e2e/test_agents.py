@@ -19,7 +19,7 @@ from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
 from setu_client.channel import open_channel
 from setu_server.models import JobState, TaskState
 from setu_server.store import jobs, tasks
-from tests.factories import Tenant, make_task, make_tenant
+from tests.factories import Tenant, make_task
 from tests.servers import ROOT, agent_process, free_port, server_process, wait_healthy
 
 # Short leases and a brisk reaper, so a dead agent's task comes back in seconds.
@@ -28,11 +28,6 @@ FAST = {
     "SETU_REAPER_INTERVAL_SECONDS": "0.2",
     "SETU_TASK_RETRY_BACKOFF_SECONDS": "0.05",
 }
-
-
-@pytest.fixture
-async def tenant(pool: asyncpg.Pool) -> Tenant:
-    return await make_tenant(pool)
 
 
 async def _until_running(client: SetuClient, job_id: uuid.UUID) -> None:

@@ -22,7 +22,7 @@ from setu_client.clock import SystemClock
 from setu_server.server import Running
 from setu_server.service.admin import AdminService
 from tests.factories import Tenant, make_job, make_tenant
-from tests.servers import ADMIN_TOKEN, in_process
+from tests.servers import ADMIN_TOKEN
 
 Code = grpc.StatusCode
 
@@ -38,12 +38,6 @@ async def _code_of(call) -> Code:  # type: ignore[no-untyped-def]
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await call
     return info.value.code()
-
-
-@pytest.fixture
-async def server(database_url: str):  # type: ignore[no-untyped-def]
-    async with in_process(database_url) as running:
-        yield running
 
 
 async def test_a_workspace_key_reads_its_own_job(server: Running, pool: asyncpg.Pool) -> None:

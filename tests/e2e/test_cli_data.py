@@ -11,8 +11,8 @@ import os
 import signal
 import sqlite3
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -22,7 +22,6 @@ from setu_cli.render import ProgressDisplay, RateMeter, progress_line
 from setu_client import Job, JobKind, JobState, Phase, Progress
 from setu_server.server import Running
 from tests.factories import make_tenant
-from tests.servers import in_process
 
 ROWS = [(i, f"name {i}") for i in range(1, 51)]
 
@@ -45,11 +44,8 @@ async def setu(*args: str, env: dict[str, str], stdin: str = "") -> tuple[int, s
 
 
 @pytest.fixture
-async def server(database_url: str, tmp_path: Path) -> AsyncIterator[Running]:
-    async with in_process(
-        database_url, data_dir=tmp_path / "server", task_retry_backoff_seconds=0.05
-    ) as running:
-        yield running
+def server_settings(tmp_path: Path) -> dict[str, Any]:
+    return {"data_dir": tmp_path / "server", "task_retry_backoff_seconds": 0.05}
 
 
 @pytest.fixture

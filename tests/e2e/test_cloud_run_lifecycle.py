@@ -16,15 +16,10 @@ from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2
 from setu_server.server import Running
 from tests.databases import postgres_config, scratch_database
-from tests.factories import Tenant, make_tenant
+from tests.factories import Tenant
 from tests.servers import in_process
 
 S = common_pb2
-
-
-@pytest.fixture
-async def tenant(pool: asyncpg.Pool) -> Tenant:
-    return await make_tenant(pool)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import hashlib
 import io
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -22,11 +22,8 @@ import pytest
 from setu_agent.engine.s3 import s3_client
 from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2
-from setu_server.server import Running
 from tests.databases import postgres_config, scratch_database
-from tests.factories import Tenant, make_tenant
 from tests.s3server import S3Endpoint
-from tests.servers import in_process
 
 S = common_pb2
 
@@ -228,30 +225,17 @@ def jsonl_destination(
 
 
 @pytest.fixture
-async def tenant(pool: asyncpg.Pool) -> Tenant:
-    return await make_tenant(pool)
-
-
-@pytest.fixture
-async def server(database_url: str, tmp_path: Path) -> AsyncIterator[Running]:
+def server_settings(tmp_path: Path) -> dict[str, Any]:
     secrets = tmp_path / "secrets.json"
     secrets.write_text(json.dumps({"S3_SECRET": "testing"}))
-    async with in_process(
-        database_url,
-        data_dir=tmp_path / "server",
-        secrets_file=str(secrets),
-        shared_secrets="S3_SECRET",  # the test bucket's key, for every workspace
-        batch_rows=32,  # several parts and batches per stream
-        direct_max_rows=0,  # stage every run here; direct has its own test
-        task_retry_backoff_seconds=0.05,
-    ) as running:
-        yield running
-
-
-@pytest.fixture
-async def client(server: Running, tenant: Tenant) -> AsyncIterator[SetuClient]:
-    async with SetuClient(f"127.0.0.1:{server.port}", tenant.api_key) as c:
-        yield c
+    return {
+        "data_dir": tmp_path / "server",
+        "secrets_file": str(secrets),
+        "shared_secrets": "S3_SECRET",  # the test bucket's key, for every workspace
+        "batch_rows": 32,  # several parts and batches per stream
+        "direct_max_rows": 0,  # stage every run here; direct has its own test
+        "task_retry_backoff_seconds": 0.05,
+    }
 
 
 async def run_pipeline(

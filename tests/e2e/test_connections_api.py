@@ -24,8 +24,7 @@ from setu_client.errors import (
     from_rpc_error,
 )
 from setu_server.server import Running
-from tests.factories import Tenant, make_connection, make_pipeline, make_tenant
-from tests.servers import in_process
+from tests.factories import Tenant, make_connection, make_pipeline
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SQLITE = {"path": "/data/app.db"}
@@ -41,28 +40,6 @@ POSTGRES = {
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(START)
-
-
-@pytest.fixture
-async def tenant(pool: asyncpg.Pool) -> Tenant:
-    return await make_tenant(pool)
-
-
-@pytest.fixture
-async def other(pool: asyncpg.Pool) -> Tenant:
-    return await make_tenant(pool)
-
-
-@pytest.fixture
-async def server(database_url: str, clock: FakeClock) -> AsyncIterator[Running]:
-    async with in_process(database_url, clock) as running:
-        yield running
-
-
-@pytest.fixture
-async def client(server: Running, tenant: Tenant) -> AsyncIterator[SetuClient]:
-    async with SetuClient(f"127.0.0.1:{server.port}", tenant.api_key) as c:
-        yield c
 
 
 @pytest.fixture

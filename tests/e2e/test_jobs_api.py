@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -19,26 +18,8 @@ from setu_server.models import JobKind, JobState
 from setu_server.server import Running
 from setu_server.store import jobs
 from tests.factories import Tenant, make_job, make_task, make_tenant
-from tests.servers import in_process
 
 S = common_pb2
-
-
-@pytest.fixture
-async def tenant(pool: asyncpg.Pool) -> Tenant:
-    return await make_tenant(pool)
-
-
-@pytest.fixture
-async def server(database_url: str) -> AsyncIterator[Running]:
-    async with in_process(database_url) as running:
-        yield running
-
-
-@pytest.fixture
-async def client(server: Running, tenant: Tenant) -> AsyncIterator[SetuClient]:
-    async with SetuClient(f"127.0.0.1:{server.port}", tenant.api_key) as c:
-        yield c
 
 
 async def test_watch_streams_every_change_and_ends_after_the_terminal_one(

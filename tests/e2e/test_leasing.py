@@ -18,21 +18,9 @@ from setu_server.models import JobKind, JobState, TaskKind, TaskState
 from setu_server.server import Running
 from setu_server.store import jobs, tasks
 from tests.factories import Tenant, make_task, make_tenant
-from tests.servers import ADMIN_TOKEN, in_process, server_process, wait_healthy
+from tests.servers import ADMIN_TOKEN, server_process, wait_healthy
 
 Code = grpc.StatusCode
-
-
-@pytest.fixture
-async def tenant(pool: asyncpg.Pool) -> Tenant:
-    return await make_tenant(pool)
-
-
-@pytest.fixture
-async def server(database_url: str, request: pytest.FixtureRequest) -> AsyncIterator[Running]:
-    marker = request.node.get_closest_marker("server")
-    async with in_process(database_url, **(marker.kwargs if marker else {})) as running:
-        yield running
 
 
 @pytest.fixture

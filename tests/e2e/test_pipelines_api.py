@@ -27,8 +27,7 @@ from setu_client.errors import (
 from setu_server.models import Connection, JobKind, JobState
 from setu_server.server import Running
 from setu_server.store import jobs
-from tests.factories import Tenant, make_connection, make_pipeline, make_tenant
-from tests.servers import in_process
+from tests.factories import Tenant, make_connection, make_pipeline
 
 START = datetime(2026, 3, 1, 12, 7, tzinfo=UTC)
 SPEC: dict[str, Any] = {
@@ -42,28 +41,6 @@ SPEC: dict[str, Any] = {
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(START)
-
-
-@pytest.fixture
-async def tenant(pool: asyncpg.Pool) -> Tenant:
-    return await make_tenant(pool)
-
-
-@pytest.fixture
-async def other(pool: asyncpg.Pool) -> Tenant:
-    return await make_tenant(pool)
-
-
-@pytest.fixture
-async def server(database_url: str, clock: FakeClock) -> AsyncIterator[Running]:
-    async with in_process(database_url, clock) as running:
-        yield running
-
-
-@pytest.fixture
-async def client(server: Running, tenant: Tenant) -> AsyncIterator[SetuClient]:
-    async with SetuClient(f"127.0.0.1:{server.port}", tenant.api_key) as c:
-        yield c
 
 
 @pytest.fixture

@@ -74,6 +74,13 @@ class Settings:
     admin_token: str = field(
         default="", metadata={"help": "token for AdminService; empty disables admin calls"}
     )
+    page_token_key: str = field(
+        default="",
+        metadata={
+            "help": "secret that signs page tokens; the same on every replica "
+            "(empty: a random key per process, so a token works only where it was issued)"
+        },
+    )
     tls_cert: str = field(default="", metadata={"help": "PEM certificate file; enables TLS"})
     tls_key: str = field(default="", metadata={"help": "PEM private key file"})
     grace_seconds: float = field(

@@ -45,6 +45,7 @@ from setu_server.rpc.connections import ConnectionServicer
 from setu_server.rpc.interceptor import CallInterceptor
 from setu_server.rpc.jobs import JobServicer
 from setu_server.rpc.pipelines import PipelineServicer
+from setu_server.service import paging
 from setu_server.service.admin import AdminService
 from setu_server.service.agents import AgentPresence
 from setu_server.service.auth import Authenticator
@@ -330,6 +331,7 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
     clock = clock or SystemClock()
     if settings.admin_token and len(settings.admin_token) < 16:
         raise SystemExit("SETU_ADMIN_TOKEN must be at least 16 characters")
+    paging.use_key(settings.page_token_key)
     parts = await build_services(settings, url, clock)
     server = grpc.aio.server(interceptors=[CallInterceptor(parts.auth)], options=GRPC_OPTIONS)
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(parts.admin), server)

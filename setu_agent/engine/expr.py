@@ -20,6 +20,12 @@ subscripts) is a syntax error with its position (1-based character offset).
 Keywords are case-insensitive; a column named like a keyword is written
 "double quoted". Comparisons do not chain (`a < b < c` is an error), as in SQL.
 
+Filters come from users, and parsing, compiling and evaluating them recurse
+over the tree, so its size is bounded (the limits below, listed in
+docs/errors.md): a filter nested deeper, or with a longer IN list, or with a
+number literal longer, is a syntax error, never a RecursionError. A chain
+`a or b or c` nests one level per operator, as it is evaluated.
+
 Typing and compilation (to Python and to SQL) live in expr_compile.
 """
 
@@ -28,6 +34,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from decimal import Decimal
+
+# How deeply a filter's operators and parentheses may nest.
+MAX_FILTER_DEPTH = 64
+# Values in one IN list (compiled to a chain of comparisons).
+MAX_IN_ITEMS = 256
+# Characters in one number literal (Python's int() refuses 4,300 digits).
+MAX_NUMBER_LENGTH = 1000
 
 KEYWORDS = frozenset({"and", "or", "not", "is", "null", "in", "between", "true", "false"})
 COMPARISONS = frozenset({"=", "!=", "<>", "<", "<=", ">", ">="})
@@ -71,6 +84,8 @@ def tokenize(text: str) -> list[Token]:
         value = m.group()
         if kind == "number" and m.end() < len(text) and _ident_char(text[m.end()]):
             raise ExprError(f"unexpected {text[m.end()]!r} at {m.end() + 1}", m.end() + 1)
+        if kind == "number" and len(value) > MAX_NUMBER_LENGTH:
+            raise ExprError(f"number longer than {MAX_NUMBER_LENGTH} characters at {i + 1}", i + 1)
         if kind == "name" and value.lower() in KEYWORDS:
             kind, value = "keyword", value.lower()
         if kind != "space":
@@ -149,7 +164,38 @@ def parse(text: str) -> Node:
     parser = _Parser(tokenize(text))
     node = parser.expr()
     parser.expect_end()
+    _check_depth(node)
     return node
+
+
+def _children(node: Node) -> tuple[Node, ...]:
+    match node:
+        case Name() | Literal():
+            return ()
+        case Unary(operand=a) | IsNull(operand=a):
+            return (a,)
+        case Binary(left=a, right=b):
+            return (a, b)
+        case InList(operand=a, items=items):
+            return (a, *items)
+        case Between(operand=a, low=lo, high=hi):
+            return (a, lo, hi)
+    raise AssertionError(node)
+
+
+def _check_depth(root: Node) -> None:
+    """Left-deep chains (`a + b + c ...`) are built by loops, not recursion,
+    so the finished tree is measured too, without recursing."""
+    stack = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_FILTER_DEPTH:
+            raise _too_deep(node.pos)
+        stack.extend((child, depth + 1) for child in _children(node))
+
+
+def _too_deep(pos: int) -> ExprError:
+    return ExprError(f"nested deeper than {MAX_FILTER_DEPTH} levels at {pos}", pos)
 
 
 def names(node: Node) -> list[str]:
@@ -174,6 +220,12 @@ class _Parser:
     def __init__(self, tokens: list[Token]) -> None:
         self.tokens = tokens
         self.i = 0
+        self.depth = 0  # of recursive descent into `not`, `-` and `(`
+
+    def deeper(self, pos: int) -> None:
+        self.depth += 1
+        if self.depth > MAX_FILTER_DEPTH:
+            raise _too_deep(pos)
 
     @property
     def tok(self) -> Token:
@@ -219,7 +271,10 @@ class _Parser:
     def negation(self) -> Node:
         if self.at("keyword", "not"):
             pos = self.next().pos
-            return Unary("not", self.negation(), pos)
+            self.deeper(pos)
+            node = Unary("not", self.negation(), pos)
+            self.depth -= 1
+            return node
         return self.predicate()
 
     def predicate(self) -> Node:
@@ -263,7 +318,11 @@ class _Parser:
         self.expect("op", "(")
         items = [self.sum()]
         while self.at("op", ","):
-            self.next()
+            comma = self.next()
+            if len(items) == MAX_IN_ITEMS:
+                raise ExprError(
+                    f"more than {MAX_IN_ITEMS} values in a list at {comma.pos}", comma.pos
+                )
             items.append(self.sum())
         self.expect("op", ")")
         return InList(left, tuple(items), negated, pos)
@@ -285,7 +344,10 @@ class _Parser:
     def unary(self) -> Node:
         if self.at("op", "-"):
             pos = self.next().pos
-            return Unary("-", self.unary(), pos)
+            self.deeper(pos)
+            node = Unary("-", self.unary(), pos)
+            self.depth -= 1
+            return node
         return self.primary()
 
     def primary(self) -> Node:
@@ -311,8 +373,9 @@ class _Parser:
             self.next()
             return Literal("null", None, tok.pos)
         if self.at("op", "("):
-            self.next()
+            self.deeper(self.next().pos)
             node = self.expr()
             self.expect("op", ")")
+            self.depth -= 1
             return node
         raise self.unexpected()

@@ -7,6 +7,7 @@ Servicers stay "proto in, domain call, proto out": they raise domain errors
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import time
@@ -18,7 +19,7 @@ from uuid import UUID
 import grpc
 from google.protobuf.message import Message
 
-from setu_client.errors import SetuError, Unimplemented, status_of
+from setu_client.errors import InvalidArgument, SetuError, Unimplemented, status_of
 from setu_client.logs import request_id
 from setu_server.models import Principal, Role
 from setu_server.rpc.types import Ctx
@@ -69,23 +70,90 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
         method: str = details.method
         service = method.lstrip("/").split("/")[0]
         role = SERVICE_ROLES.get(service)
-        if handler is None or role is None:
+        if handler is None:
             return handler
+        if role is None:
+            return _public(handler)
         metadata = dict(details.invocation_metadata or ())
         call = _Call(self._auth, method, role, metadata)
+        decode = _tolerant(handler.request_deserializer)
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
                 call.unary(handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=decode,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
                 call.stream(handler.unary_stream),  # type: ignore[arg-type]  # async in grpc.aio
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=decode,
                 response_serializer=handler.response_serializer,
             )
         return handler
+
+
+class Undecodable:
+    """What a request that is not valid protobuf for its method decodes to.
+
+    grpc.aio answers a deserializer's exception with UNKNOWN and logs its
+    traceback, once per call: any client could fill the log. Decoding
+    never fails instead, and the call answers INVALID_ARGUMENT (after
+    authentication, like any other bad request)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def refusal(self) -> InvalidArgument:
+        # DecodeError's text names the message type and what was wrong.
+        return InvalidArgument(f"request: not a valid protobuf message ({self.error})")
+
+
+def _tolerant(
+    deserializer: Callable[[bytes], Any] | None,
+) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def decode(raw: bytes) -> Any:
+        try:
+            return deserializer(raw)
+        except Exception as exc:  # DecodeError, and whatever else bad bytes raise
+            return Undecodable(exc)
+
+    return decode
+
+
+def _public(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
+    """Health and the like take no credentials but get the same treatment of
+    undecodable requests. (Reflection streams its requests, and grpc decodes
+    those as it reads them; it is left as it is.)"""
+    decode = _tolerant(handler.request_deserializer)
+    if handler.unary_unary:
+        unary: Any = handler.unary_unary  # async in grpc.aio
+
+        async def answer(request: Any, context: Ctx) -> Any:
+            if isinstance(request, Undecodable):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(request.refusal()))
+            return await unary(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            answer, request_deserializer=decode, response_serializer=handler.response_serializer
+        )
+    if handler.unary_stream:
+        streamed: Any = handler.unary_stream  # an async generator in grpc.aio
+
+        async def stream(request: Any, context: Ctx) -> AsyncIterator[Any]:
+            if isinstance(request, Undecodable):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(request.refusal()))
+            async for response in streamed(request, context):
+                yield response
+
+        return grpc.unary_stream_rpc_method_handler(
+            stream,
+            request_deserializer=decode,
+            response_serializer=handler.response_serializer,
+        )
+    return handler
 
 
 class _Call:
@@ -132,14 +200,21 @@ class _Call:
         # Durations are measured on the host's monotonic clock, not domain time.
         return time.monotonic()
 
-    async def _admit(self, request: Message) -> None:
+    async def _admit(self, request: Message | Undecodable) -> None:
         who = await self.auth.authenticate(self.metadata.get("authorization"), self.role)
         _principal.set(who)
+        if isinstance(request, Undecodable):
+            raise request.refusal()
         validate(request)
 
     async def _fail(self, exc: BaseException, context: Ctx, started: float) -> None:
         if isinstance(exc, NotImplementedError):
             exc = Unimplemented(f"{self.method} is not implemented yet")
+        if isinstance(exc, asyncio.CancelledError | GeneratorExit) or context.cancelled():
+            # The client cancelled, hung up or ran out of time: its business,
+            # not the server's trouble, and anyone could make it happen often.
+            self._log(grpc.StatusCode.CANCELLED, started, level=logging.DEBUG)
+            return
         if isinstance(exc, SetuError):
             code, message, trailers = status_of(exc)
             self._log(code, started, error=message)
@@ -166,11 +241,13 @@ class _Call:
                 fields["agent_id"] = str(who.agent_id)
         return fields
 
-    def _log(self, code: grpc.StatusCode, started: float, error: str = "") -> None:
+    def _log(
+        self, code: grpc.StatusCode, started: float, error: str = "", level: int = logging.INFO
+    ) -> None:
         fields = self._fields(started) | {"code": code.name}
         if error:
             fields["error"] = error
-        log.info("call", extra=fields)
+        log.log(level, "call", extra=fields)
 
 
 def _is_abort(exc: BaseException) -> bool:

@@ -12,6 +12,7 @@ import logging
 import os
 import platform
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from setu_agent.engine.blob import BlobSettings
@@ -115,25 +116,41 @@ async def run(args: argparse.Namespace) -> None:
         if args.extra_handlers:
             handlers |= load_extra(args.extra_handlers)
         runtime = Runtime(source, handlers, name="setu-agent", concurrency=args.concurrency)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        await serve(runtime, source, sorted(handlers), args.grace_seconds, args.server)
 
-        checked_in = asyncio.create_task(_check_in(source, sorted(handlers)))
-        stopped = asyncio.create_task(stop.wait())
-        await asyncio.wait({checked_in, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        if stop.is_set():
-            checked_in.cancel()
-            return
-        answer = checked_in.result()
-        runtime.set_lease_ttl(answer.lease_ttl_seconds or 60)
-        log.info("checked in", extra={"agent_id": answer.agent_id, "server": args.server})
-        working = asyncio.create_task(runtime.run())
-        await stop.wait()
-        log.info("stopping", extra={"grace_seconds": args.grace_seconds})
-        await runtime.stop(args.grace_seconds)
-        await working
+
+async def serve(
+    runtime: Runtime,
+    source: GrpcTaskSource,
+    kinds: list[str],
+    grace_seconds: float,
+    server: str,
+    checked_in: Callable[[pb.CheckInResponse], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Checks in (until the server answers), runs tasks until SIGINT/SIGTERM
+    (or `stop`), then lets running tasks finish within the grace period."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    answered = asyncio.create_task(_check_in(source, kinds))
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait({answered, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if stop.is_set():
+        answered.cancel()
+        return
+    answer = answered.result()
+    runtime.set_lease_ttl(answer.lease_ttl_seconds or 60)
+    if checked_in is not None:
+        checked_in(answer)
+    log.info("checked in", extra={"agent_id": answer.agent_id, "server": server})
+    working = asyncio.create_task(runtime.run())
+    await stop.wait()
+    log.info("stopping", extra={"grace_seconds": grace_seconds})
+    await runtime.stop(grace_seconds)
+    await working
 
 
 async def _check_in(source: GrpcTaskSource, kinds: list[str]) -> pb.CheckInResponse:

@@ -253,8 +253,7 @@ class PlannedStream:
 
 @dataclass(frozen=True)
 class MigrateResult:
-    """The cloud's part of a run. Only the cloud runs it, so it never
-    travels over gRPC."""
+    """The cloud's part of a run, reported by a cloud worker."""
 
     kind: ClassVar[str] = "migrate"
     mode: MigrateMode

@@ -1,7 +1,7 @@
 """What a runtime is told about a stage: the connection (config with secret
 references unresolved), the streams, where the staged data lives and, for a
 load, the write mode and the operator chain (docs/flows.md). The server builds
-these; agents receive them over gRPC, the cloud worker directly."""
+these; runtimes receive them over gRPC."""
 
 from __future__ import annotations
 
@@ -49,6 +49,29 @@ class LoadSpec:
     blob: BlobSettings
     manifest_path: str = MANIFEST
     streams: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class MigrateSpec:
+    """A run as its migrate task sees it."""
+
+    job_id: str
+    workspace_id: str
+    pipeline_id: str
+    source: ConnectionSpec
+    destination: ConnectionSpec
+    streams: list[str]
+    spec: dict[str, Any]
+    write_mode: WriteMode
+    # None (fresh), "extract", "load" or "direct".
+    phase: str | None
+    dry_run: bool
+    load_on_agent: bool
+    rows_extracted: int
+    blob_prefix: str
+    blob: BlobSettings
+    cancel_requested: bool = False
+    ended: bool = False
 
 
 class SpecSource(Protocol):

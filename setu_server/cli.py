@@ -61,8 +61,16 @@ async def _ensure_dev_tenant(
     return credentials
 
 
-def _banner(address: str, credentials: dict[str, str], credentials_path: Path) -> str:
+def _banner(
+    address: str, credentials: dict[str, str], credentials_path: Path, cloud_reach: str
+) -> str:
     key = credentials["api_key"]
+    reach = (
+        "cloud connections may reach anything this machine can (SETU_CLOUD_REACH=local);\n"
+        "  never expose this server to other people"
+        if cloud_reach == "local"
+        else "cloud connections reach only public addresses and their workspace's files"
+    )
     return f"""
 Setu dev server on {address}   (Ctrl-C stops it; data in {credentials_path.parent})
 
@@ -70,6 +78,8 @@ Setu dev server on {address}   (Ctrl-C stops it; data in {credentials_path.paren
   API key    {key}
   admin      {credentials["admin_token"]}
   (saved in {credentials_path})
+
+  {reach}
 
 Try it:
   grpcurl -plaintext {address} list
@@ -109,7 +119,8 @@ async def _dev(args: argparse.Namespace, data_dir: Path) -> None:
         async with open_channel(address, credentials["admin_token"]) as channel:
             credentials = await _ensure_dev_tenant(apb.AdminServiceStub(channel), credentials)
         _save_credentials(credentials_path, credentials)
-        print(_banner(address, credentials, credentials_path), flush=True)
+        banner = _banner(address, credentials, credentials_path, settings.cloud_reach)
+        print(banner, flush=True)
         await stop.wait()
 
 

@@ -111,8 +111,22 @@ class Settings:
     scheduler_interval_seconds: float = field(
         default=1.0, metadata={"help": "how often pipeline schedules are checked for due ticks"}
     )
+    worker_processes: int = field(
+        default=1,
+        metadata={
+            "help": "cloud worker processes this server starts and keeps running (0: none; "
+            "run setu-worker elsewhere with the same WORKER_TOKEN)"
+        },
+    )
     worker_concurrency: int = field(
-        default=4, metadata={"help": "cloud tasks this server runs at once"}
+        default=4, metadata={"help": "cloud tasks each cloud worker process runs at once"}
+    )
+    worker_token: str = field(
+        default="",
+        metadata={
+            "help": "the token cloud workers present (16+ characters); empty: a fresh one "
+            "for this server's own workers at every start"
+        },
     )
     auth_cache_seconds: float = field(
         default=5.0,

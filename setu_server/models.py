@@ -56,6 +56,8 @@ class Role(StrEnum):
     CLIENT = "client"
     AGENT = "agent"
     ADMIN = "admin"
+    # A cloud worker: the runtime of the `cloud` queue, across workspaces.
+    WORKER = "worker"
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import secrets
 import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -16,15 +18,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from setu_agent.engine.blob import BlobSettings, BlobStore, open_blob
 from setu_agent.engine.s3 import S3Settings
-from setu_agent.engine.secrets import SecretStore
-from setu_agent.handlers import EngineHandlers
-from setu_agent.runtime import Runtime
-from setu_agent.runtime.task import Handler
 from setu_client._proto.setu.v1 import (
     admin_pb2,
     admin_pb2_grpc,
     agents_pb2,
     agents_pb2_grpc,
+    cloud_pb2,
+    cloud_pb2_grpc,
     connections_pb2,
     connections_pb2_grpc,
     jobs_pb2,
@@ -41,6 +41,7 @@ from setu_server.maintenance.scheduler import Scheduler, SchedulerSettings
 from setu_server.rpc import reflection
 from setu_server.rpc.admin import AdminServicer
 from setu_server.rpc.agents import AgentServicer
+from setu_server.rpc.cloud import CloudRunServicer
 from setu_server.rpc.connections import ConnectionServicer
 from setu_server.rpc.interceptor import CallInterceptor
 from setu_server.rpc.jobs import JobServicer
@@ -49,6 +50,7 @@ from setu_server.service import paging
 from setu_server.service.admin import AdminService
 from setu_server.service.agents import AgentPresence
 from setu_server.service.auth import Authenticator
+from setu_server.service.cloud_runs import CloudRuns
 from setu_server.service.connection_ops import ConnectionOps
 from setu_server.service.connections import ConnectionService
 from setu_server.service.jobs import JobService
@@ -66,9 +68,8 @@ from setu_server.store.db import Database
 from setu_server.store.embedded import EmbeddedPostgres
 from setu_server.store.listener import Listener
 from setu_server.store.migrate import migrate
-from setu_server.worker import cloud_worker
-from setu_server.worker.migrate import Migrate, MigrateSettings
-from setu_server.worker.policy import CloudPolicy, cloud_egress
+from setu_server.worker.endpoints import database_endpoints
+from setu_server.worker.supervisor import WorkerSupervisor, worker_environment
 
 log = logging.getLogger("setu.server")
 
@@ -82,6 +83,7 @@ SERVICE_NAMES = (
     connections_pb2.DESCRIPTOR.services_by_name["ConnectionService"].full_name,
     pipelines_pb2.DESCRIPTOR.services_by_name["PipelineService"].full_name,
     agents_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
+    cloud_pb2.DESCRIPTOR.services_by_name["CloudRunService"].full_name,
     admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
 )
 
@@ -121,7 +123,10 @@ class Services:
     reaper: Reaper
     scheduler: Scheduler
     janitor: Janitor
-    worker: Runtime
+    cloud_runs: CloudRuns
+    # Present once the server listens and starts its own cloud workers.
+    workers: WorkerSupervisor | None
+    worker_token: str
     background: list[asyncio.Task[None]]
     auth: Authenticator
     connections: ConnectionService
@@ -175,11 +180,13 @@ class Running:
         grace = self.settings.grace_seconds if grace is None else grace
         parts = self.services
         # Parked long-polls answer at once with what they have; the cloud
-        # worker finishes or hands back its tasks; then the server refuses new
-        # calls and gives short in-flight ones the grace.
+        # workers finish or hand back their tasks (over gRPC, so the server
+        # still serves); then the server refuses new calls and gives short
+        # in-flight ones the grace.
         parts.signals.close()
         await parts.hub.close()
-        await parts.worker.stop(grace)
+        if parts.workers is not None:
+            await parts.workers.stop(grace)
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
         await asyncio.gather(*(service.stop() for service in parts.maintenance))
@@ -221,7 +228,17 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         await conn.close()
     pool = await db.create_pool(url, max_size=settings.db_pool_size)
     admin_digest = digest(settings.admin_token) if settings.admin_token else None
-    auth = Authenticator(pool, clock, admin_digest, settings.auth_cache_seconds)
+    if settings.worker_token and len(settings.worker_token) < 16:
+        raise SystemExit("SETU_WORKER_TOKEN must be at least 16 characters")
+    # The server's own workers get a fresh token when none is configured.
+    worker_token = settings.worker_token or secrets.token_urlsafe(32)
+    auth = Authenticator(
+        pool,
+        clock,
+        admin_digest,
+        settings.auth_cache_seconds,
+        worker_token_digest=digest(worker_token),
+    )
     hub = WatchHub(
         lambda ids: jobs.get_jobs(pool, ids), recheck_interval=settings.watch_recheck_seconds
     )
@@ -271,34 +288,10 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
             retention_seconds=settings.staged_retention_hours * 3600,
         ),
     )
-    secrets = SecretStore.from_file(
-        Path(settings.secrets_file) if settings.secrets_file else None,
-        isolated=True,
-        shared=frozenset(n.strip() for n in settings.shared_secrets.split(",") if n.strip()),
-    )
     if settings.cloud_reach not in ("restricted", "local"):
         raise SystemExit(f"SETU_CLOUD_REACH is restricted or local, not {settings.cloud_reach!r}")
-    reach = (
-        CloudPolicy(settings.files_root, cloud_egress(settings.cloud_allow_networks, url))
-        if settings.cloud_reach == "restricted"
-        else None
-    )
-    migrate_handler = Migrate(
-        RunBook(pool, clock, lifecycle),
-        blob,
-        secrets,
-        MigrateSettings(batch_rows=settings.batch_rows, direct_max_rows=settings.direct_max_rows),
-        reach,
-    )
-    handlers: dict[str, Handler] = {
-        **EngineHandlers(secrets, batch_rows=settings.batch_rows, policy=reach).table(),
-        "migrate": migrate_handler,
-    }
-    worker = cloud_worker(task_service, handlers, settings.worker_concurrency)
     job_service = JobService(pool, clock, hub, lifecycle, dispatcher=runs_service)
-    background = [
-        asyncio.create_task(worker.run(), name="setu-cloud-worker"),
-    ]
+    background: list[asyncio.Task[None]] = []
     services = Services(
         pool=pool,
         hub=hub,
@@ -313,7 +306,9 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         reaper=reaper,
         scheduler=scheduler,
         janitor=janitor,
-        worker=worker,
+        cloud_runs=CloudRuns(pool, clock, RunBook(pool, clock, lifecycle), where),
+        workers=None,
+        worker_token=worker_token,
         background=background,
         connections=ConnectionService(pool, clock),
         pipelines=PipelineService(pool, clock),
@@ -336,9 +331,10 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
     server = grpc.aio.server(interceptors=[CallInterceptor(parts.auth)], options=GRPC_OPTIONS)
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(parts.admin), server)
     agents_pb2_grpc.add_AgentServiceServicer_to_server(
-        AgentServicer(parts.presence, parts.tasks, parts.runs, settings),
+        AgentServicer(parts.presence, parts.tasks, parts.runs, settings, database_endpoints(url)),
         server,
     )
+    cloud_pb2_grpc.add_CloudRunServiceServicer_to_server(CloudRunServicer(parts.cloud_runs), server)
     jobs_pb2_grpc.add_JobOrchestrationServiceServicer_to_server(
         JobServicer(parts.jobs, parts.runs, settings),
         server,
@@ -361,7 +357,47 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
     log.info(
         "serving", extra={"address": settings.listen, "port": port, "tls": bool(settings.tls_cert)}
     )
+    if settings.worker_processes > 0 and settings.worker_concurrency > 0:
+        parts.workers = WorkerSupervisor(
+            settings.worker_processes, worker_settings(settings, port, parts.worker_token)
+        )
+        parts.workers.start()
     return Running(server, port, health_servicer, settings, parts)
+
+
+def worker_settings(settings: Settings, port: int, token: str) -> dict[str, str]:
+    """The whole environment of this server's own cloud workers: what they
+    need to lease the cloud's tasks, and no credential of the control plane
+    but the staging blob's (the server's own AWS_* keys, when it has them)."""
+    host = settings.listen.rpartition(":")[0].strip("[]")
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    server = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    secrets_file = str(Path(settings.secrets_file).resolve()) if settings.secrets_file else ""
+    return worker_environment(
+        {
+            "SETU_SERVER": server,
+            "SETU_WORKER_TOKEN": token,
+            "SETU_WORKER_SUPERVISED": "1",
+            "SETU_WORKER_CONCURRENCY": str(settings.worker_concurrency),
+            "SETU_TLS": "1" if settings.tls_cert else "",
+            "SETU_ROOT_CERT": str(Path(settings.tls_cert).resolve()) if settings.tls_cert else "",
+            "SETU_SECRETS_FILE": secrets_file,
+            "SETU_SHARED_SECRETS": settings.shared_secrets,
+            "SETU_CLOUD_REACH": settings.cloud_reach,
+            "SETU_CLOUD_ALLOW_NETWORKS": settings.cloud_allow_networks,
+            "SETU_LOCAL_FILES_ROOT": str(settings.files_root.resolve()),
+            "SETU_BATCH_ROWS": str(settings.batch_rows),
+            "SETU_DIRECT_MAX_ROWS": str(settings.direct_max_rows),
+            "SETU_GRACE_SECONDS": str(settings.grace_seconds),
+            "SETU_LOG_LEVEL": settings.log_level,
+            "SETU_LOG_FORMAT": settings.log_format,
+            "SETU_BLOB_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", ""),
+            "SETU_BLOB_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
+            "SETU_BLOB_SESSION_TOKEN": os.environ.get("AWS_SESSION_TOKEN", ""),
+        },
+        os.environ,
+    )
 
 
 def _bind(server: grpc.aio.Server, settings: Settings) -> int:

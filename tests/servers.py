@@ -126,14 +126,12 @@ def agent_process(
             proc.wait()
 
 
-@contextlib.asynccontextmanager
-async def checked_in_agent(
+def checked_in_agent(
     port: int, token: str, log_path: Path, **env: str
-) -> AsyncIterator[asyncio.subprocess.Process]:
-    """A real `setu-agent` process, yielded once it has checked in (its own
-    log line says so: read from its output, no polling); killed on exit."""
+) -> contextlib.AbstractAsyncContextManager[asyncio.subprocess.Process]:
+    """A real `setu-agent` process, yielded once it has checked in; killed on exit."""
     full_env = (
-        os.environ
+        dict(os.environ)
         | {
             "SETU_SERVER": f"127.0.0.1:{port}",
             "SETU_AGENT_TOKEN": token,
@@ -141,11 +139,21 @@ async def checked_in_agent(
         }
         | env
     )
+    return checked_in_runtime("setu_agent.main", full_env, log_path)
+
+
+@contextlib.asynccontextmanager
+async def checked_in_runtime(
+    module: str, env: dict[str, str], log_path: Path
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """A runtime process (`setu_agent.main`, or `setu_agent.cloud` for a cloud
+    worker) with exactly `env`, yielded once it has checked in (its own log
+    line says so: read from its output, no polling); killed on exit."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "setu_agent.main",
-        env=full_env,
+        module,
+        env=env,
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
@@ -167,7 +175,7 @@ async def checked_in_agent(
         await asyncio.wait({waiting, copying}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
         if not checked_in.is_set():
             waiting.cancel()
-            raise AssertionError(f"the agent did not check in; see {log_path}")
+            raise AssertionError(f"{module} did not check in; see {log_path}")
         yield proc
     finally:
         if proc.returncode is None:

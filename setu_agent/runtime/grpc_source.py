@@ -15,12 +15,14 @@ from setu_agent.results import (
     ExtractResult,
     LoadResult,
     MalformedResult,
+    MigrateResult,
     PreviewResult,
     TaskResult,
     TestResult,
 )
 from setu_agent.runtime.task import LeasedTask
 from setu_agent.specs import ConnectionSpec, ExtractSpec, LoadSpec
+from setu_client import struct_to_dict
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
 from setu_client.errors import from_rpc_error
@@ -38,8 +40,9 @@ WRITE_MODES = {getattr(common_pb2, f"WRITE_MODE_{m.name}"): m for m in WriteMode
 }
 
 
-def _connection(spec: pb.ConnectionSpec) -> ConnectionSpec:
-    return ConnectionSpec(spec.connection_id, spec.provider, MessageToDict(spec.config))
+def connection_spec(spec: pb.ConnectionSpec) -> ConnectionSpec:
+    # Whole numbers (a port) come back as ints, as the connection was created.
+    return ConnectionSpec(spec.connection_id, spec.provider, struct_to_dict(spec.config))
 
 
 def _blob(blob: pb.BlobSettings) -> BlobSettings:
@@ -88,7 +91,7 @@ class GrpcTaskSource:
         return ExtractSpec(
             job_id=spec.job_id,
             pipeline_id=spec.pipeline_id,
-            source=_connection(spec.source),
+            source=connection_spec(spec.source),
             streams=list(spec.streams),
             blob_prefix=spec.blob_prefix,
             blob=_blob(spec.blob),
@@ -100,7 +103,7 @@ class GrpcTaskSource:
         return LoadSpec(
             job_id=spec.job_id,
             pipeline_id=spec.pipeline_id,
-            destination=_connection(spec.destination),
+            destination=connection_spec(spec.destination),
             write_mode=WRITE_MODES[spec.write_mode],
             spec=MessageToDict(spec.spec),
             blob_prefix=spec.artifact.blob_prefix,
@@ -165,6 +168,31 @@ def completion(task: LeasedTask, result: TaskResult) -> pb.CompleteTaskRequest:
         for row in result.rows:
             message.rows.add().update(row)
         request.preview.CopyFrom(message)
+    elif isinstance(result, MigrateResult):
+        request.migrate.CopyFrom(
+            pb.MigrateResult(
+                mode=result.mode.value,
+                rows_extracted=result.rows_extracted,
+                rows_loaded=result.rows_loaded,
+                streams=[
+                    pb.StreamCounts(
+                        stream=s.stream, rows_extracted=s.rows_extracted, rows_loaded=s.rows_loaded
+                    )
+                    for s in result.streams
+                ],
+                planned=[
+                    pb.PlannedStream(
+                        stream=p.stream,
+                        destination=p.destination,
+                        rows_estimate=p.rows_estimate,
+                        columns=[_column(c) for c in p.columns],
+                        key=p.key,
+                    )
+                    for p in result.planned
+                ],
+                reason=result.reason,
+            )
+        )
     else:
         raise MalformedResult(f"a {result.kind} result is not reported over gRPC")
     return request

@@ -100,7 +100,7 @@ Handler = Callable[[TaskContext], Coroutine[Any, Any, TaskResult]]
 
 class TaskSource(Protocol):
     """Where a runtime gets work and reports it: the server over gRPC (agents)
-    or the store directly (the cloud worker inside the server)."""
+    the cloud worker's too."""
 
     async def lease(self, wait_seconds: float) -> LeasedTask | None: ...
 

@@ -18,7 +18,11 @@ from setu_agent.results import (
     ExtractResult,
     LoadResult,
     MalformedResult,
+    MigrateMode,
+    MigrateResult,
+    PlannedStream,
     PreviewResult,
+    StreamCounts,
     TaskResult,
     TestResult,
 )
@@ -26,7 +30,7 @@ from setu_agent.specs import ConnectionSpec
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
 from setu_server.config import Settings
-from setu_server.models import Task, TaskKind
+from setu_server.models import CLOUD, Role, Task, TaskKind
 from setu_server.rpc import convert
 from setu_server.rpc.convert import WRITE_MODES, uid
 from setu_server.rpc.interceptor import principal
@@ -41,9 +45,12 @@ DEADLINE_MARGIN_SECONDS = 1.0
 
 
 def _runtime() -> str:
-    agent_id = principal().agent_id
-    assert agent_id is not None, "agent calls are authenticated with an agent token"
-    return str(agent_id)
+    """The queue of the calling runtime: its agent id, or the cloud's."""
+    me = principal()
+    if me.role is Role.WORKER:
+        return CLOUD
+    assert me.agent_id is not None, "agent calls are authenticated with an agent token"
+    return str(me.agent_id)
 
 
 def task_message(task: Task) -> pb.Task:
@@ -60,13 +67,13 @@ def task_message(task: Task) -> pb.Task:
     return message
 
 
-def _connection(spec: ConnectionSpec) -> pb.ConnectionSpec:
+def connection_message(spec: ConnectionSpec) -> pb.ConnectionSpec:
     message = pb.ConnectionSpec(connection_id=spec.connection_id, provider=spec.provider)
     message.config.update(spec.config)
     return message
 
 
-def _blob(blob: BlobSettings) -> pb.BlobSettings:
+def blob_message(blob: BlobSettings) -> pb.BlobSettings:
     return pb.BlobSettings(
         backend=blob.backend, root=blob.root, endpoint_url=blob.endpoint_url, region=blob.region
     )
@@ -149,7 +156,34 @@ def _preview_result(message: pb.PreviewResult) -> PreviewResult:
     )
 
 
+def _migrate_result(message: pb.MigrateResult) -> MigrateResult:
+    try:
+        mode = MigrateMode(message.mode)
+    except ValueError:
+        raise MalformedResult(f"migrate result: no mode {message.mode!r}") from None
+    return MigrateResult(
+        mode,
+        rows_extracted=message.rows_extracted,
+        rows_loaded=message.rows_loaded,
+        streams=tuple(
+            StreamCounts(s.stream, s.rows_extracted, s.rows_loaded) for s in message.streams
+        ),
+        planned=tuple(
+            PlannedStream(
+                p.stream,
+                p.destination,
+                p.rows_estimate,
+                tuple(_column(c) for c in p.columns),
+                tuple(p.key),
+            )
+            for p in message.planned
+        ),
+        reason=message.reason,
+    )
+
+
 RESULT_READERS: dict[str, Callable[[Any], TaskResult]] = {
+    "migrate": _migrate_result,
     "extract": _extract_result,
     "load": _load_result,
     "test": _test_result,
@@ -160,12 +194,19 @@ RESULT_READERS: dict[str, Callable[[Any], TaskResult]] = {
 
 class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
     def __init__(
-        self, presence: AgentPresence, tasks: TaskService, runs: RunService, settings: Settings
+        self,
+        presence: AgentPresence,
+        tasks: TaskService,
+        runs: RunService,
+        settings: Settings,
+        protected_endpoints: list[str] | None = None,
     ) -> None:
         self._presence = presence
         self._tasks = tasks
         self._runs = runs
         self._settings = settings
+        # Named to cloud workers at check-in: the server's own database.
+        self._protected = protected_endpoints or []
 
     async def GetExtractSpec(
         self, request: pb.GetExtractSpecRequest, context: Ctx
@@ -176,10 +217,10 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
         return pb.ExtractSpec(
             job_id=spec.job_id,
             pipeline_id=spec.pipeline_id,
-            source=_connection(spec.source),
+            source=connection_message(spec.source),
             streams=spec.streams,
             blob_prefix=spec.blob_prefix,
-            blob=_blob(spec.blob),
+            blob=blob_message(spec.blob),
         )
 
     async def GetLoadSpec(self, request: pb.GetLoadSpecRequest, context: Ctx) -> pb.LoadSpec:
@@ -189,20 +230,26 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
         answer = pb.LoadSpec(
             job_id=spec.job_id,
             pipeline_id=spec.pipeline_id,
-            destination=_connection(spec.destination),
+            destination=connection_message(spec.destination),
             write_mode=WRITE_MODES[spec.write_mode],
             artifact=pb.Artifact(
                 blob_prefix=spec.blob_prefix,
                 manifest_path=spec.manifest_path,
                 streams=[pb.StagedStream(stream=s) for s in spec.streams],
             ),
-            blob=_blob(spec.blob),
+            blob=blob_message(spec.blob),
         )
         answer.spec.update(spec.spec)
         return answer
 
     async def CheckIn(self, request: pb.CheckInRequest, context: Ctx) -> pb.CheckInResponse:
         me = principal()
+        if me.role is Role.WORKER:
+            return pb.CheckInResponse(
+                lease_wait_cap_seconds=int(self._tasks.policy.wait_cap_seconds),
+                lease_ttl_seconds=int(self._tasks.policy.ttl_seconds),
+                protected_endpoints=self._protected,
+            )
         assert me.agent_id is not None
         agent = await self._presence.check_in(
             me.agent_id, request.version, list(request.capabilities), request.hostname

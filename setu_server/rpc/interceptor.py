@@ -39,6 +39,7 @@ SERVICE_ROLES: dict[str, Role] = {
     "setu.v1.ConnectionService": Role.CLIENT,
     "setu.v1.PipelineService": Role.CLIENT,
     "setu.v1.AgentService": Role.AGENT,
+    "setu.v1.CloudRunService": Role.WORKER,
     "setu.v1.AdminService": Role.ADMIN,
 }
 

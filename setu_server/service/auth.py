@@ -21,9 +21,24 @@ _WRONG_ROLE = {
     Role.CLIENT: "this service takes a workspace API key, not {what}",
     Role.AGENT: "this service takes an agent token, not {what}",
     Role.ADMIN: "this service takes the admin token, not {what}",
+    Role.WORKER: "this service takes a cloud worker's token, not {what}",
 }
 
-_WHAT = {Role.CLIENT: "an API key", Role.AGENT: "an agent token", Role.ADMIN: "the admin token"}
+_WHAT = {
+    Role.CLIENT: "an API key",
+    Role.AGENT: "an agent token",
+    Role.ADMIN: "the admin token",
+    Role.WORKER: "a cloud worker's token",
+}
+
+# Who may call a service that requires a role: a cloud worker is a runtime
+# too, and takes the cloud's tasks through the agents' service.
+_ACCEPTED = {
+    Role.CLIENT: {Role.CLIENT},
+    Role.AGENT: {Role.AGENT, Role.WORKER},
+    Role.ADMIN: {Role.ADMIN},
+    Role.WORKER: {Role.WORKER},
+}
 
 
 class Authenticator:
@@ -39,10 +54,12 @@ class Authenticator:
         clock: Clock,
         admin_token_digest: bytes | None,
         cache_seconds: float = 5.0,
+        worker_token_digest: bytes | None = None,
     ) -> None:
         self._pool = pool
         self._clock = clock
         self._admin_digest = admin_token_digest
+        self._worker_digest = worker_token_digest
         self._cache_seconds = cache_seconds
         self._cache: dict[bytes, tuple[Principal, float]] = {}
 
@@ -55,7 +72,7 @@ class Authenticator:
         the service requires. Never logs or echoes the credential."""
         token = _bearer(authorization)
         principal = await self._identify(token)
-        if principal.role is not required:
+        if principal.role not in _ACCEPTED[required]:
             raise PermissionDenied(_WRONG_ROLE[required].format(what=_WHAT[principal.role]))
         return principal
 
@@ -64,6 +81,8 @@ class Authenticator:
         # The operator chooses the admin token, so it need not carry a prefix.
         if self._admin_digest is not None and same_digest(token_digest, self._admin_digest):
             return Principal(Role.ADMIN)
+        if self._worker_digest is not None and same_digest(token_digest, self._worker_digest):
+            return Principal(Role.WORKER)
         loop_now = asyncio.get_running_loop().time()
         cached = self._cache.get(token_digest)
         if cached is not None and cached[1] > loop_now:

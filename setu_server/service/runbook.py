@@ -1,4 +1,4 @@
-"""The bookkeeping of a run as the cloud worker moves its data: phase,
+"""The bookkeeping of a run as a cloud worker moves its data: phase,
 progress, staged artifacts and per-stream counts. Every write here is what
 a retry or a watcher relies on, so each one commits before the work it
 describes goes on."""
@@ -6,10 +6,8 @@ describes goes on."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
-from setu_agent.engine.staging import Manifest
 from setu_agent.results import Artifact
 from setu_client.clock import Clock
 from setu_server.models import EventLevel, Job, JobOutput, Phase
@@ -26,14 +24,6 @@ class RunBook:
 
     async def job(self, job_id: UUID) -> Job | None:
         return await jobs.get_job_any(self._pool, job_id)
-
-    async def connection(self, connection_id: UUID) -> tuple[str, dict[str, Any], UUID]:
-        """(provider, config with secret references, workspace); LookupError
-        when gone."""
-        found = await runs.connection_for_runtime(self._pool, connection_id)
-        if found is None:
-            raise LookupError(f"connection {connection_id} no longer exists")
-        return found
 
     async def enter_phase(self, job_id: UUID, phase: Phase, message: str) -> None:
         job = await runs.set_run_phase(self._pool, job_id, phase, message, self._clock.sql_now())
@@ -63,12 +53,9 @@ class RunBook:
             self._pool, job_id, extracted, loaded, self._clock.sql_now()
         )
 
-    async def staged(
-        self, job_id: UUID, task_id: UUID | None, prefix: str, manifest: Manifest
-    ) -> None:
+    async def staged(self, job_id: UUID, task_id: UUID | None, artifact: Artifact) -> None:
         """Records what the extract staged and moves the run to `load`, in one
         transaction: from here a retry loads and never reads the source."""
-        artifact = Artifact.of(prefix, manifest)
         parts = sum(len(s.parts) for s in artifact.streams)
         message = (
             f"Staged {artifact.rows} rows of {len(artifact.streams)} stream(s) in {parts} part(s)"

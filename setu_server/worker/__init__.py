@@ -1,6 +1,3 @@
-"""The cloud worker: the agents' runtime loop inside setu-server, and the
-handlers that only the cloud runs (`migrate`)."""
-
-from setu_server.worker.runtime import LocalTaskSource, cloud_worker
-
-__all__ = ["LocalTaskSource", "cloud_worker"]
+"""The server's side of the cloud runtime: it starts and keeps its own cloud
+worker processes (supervisor.py) and names its database's endpoints to them
+(endpoints.py). The workers themselves live in setu_agent/cloud/."""

@@ -3,11 +3,14 @@ server on the test's own database, and an SDK client of the tenant.
 
 A module changes the server by overriding `clock` (the system clock unless
 told) or `server_settings` (the settings every server of the module gets);
-one test changes it with `@pytest.mark.server(**settings)`."""
+one test changes it with `@pytest.mark.server(**settings)`. `client_for`
+opens servers with settings of a test's own choosing; `databases` gives a
+source and a destination database."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -16,6 +19,7 @@ import pytest
 from setu_client import SetuClient
 from setu_client.clock import Clock, SystemClock
 from setu_server.server import Running
+from tests.databases import scratch_database
 from tests.factories import Tenant, make_tenant
 from tests.servers import in_process
 
@@ -58,3 +62,35 @@ async def server(
 async def client(server: Running, tenant: Tenant) -> AsyncIterator[SetuClient]:
     async with SetuClient(f"127.0.0.1:{server.port}", tenant.api_key) as c:
         yield c
+
+
+@pytest.fixture
+async def databases(pg_server_url: str) -> AsyncIterator[tuple[str, str]]:
+    async with (
+        scratch_database(pg_server_url) as source,
+        scratch_database(pg_server_url) as destination,
+    ):
+        yield source, destination
+
+
+@pytest.fixture
+async def client_for(database_url: str, tenant: Tenant, tmp_path: Path) -> AsyncIterator[Any]:
+    """Opens an in-process server with the given settings and an SDK client on it."""
+    stack: list[Any] = []
+
+    async def open_(**settings: Any) -> tuple[Running, SetuClient]:
+        settings = {
+            "data_dir": tmp_path / "server",
+            "task_retry_backoff_seconds": 0.05,
+        } | settings
+        server_cm = in_process(database_url, **settings)
+        server = await server_cm.__aenter__()
+        client = SetuClient(f"127.0.0.1:{server.port}", tenant.api_key)
+        await client.__aenter__()
+        stack.append((server_cm, client))
+        return server, client
+
+    yield open_
+    for server_cm, client in reversed(stack):
+        await client.__aexit__(None, None, None)
+        await server_cm.__aexit__(None, None, None)

@@ -10,25 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import pytest
 
 from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2
-from setu_server.server import Running
-from tests.databases import postgres_config, scratch_database
+from tests.databases import postgres_config
 from tests.factories import Tenant
-from tests.servers import in_process
 
 S = common_pb2
-
-
-@pytest.fixture
-async def databases(pg_server_url: str) -> AsyncIterator[tuple[str, str]]:
-    async with (
-        scratch_database(pg_server_url) as source,
-        scratch_database(pg_server_url) as destination,
-    ):
-        yield source, destination
 
 
 async def fill(url: str, table: str, rows: int, first: int = 1) -> None:
@@ -60,29 +48,6 @@ async def pipeline(client: SetuClient, source: str, destination: str, **fields: 
     dst = await client.create_connection("destination", "postgres", postgres_config(destination))
     created = await client.create_pipeline("copy", src.id, dst.id, **fields)
     return str(created.id)
-
-
-@pytest.fixture
-async def client_for(database_url: str, tenant: Tenant, tmp_path: Path) -> AsyncIterator[Any]:
-    """Opens an in-process server with the given settings and an SDK client on it."""
-    stack: list[Any] = []
-
-    async def open_(**settings: Any) -> tuple[Running, SetuClient]:
-        settings = {
-            "data_dir": tmp_path / "server",
-            "task_retry_backoff_seconds": 0.05,
-        } | settings
-        server_cm = in_process(database_url, **settings)
-        server = await server_cm.__aenter__()
-        client = SetuClient(f"127.0.0.1:{server.port}", tenant.api_key)
-        await client.__aenter__()
-        stack.append((server_cm, client))
-        return server, client
-
-    yield open_
-    for server_cm, client in reversed(stack):
-        await client.__aexit__(None, None, None)
-        await server_cm.__aexit__(None, None, None)
 
 
 async def test_a_small_fresh_run_copies_directly_and_its_counts_reconcile(
@@ -299,9 +264,7 @@ async def test_a_dry_run_quotes_no_resolved_secret(
     assert secret_name not in str(done)
     conn = await asyncpg.connect(database_url)
     try:
-        tables = await conn.fetch(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
-        )
+        tables = await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
         for (table,) in tables:
             rows = await conn.fetch(f'SELECT t::text AS row FROM "{table}" t')
             assert not [r["row"] for r in rows if secret_name in r["row"]], table

@@ -131,12 +131,14 @@ async def test_sigterm_stops_taking_calls_and_exits_cleanly(
 async def _dev_banner(proc: asyncio.subprocess.Process) -> dict[str, str]:
     assert proc.stdout is not None
     seen: dict[str, str] = {}
-    while "admin" not in seen:
+    while "reach" not in seen:
         line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
         assert line, "setu dev exited before printing its credentials"
         match = re.match(r"^\s+(workspace|API key|admin)\s+(\S+)$", line)
         if match:
             seen[match[1]] = match[2]
+        if "cloud connections" in line:
+            seen["reach"] = line.strip()
     return seen
 
 
@@ -160,6 +162,7 @@ async def test_setu_dev_creates_credentials_once_and_serves(tmp_path: Path) -> N
         )
         try:
             banner = await _dev_banner(proc)
+            assert "(SETU_CLOUD_REACH=local)" in banner["reach"]
             async with open_channel(f"127.0.0.1:{port}", banner["API key"]) as channel:
                 jobs = jobs_pb2_grpc.JobOrchestrationServiceStub(channel)
                 with pytest.raises(grpc.aio.AioRpcError) as info:

@@ -86,6 +86,7 @@ class CheckInResponse(_message.Message):
     SERVER_TIME_FIELD_NUMBER: _builtins.int
     LEASE_WAIT_CAP_SECONDS_FIELD_NUMBER: _builtins.int
     LEASE_TTL_SECONDS_FIELD_NUMBER: _builtins.int
+    PROTECTED_ENDPOINTS_FIELD_NUMBER: _builtins.int
     agent_id: _builtins.str
     workspace_id: _builtins.str
     lease_wait_cap_seconds: _builtins.int
@@ -94,6 +95,12 @@ class CheckInResponse(_message.Message):
     """How long a lease lasts without a heartbeat."""
     @_builtins.property
     def server_time(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def protected_endpoints(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """For cloud workers only: host:port endpoints no cloud connection may
+        reach whatever the operator allows (the control plane's own database).
+        """
+
     def __init__(
         self,
         *,
@@ -102,10 +109,11 @@ class CheckInResponse(_message.Message):
         server_time: _timestamp_pb2.Timestamp | None = ...,
         lease_wait_cap_seconds: _builtins.int = ...,
         lease_ttl_seconds: _builtins.int = ...,
+        protected_endpoints: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["server_time", b"server_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "lease_ttl_seconds", b"lease_ttl_seconds", "lease_wait_cap_seconds", b"lease_wait_cap_seconds", "server_time", b"server_time", "workspace_id", b"workspace_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "lease_ttl_seconds", b"lease_ttl_seconds", "lease_wait_cap_seconds", b"lease_wait_cap_seconds", "protected_endpoints", b"protected_endpoints", "server_time", b"server_time", "workspace_id", b"workspace_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -656,6 +664,107 @@ class PreviewResult(_message.Message):
 Global___PreviewResult: _TypeAlias = PreviewResult  # noqa: Y015
 
 @_typing.final
+class MigrateResult(_message.Message):
+    """The cloud's part of a run (reported by cloud workers only)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODE_FIELD_NUMBER: _builtins.int
+    ROWS_EXTRACTED_FIELD_NUMBER: _builtins.int
+    ROWS_LOADED_FIELD_NUMBER: _builtins.int
+    STREAMS_FIELD_NUMBER: _builtins.int
+    PLANNED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    mode: _builtins.str
+    """staged, direct, handoff, dry_run or skipped."""
+    rows_extracted: _builtins.int
+    rows_loaded: _builtins.int
+    reason: _builtins.str
+    """Why a skipped task did nothing."""
+    @_builtins.property
+    def streams(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamCounts]: ...
+    @_builtins.property
+    def planned(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlannedStream]:
+        """A dry run's plan, one entry per stream."""
+
+    def __init__(
+        self,
+        *,
+        mode: _builtins.str = ...,
+        rows_extracted: _builtins.int = ...,
+        rows_loaded: _builtins.int = ...,
+        streams: _abc.Iterable[Global___StreamCounts] | None = ...,
+        planned: _abc.Iterable[Global___PlannedStream] | None = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "planned", b"planned", "reason", b"reason", "rows_extracted", b"rows_extracted", "rows_loaded", b"rows_loaded", "streams", b"streams"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MigrateResult: _TypeAlias = MigrateResult  # noqa: Y015
+
+@_typing.final
+class StreamCounts(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    ROWS_EXTRACTED_FIELD_NUMBER: _builtins.int
+    ROWS_LOADED_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    rows_extracted: _builtins.int
+    rows_loaded: _builtins.int
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        rows_extracted: _builtins.int = ...,
+        rows_loaded: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rows_extracted", b"rows_extracted", "rows_loaded", b"rows_loaded", "stream", b"stream"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamCounts: _TypeAlias = StreamCounts  # noqa: Y015
+
+@_typing.final
+class PlannedStream(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    DESTINATION_FIELD_NUMBER: _builtins.int
+    ROWS_ESTIMATE_FIELD_NUMBER: _builtins.int
+    COLUMNS_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    destination: _builtins.str
+    """Where the stream would land in the destination."""
+    rows_estimate: _builtins.int
+    @_builtins.property
+    def columns(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Column]: ...
+    @_builtins.property
+    def key(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        destination: _builtins.str = ...,
+        rows_estimate: _builtins.int = ...,
+        columns: _abc.Iterable[_common_pb2.Column] | None = ...,
+        key: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns", "destination", b"destination", "key", b"key", "rows_estimate", b"rows_estimate", "stream", b"stream"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlannedStream: _TypeAlias = PlannedStream  # noqa: Y015
+
+@_typing.final
 class CompleteTaskRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -666,6 +775,7 @@ class CompleteTaskRequest(_message.Message):
     TEST_FIELD_NUMBER: _builtins.int
     DISCOVER_FIELD_NUMBER: _builtins.int
     PREVIEW_FIELD_NUMBER: _builtins.int
+    MIGRATE_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     lease_token: _builtins.str
     @_builtins.property
@@ -678,6 +788,8 @@ class CompleteTaskRequest(_message.Message):
     def discover(self) -> Global___DiscoverResult: ...
     @_builtins.property
     def preview(self) -> Global___PreviewResult: ...
+    @_builtins.property
+    def migrate(self) -> Global___MigrateResult: ...
     def __init__(
         self,
         *,
@@ -688,12 +800,13 @@ class CompleteTaskRequest(_message.Message):
         test: Global___TestResult | None = ...,
         discover: Global___DiscoverResult | None = ...,
         preview: Global___PreviewResult | None = ...,
+        migrate: Global___MigrateResult | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["discover", b"discover", "extract", b"extract", "load", b"load", "preview", b"preview", "result", b"result", "test", b"test"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["discover", b"discover", "extract", b"extract", "load", b"load", "migrate", b"migrate", "preview", b"preview", "result", b"result", "test", b"test"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["discover", b"discover", "extract", b"extract", "lease_token", b"lease_token", "load", b"load", "preview", b"preview", "result", b"result", "task_id", b"task_id", "test", b"test"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["discover", b"discover", "extract", b"extract", "lease_token", b"lease_token", "load", b"load", "migrate", b"migrate", "preview", b"preview", "result", b"result", "task_id", b"task_id", "test", b"test"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_result: _TypeAlias = _typing.Literal["extract", "load", "test", "discover", "preview"]  # noqa: Y015
+    _WhichOneofReturnType_result: _TypeAlias = _typing.Literal["extract", "load", "test", "discover", "preview", "migrate"]  # noqa: Y015
     _WhichOneofArgType_result: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_result) -> _WhichOneofReturnType_result | None: ...
 

@@ -26,8 +26,9 @@ if _version_not_supported:
 
 
 class AgentServiceStub:
-    """Runtimes (edge agents) take work by asking: they open no ports. Every call
-    needs `authorization: Bearer <agent token>`, and refreshes the agent's
+    """Runtimes (edge agents, and cloud workers for the `cloud` queue) take work
+    by asking: they open no ports. Every call needs `authorization: Bearer
+    <agent token>` (or a cloud worker's token), and refreshes an agent's
     last_seen_at. Common codes: UNAUTHENTICATED (missing, unknown or
     deactivated token), PERMISSION_DENIED (an API key or admin token),
     INVALID_ARGUMENT, UNAVAILABLE, INTERNAL. Calls that carry a lease token
@@ -79,8 +80,9 @@ class AgentServiceStub:
 
 
 class AgentServiceServicer:
-    """Runtimes (edge agents) take work by asking: they open no ports. Every call
-    needs `authorization: Bearer <agent token>`, and refreshes the agent's
+    """Runtimes (edge agents, and cloud workers for the `cloud` queue) take work
+    by asking: they open no ports. Every call needs `authorization: Bearer
+    <agent token>` (or a cloud worker's token), and refreshes an agent's
     last_seen_at. Common codes: UNAUTHENTICATED (missing, unknown or
     deactivated token), PERMISSION_DENIED (an API key or admin token),
     INVALID_ARGUMENT, UNAVAILABLE, INTERNAL. Calls that carry a lease token
@@ -194,8 +196,9 @@ def add_AgentServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class AgentService:
-    """Runtimes (edge agents) take work by asking: they open no ports. Every call
-    needs `authorization: Bearer <agent token>`, and refreshes the agent's
+    """Runtimes (edge agents, and cloud workers for the `cloud` queue) take work
+    by asking: they open no ports. Every call needs `authorization: Bearer
+    <agent token>` (or a cloud worker's token), and refreshes an agent's
     last_seen_at. Common codes: UNAUTHENTICATED (missing, unknown or
     deactivated token), PERMISSION_DENIED (an API key or admin token),
     INVALID_ARGUMENT, UNAVAILABLE, INTERNAL. Calls that carry a lease token

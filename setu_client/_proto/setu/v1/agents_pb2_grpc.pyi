@@ -27,8 +27,9 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class AgentServiceStub:
-    """Runtimes (edge agents) take work by asking: they open no ports. Every call
-    needs `authorization: Bearer <agent token>`, and refreshes the agent's
+    """Runtimes (edge agents, and cloud workers for the `cloud` queue) take work
+    by asking: they open no ports. Every call needs `authorization: Bearer
+    <agent token>` (or a cloud worker's token), and refreshes an agent's
     last_seen_at. Common codes: UNAUTHENTICATED (missing, unknown or
     deactivated token), PERMISSION_DENIED (an API key or admin token),
     INVALID_ARGUMENT, UNAVAILABLE, INTERNAL. Calls that carry a lease token
@@ -73,8 +74,9 @@ class AgentServiceStub:
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
-    """Runtimes (edge agents) take work by asking: they open no ports. Every call
-    needs `authorization: Bearer <agent token>`, and refreshes the agent's
+    """Runtimes (edge agents, and cloud workers for the `cloud` queue) take work
+    by asking: they open no ports. Every call needs `authorization: Bearer
+    <agent token>` (or a cloud worker's token), and refreshes an agent's
     last_seen_at. Common codes: UNAUTHENTICATED (missing, unknown or
     deactivated token), PERMISSION_DENIED (an API key or admin token),
     INVALID_ARGUMENT, UNAVAILABLE, INTERNAL. Calls that carry a lease token
@@ -115,8 +117,9 @@ class AgentServiceAsyncStub(AgentServiceStub):
     """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Runtimes (edge agents) take work by asking: they open no ports. Every call
-    needs `authorization: Bearer <agent token>`, and refreshes the agent's
+    """Runtimes (edge agents, and cloud workers for the `cloud` queue) take work
+    by asking: they open no ports. Every call needs `authorization: Bearer
+    <agent token>` (or a cloud worker's token), and refreshes an agent's
     last_seen_at. Common codes: UNAUTHENTICATED (missing, unknown or
     deactivated token), PERMISSION_DENIED (an API key or admin token),
     INVALID_ARGUMENT, UNAVAILABLE, INTERNAL. Calls that carry a lease token

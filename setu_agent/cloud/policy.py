@@ -1,10 +1,10 @@
-"""What a cloud connection may reach from inside setu-server.
+"""What a cloud connection may reach from a cloud worker.
 
-The cloud worker runs every workspace's cloud connections in the server's
-own process, so a connection must not reach what the server holds for
-itself: its data folder (the embedded database and its socket, the blob
-folder), its secrets file, its S3 credentials, services listening on its
-loopback interface.
+A cloud worker runs every workspace's cloud connections, on the machines of
+the control plane, so a connection must not reach what the control plane
+holds for itself: its database (by socket or by address), the server's data
+folder, the workers' secrets file and blob credentials, services listening
+on loopback or on the private network, another workspace's files.
 
 - Local files (a `sqlite` path, a `file` url) and PostgreSQL Unix sockets
   must lie in the connection's workspace folder, `<SETU_LOCAL_FILES_ROOT>/
@@ -26,11 +26,11 @@ A connection placed on an agent is bound by the agent's host only.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-from setu_agent.engine.egress import AddressPolicy, parse_networks, protect_database
+from setu_agent.engine.egress import AddressPolicy, IPNetwork, parse_networks, protect_database
 from setu_agent.engine.providers.base import ConfigError
 
 
@@ -116,35 +116,15 @@ class CloudPolicy:
         return str(resolved)
 
 
-def cloud_egress(allow_networks: str, database_url: str) -> AddressPolicy:
+def cloud_egress(allow_networks: str, protected_endpoints: Iterable[str]) -> AddressPolicy:
     """The cloud's address policy: public addresses, the networks the
-    operator allows, and never the addresses of the server's own database."""
+    operator allows, and never the `host:port` endpoints the server names
+    as its own database."""
+    protected: list[tuple[IPNetwork, int]] = []
+    for endpoint in protected_endpoints:
+        host, _, port = endpoint.rpartition(":")
+        protected += protect_database(host.strip("[]"), int(port))
     return AddressPolicy(
         allow=parse_networks(allow_networks, "SETU_CLOUD_ALLOW_NETWORKS"),
-        protected=tuple(
-            pair
-            for host, port in database_hosts(database_url)
-            for pair in protect_database(host, port)
-        ),
+        protected=tuple(protected),
     )
-
-
-def database_hosts(url: str) -> list[tuple[str, int]]:
-    """The TCP (host, port) pairs a libpq URL names (Unix sockets left out:
-    the files root keeps tenants off those)."""
-    parts = urlsplit(url)
-    query = parse_qs(parts.query)
-    netloc = parts.netloc.rpartition("@")[2]
-    hosts = query.get("host") or ([netloc] if netloc else [])
-    ports = query.get("port", [])
-    found = []
-    for spec in ",".join(hosts).split(","):
-        host, port = spec, ports[0] if ports else ""
-        if spec.startswith("["):
-            host, _, rest = spec[1:].partition("]")
-            port = rest.lstrip(":") or port
-        elif spec.count(":") == 1:
-            host, port = spec.split(":")
-        if host and not host.startswith("/"):
-            found.append((host, int(port or 5432)))
-    return found

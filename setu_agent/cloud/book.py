@@ -1,0 +1,168 @@
+"""The books of a run the cloud moves: what a `migrate` task reads of its
+run and writes as it goes, through the server (CloudRunService), since a
+cloud worker holds no database credentials. Every call presents the task's
+lease: a worker can touch only the runs it is working on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+
+from setu_agent.engine.blob import BlobSettings
+from setu_agent.results import Artifact
+from setu_agent.runtime.grpc_source import CALL_TIMEOUT_SECONDS, WRITE_MODES, connection_spec
+from setu_agent.runtime.task import LeasedTask
+from setu_agent.specs import MigrateSpec
+from setu_client._proto.setu.v1 import agents_pb2, cloud_pb2, cloud_pb2_grpc, common_pb2
+from setu_client.errors import from_rpc_error
+
+PHASES = {
+    common_pb2.PHASE_UNSPECIFIED: None,
+    common_pb2.PHASE_EXTRACT: "extract",
+    common_pb2.PHASE_LOAD: "load",
+    common_pb2.PHASE_DIRECT: "direct",
+}
+PHASE_MESSAGES = {name: number for number, name in PHASES.items() if name}
+LEVELS = {
+    "info": common_pb2.EVENT_LEVEL_INFO,
+    "warning": common_pb2.EVENT_LEVEL_WARNING,
+    "error": common_pb2.EVENT_LEVEL_ERROR,
+}
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    stream: str
+    rows_extracted: int
+    rows_loaded: int
+    loaded: bool
+
+
+class RunBook(Protocol):
+    """One run's books, as its leased migrate task keeps them."""
+
+    async def spec(self) -> MigrateSpec: ...
+
+    async def plan(
+        self, *, rows_total: int | None = None, extract: bool = False, load: bool = False
+    ) -> None: ...
+
+    async def enter_phase(self, phase: str, message: str) -> None: ...
+
+    async def progress(self, extracted: int, loaded: int) -> bool:
+        """Writes the run's counts; True when the run asked to cancel."""
+        ...
+
+    async def staged(self, artifact: Artifact) -> None:
+        """What the extract staged, and the run's phase set to load."""
+        ...
+
+    async def stream_loaded(
+        self, stream: str, extracted: int, loaded: int, checksum: str
+    ) -> None: ...
+
+    async def outputs(self) -> list[RunOutput]: ...
+
+    async def event(self, message: str, *, level: str = "info", stream: str = "") -> None: ...
+
+
+class GrpcRunBook:
+    """RunBook over CloudRunService, for one leased task."""
+
+    def __init__(self, channel: grpc.aio.Channel, task: LeasedTask) -> None:
+        self._stub = cloud_pb2_grpc.CloudRunServiceStub(channel)
+        self._lease = cloud_pb2.TaskLease(task_id=task.id, lease_token=task.lease_token)
+
+    async def spec(self) -> MigrateSpec:
+        answer: cloud_pb2.MigrateSpec = await self._call(
+            self._stub.GetMigrateSpec, cloud_pb2.GetMigrateSpecRequest(lease=self._lease)
+        )
+        blob = answer.blob
+        return MigrateSpec(
+            job_id=answer.job_id,
+            workspace_id=answer.workspace_id,
+            pipeline_id=answer.pipeline_id,
+            source=connection_spec(answer.source),
+            destination=connection_spec(answer.destination),
+            streams=list(answer.streams),
+            spec=MessageToDict(answer.spec),
+            write_mode=WRITE_MODES[answer.write_mode],
+            phase=PHASES.get(answer.phase),
+            dry_run=answer.dry_run,
+            load_on_agent=answer.load_on_agent,
+            rows_extracted=answer.rows_extracted,
+            blob_prefix=answer.blob_prefix,
+            blob=BlobSettings(blob.backend, blob.root, blob.endpoint_url, blob.region),
+            cancel_requested=answer.cancel_requested,
+            ended=answer.ended,
+        )
+
+    async def plan(
+        self, *, rows_total: int | None = None, extract: bool = False, load: bool = False
+    ) -> None:
+        request = cloud_pb2.RecordRunPlanRequest(
+            lease=self._lease, rows_total=rows_total, extract_in_cloud=extract, load_in_cloud=load
+        )
+        await self._call(self._stub.RecordRunPlan, request)
+
+    async def enter_phase(self, phase: str, message: str) -> None:
+        request = cloud_pb2.EnterRunPhaseRequest(
+            lease=self._lease, phase=PHASE_MESSAGES[phase], message=message[:2000]
+        )
+        await self._call(self._stub.EnterRunPhase, request)
+
+    async def progress(self, extracted: int, loaded: int) -> bool:
+        request = cloud_pb2.ReportRunProgressRequest(
+            lease=self._lease, rows_extracted=extracted, rows_loaded=loaded
+        )
+        answer: cloud_pb2.ReportRunProgressResponse = await self._call(
+            self._stub.ReportRunProgress, request
+        )
+        return answer.cancel_requested
+
+    async def staged(self, artifact: Artifact) -> None:
+        message = agents_pb2.Artifact(
+            blob_prefix=artifact.blob_prefix,
+            manifest_path=artifact.manifest_path,
+            streams=[
+                agents_pb2.StagedStream(
+                    stream=s.stream, rows=s.rows, parts=s.parts, checksum=s.checksum
+                )
+                for s in artifact.streams
+            ],
+        )
+        request = cloud_pb2.RecordStagedRequest(lease=self._lease, artifact=message)
+        await self._call(self._stub.RecordStaged, request)
+
+    async def stream_loaded(self, stream: str, extracted: int, loaded: int, checksum: str) -> None:
+        request = cloud_pb2.RecordStreamLoadedRequest(
+            lease=self._lease,
+            stream=stream,
+            rows_extracted=extracted,
+            rows_loaded=loaded,
+            checksum=checksum,
+        )
+        await self._call(self._stub.RecordStreamLoaded, request)
+
+    async def outputs(self) -> list[RunOutput]:
+        answer: cloud_pb2.ListRunOutputsResponse = await self._call(
+            self._stub.ListRunOutputs, cloud_pb2.ListRunOutputsRequest(lease=self._lease)
+        )
+        return [
+            RunOutput(o.stream, o.rows_extracted, o.rows_loaded, o.loaded) for o in answer.outputs
+        ]
+
+    async def event(self, message: str, *, level: str = "info", stream: str = "") -> None:
+        request = cloud_pb2.AddRunEventRequest(
+            lease=self._lease, message=message[:2000], level=LEVELS[level], stream=stream
+        )
+        await self._call(self._stub.AddRunEvent, request)
+
+    async def _call(self, method: Any, request: Any) -> Any:
+        try:
+            return await method(request, timeout=CALL_TIMEOUT_SECONDS)
+        except grpc.aio.AioRpcError as exc:
+            raise from_rpc_error(exc) from exc

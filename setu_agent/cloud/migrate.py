@@ -1,0 +1,273 @@
+"""The `migrate` task: the cloud's part of a run (docs/flows.md).
+
+cloud → cloud: extract to the blob store, persist `phase = load`, load; or,
+for a fresh run whose delta is small, go direct (no blob). A retry resumes
+where the last attempt stopped: at `load` it reads the manifest and never
+touches the source again, and streams already loaded are skipped.
+cloud → agent: stage, then hand the load to the destination's agent.
+agent → cloud: the agent staged; this task starts at `load`.
+
+A direct run skips staging because for a small delta re-reading the source
+on a retry costs less than writing and reading every row twice; a large
+one stages so that a failed load never repeats the extract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from setu_agent.cloud.book import RunBook
+from setu_agent.engine import transfer
+from setu_agent.engine.blob import BlobSettings, BlobStore
+from setu_agent.engine.operators import SpecError, parse_spec
+from setu_agent.engine.providers.base import ConfigError, Connector
+from setu_agent.engine.secrets import SecretStore
+from setu_agent.engine.staging import Manifest, read_manifest
+from setu_agent.handlers import ConnectPolicy, open_connector
+from setu_agent.results import (
+    Artifact,
+    MigrateMode,
+    MigrateResult,
+    PlannedStream,
+    StreamCounts,
+)
+from setu_agent.runtime import TaskContext
+from setu_agent.runtime.task import LeasedTask, NonRetryable, TaskCancelled
+from setu_agent.specs import ConnectionSpec, MigrateSpec
+from setu_client.errors import FailedPrecondition, LeaseLost
+
+# Runs whose source holds at most this many rows (the providers' estimate)
+# go direct when fresh. A named setting: SETU_DIRECT_MAX_ROWS.
+DIRECT_MAX_ROWS = 50_000
+
+
+@dataclass(frozen=True)
+class MigrateSettings:
+    batch_rows: int = transfer.DEFAULT_BATCH_ROWS
+    direct_max_rows: int = DIRECT_MAX_ROWS
+
+
+BookOf = Callable[[LeasedTask], RunBook]
+BlobOf = Callable[[BlobSettings], AbstractAsyncContextManager[BlobStore]]
+
+
+class RunReporter:
+    """Hears every batch: writes the run's counts (which WatchJob shows and
+    which answer whether to cancel) and feeds the heartbeat's progress."""
+
+    def __init__(self, book: RunBook, run: MigrateSpec, ctx: TaskContext) -> None:
+        self._book = book
+        self._ctx = ctx
+        self.rows_extracted = run.rows_extracted if run.phase == "load" else 0
+        self.rows_loaded = 0
+
+    async def extracted(self, stream: str, rows: int) -> None:
+        self.rows_extracted += rows
+        await self._flush(stream)
+
+    async def loaded(self, stream: str, rows: int) -> None:
+        self.rows_loaded += rows
+        await self._flush(stream)
+
+    async def _flush(self, stream: str) -> None:
+        self._ctx.report(
+            rows_read=self.rows_extracted, rows_written=self.rows_loaded, stream=stream
+        )
+        cancel = await self._book.progress(self.rows_extracted, self.rows_loaded)
+        if cancel or self._ctx.cancel_requested.is_set():
+            raise TaskCancelled("cancelled by request")
+
+
+class Migrate:
+    def __init__(
+        self,
+        books: BookOf,
+        blobs: BlobOf,
+        secrets: SecretStore,
+        settings: MigrateSettings,
+        policy: ConnectPolicy | None = None,
+    ) -> None:
+        self._books = books
+        self._blobs = blobs
+        self._secrets = secrets
+        self._settings = settings
+        self._policy = policy
+
+    async def __call__(self, ctx: TaskContext) -> MigrateResult:
+        book = self._books(ctx.task)
+        run = await book.spec()
+        if run.ended:
+            # Cancelled (or failed) while the task waited: never revive it.
+            return MigrateResult(MigrateMode.SKIPPED, reason="the run had already ended")
+        if run.cancel_requested:
+            raise TaskCancelled("cancelled by request")
+        try:
+            async with self._blobs(run.blob) as blob:
+                return await _Run(self, ctx, book, run, blob).run()
+        except LeaseLost:
+            raise
+        # FailedPrecondition: the run ended, or one of its connections is gone.
+        except (ConfigError, SpecError, LookupError, FailedPrecondition) as exc:
+            raise NonRetryable(str(exc)) from exc
+
+    async def connect(
+        self, ctx: TaskContext, run: MigrateSpec, connection: ConnectionSpec
+    ) -> Connector:
+        store = self._secrets.for_workspace(run.workspace_id)
+        policy: ConnectPolicy | None = (
+            self._policy.for_workspace(run.workspace_id) if self._policy else None
+        )
+        return await open_connector(ctx, connection.provider, connection.config, store, policy)
+
+
+class _Run:
+    """One attempt at one run."""
+
+    def __init__(
+        self, migrate: Migrate, ctx: TaskContext, book: RunBook, run: MigrateSpec, blob: BlobStore
+    ) -> None:
+        self._migrate = migrate
+        self._settings = migrate._settings
+        self._ctx = ctx
+        self._book = book
+        self._run = run
+        self._blob = blob
+        self._spec = parse_spec(run.spec)
+        self._reporter = RunReporter(book, run, ctx)
+
+    async def run(self) -> MigrateResult:
+        run, book = self._run, self._book
+        if run.phase == "load":
+            await book.event("Resuming at load: the staged data is read again")
+            manifest = await read_manifest(self._blob, run.blob_prefix)
+        else:
+            source = await self._migrate.connect(self._ctx, run, run.source)
+            try:
+                offered = await source.discover()
+                streams = transfer.select_streams(offered, run.streams)
+                total = sum(s.row_estimate for s in streams)
+                await book.plan(rows_total=total, extract=True)
+                if run.dry_run:
+                    return await self._dry_run(streams)
+                # 0 means the provider cannot tell (a file): stage, to be safe.
+                fresh = run.phase is None and not run.load_on_agent
+                if fresh and 0 < total <= self._settings.direct_max_rows:
+                    return await self._direct(source, streams, total)
+                await book.enter_phase(
+                    "extract",
+                    f"Extracting {len(streams)} stream(s), about {total} rows, "
+                    f"in the cloud to the blob store",
+                )
+                manifest = await transfer.stage(
+                    source,
+                    streams,
+                    self._blob,
+                    run.blob_prefix,
+                    self._reporter,
+                    self._settings.batch_rows,
+                )
+            finally:
+                await source.close()
+            await book.staged(Artifact.of(run.blob_prefix, manifest))
+        if run.load_on_agent:
+            # cloud → agent: the cloud's part ends here; the run goes on at the edge.
+            return MigrateResult(MigrateMode.HANDOFF, rows_extracted=manifest.rows)
+        return await self._load(manifest)
+
+    async def _load(self, manifest: Manifest) -> MigrateResult:
+        run, book = self._run, self._book
+        done = {o.stream for o in await book.outputs() if o.loaded}
+        await book.plan(rows_total=manifest.rows, load=True)
+        await book.event("Loading staged data in the cloud")
+        destination = await self._migrate.connect(self._ctx, run, run.destination)
+        try:
+            for staged in manifest.streams:
+                if staged.name in done:
+                    await book.event("Already loaded", stream=staged.name)
+                    continue
+                totals = await transfer.load(
+                    destination,
+                    Manifest([staged]),
+                    self._blob,
+                    run.blob_prefix,
+                    self._spec,
+                    run.write_mode,
+                    self._reporter,
+                )
+                for total in totals:
+                    await self._record(total)
+        finally:
+            await destination.close()
+        return await self._finish(MigrateMode.STAGED)
+
+    async def _direct(self, source: Connector, streams: list[Any], total: int) -> MigrateResult:
+        run, book = self._run, self._book
+        await book.enter_phase(
+            "direct", f"Copying directly in the cloud (about {total} rows, no staging)"
+        )
+        await book.plan(load=True)
+        destination = await self._migrate.connect(self._ctx, run, run.destination)
+        try:
+            for stream in streams:
+                totals = await transfer.direct(
+                    source,
+                    destination,
+                    [stream],
+                    self._spec,
+                    run.write_mode,
+                    self._reporter,
+                    self._settings.batch_rows,
+                )
+                for done in totals:
+                    await self._record(done)
+        finally:
+            await destination.close()
+        return await self._finish(MigrateMode.DIRECT)
+
+    async def _dry_run(self, streams: list[Any]) -> MigrateResult:
+        planned = []
+        for stream in streams:
+            landing = transfer.plan_stream(self._spec, stream, self._run.write_mode)
+            planned.append(
+                PlannedStream(
+                    stream=stream.name,
+                    destination=landing.destination,
+                    rows_estimate=stream.row_estimate,
+                    columns=tuple(landing.plan.output),
+                    key=tuple(landing.key),
+                )
+            )
+        destination = await self._migrate.connect(self._ctx, self._run, self._run.destination)
+        try:
+            await destination.test()
+        finally:
+            await destination.close()
+        # The test's own message quotes the connection (host, database, user),
+        # which may be resolved secrets: the event says only that it passed.
+        await self._book.event(
+            f"Dry run: planned {len(planned)} stream(s); the destination passed its test"
+        )
+        return MigrateResult(MigrateMode.DRY_RUN, planned=tuple(planned))
+
+    async def _record(self, totals: transfer.StreamTotals) -> None:
+        await self._book.stream_loaded(
+            totals.stream, totals.extracted, totals.loaded, totals.checksum or ""
+        )
+        await self._book.event(
+            f"Loaded {totals.loaded} of {totals.extracted} rows", stream=totals.stream
+        )
+
+    async def _finish(self, how: MigrateMode) -> MigrateResult:
+        outputs = await self._book.outputs()
+        extracted = sum(o.rows_extracted for o in outputs)
+        loaded = sum(o.rows_loaded for o in outputs)
+        await self._book.progress(extracted, loaded)
+        return MigrateResult(
+            how,
+            rows_extracted=extracted,
+            rows_loaded=loaded,
+            streams=tuple(StreamCounts(o.stream, o.rows_extracted, o.rows_loaded) for o in outputs),
+        )

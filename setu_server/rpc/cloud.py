@@ -1,0 +1,126 @@
+"""CloudRunService: proto in, domain call, proto out."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from setu_agent.results import Artifact, ArtifactStream
+from setu_client._proto.setu.v1 import cloud_pb2 as pb
+from setu_client._proto.setu.v1 import cloud_pb2_grpc, common_pb2
+from setu_client.errors import InvalidArgument
+from setu_server.models import EventLevel, Phase
+from setu_server.rpc.agents import blob_message, connection_message
+from setu_server.rpc.convert import LEVELS, PHASES, WRITE_MODES, uid
+from setu_server.rpc.types import Ctx
+from setu_server.service.cloud_runs import CloudRuns
+
+PHASES_BACK = {number: phase for phase, number in PHASES.items()}
+LEVELS_BACK = {number: level for level, number in LEVELS.items()}
+
+
+def _lease(request: pb.TaskLease) -> tuple[UUID, UUID]:
+    return uid(request.task_id), uid(request.lease_token)
+
+
+class CloudRunServicer(cloud_pb2_grpc.CloudRunServiceServicer):
+    def __init__(self, runs: CloudRuns) -> None:
+        self._runs = runs
+
+    async def GetMigrateSpec(
+        self, request: pb.GetMigrateSpecRequest, context: Ctx
+    ) -> pb.MigrateSpec:
+        spec = await self._runs.spec(*_lease(request.lease))
+        answer = pb.MigrateSpec(
+            job_id=spec.job_id,
+            workspace_id=spec.workspace_id,
+            pipeline_id=spec.pipeline_id,
+            source=connection_message(spec.source),
+            destination=connection_message(spec.destination),
+            streams=spec.streams,
+            write_mode=WRITE_MODES[spec.write_mode],
+            phase=PHASES[Phase(spec.phase)] if spec.phase else common_pb2.PHASE_UNSPECIFIED,
+            dry_run=spec.dry_run,
+            load_on_agent=spec.load_on_agent,
+            rows_extracted=spec.rows_extracted,
+            blob_prefix=spec.blob_prefix,
+            blob=blob_message(spec.blob),
+            cancel_requested=spec.cancel_requested,
+            ended=spec.ended,
+        )
+        answer.spec.update(spec.spec)
+        return answer
+
+    async def RecordRunPlan(
+        self, request: pb.RecordRunPlanRequest, context: Ctx
+    ) -> pb.RecordRunPlanResponse:
+        rows = request.rows_total if request.HasField("rows_total") else None
+        await self._runs.plan(
+            *_lease(request.lease), rows, request.extract_in_cloud, request.load_in_cloud
+        )
+        return pb.RecordRunPlanResponse()
+
+    async def EnterRunPhase(
+        self, request: pb.EnterRunPhaseRequest, context: Ctx
+    ) -> pb.EnterRunPhaseResponse:
+        phase = PHASES_BACK.get(request.phase)
+        if phase is None:
+            raise InvalidArgument("phase: extract, load or direct")
+        await self._runs.enter_phase(*_lease(request.lease), phase, request.message)
+        return pb.EnterRunPhaseResponse()
+
+    async def ReportRunProgress(
+        self, request: pb.ReportRunProgressRequest, context: Ctx
+    ) -> pb.ReportRunProgressResponse:
+        cancel = await self._runs.progress(
+            *_lease(request.lease), request.rows_extracted, request.rows_loaded
+        )
+        return pb.ReportRunProgressResponse(cancel_requested=cancel)
+
+    async def RecordStaged(
+        self, request: pb.RecordStagedRequest, context: Ctx
+    ) -> pb.RecordStagedResponse:
+        staged = request.artifact
+        artifact = Artifact(
+            staged.blob_prefix,
+            tuple(
+                ArtifactStream(s.stream, s.rows, tuple(s.parts), s.checksum) for s in staged.streams
+            ),
+            staged.manifest_path,
+        )
+        await self._runs.staged(*_lease(request.lease), artifact)
+        return pb.RecordStagedResponse()
+
+    async def RecordStreamLoaded(
+        self, request: pb.RecordStreamLoadedRequest, context: Ctx
+    ) -> pb.RecordStreamLoadedResponse:
+        await self._runs.stream_loaded(
+            *_lease(request.lease),
+            request.stream,
+            request.rows_extracted,
+            request.rows_loaded,
+            request.checksum,
+        )
+        return pb.RecordStreamLoadedResponse()
+
+    async def ListRunOutputs(
+        self, request: pb.ListRunOutputsRequest, context: Ctx
+    ) -> pb.ListRunOutputsResponse:
+        outputs = await self._runs.outputs(*_lease(request.lease))
+        return pb.ListRunOutputsResponse(
+            outputs=[
+                pb.RunOutput(
+                    stream=o.stream,
+                    rows_extracted=o.rows_extracted,
+                    rows_loaded=o.rows_loaded,
+                    loaded=o.loaded,
+                )
+                for o in outputs
+            ]
+        )
+
+    async def AddRunEvent(
+        self, request: pb.AddRunEventRequest, context: Ctx
+    ) -> pb.AddRunEventResponse:
+        level = LEVELS_BACK.get(request.level, EventLevel.INFO)
+        await self._runs.event(*_lease(request.lease), request.message, level, request.stream)
+        return pb.AddRunEventResponse()

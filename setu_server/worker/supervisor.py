@@ -1,0 +1,122 @@
+"""setu-server's cloud workers: processes of their own, started next to the
+server and started again when one dies.
+
+Cloud connections are tenants' code paths, so they never run inside the
+process that holds the control plane's database URL, admin token and
+environment. A worker is `setu-worker` (setu_agent/cloud/main.py): it leases
+`cloud` tasks over gRPC like an agent and holds only what it is given here:
+its token, the cloud secrets file, the staging blob's credentials and the
+reach settings. Everything else in the server's environment (PG*, AWS_*,
+cloud provider variables, SETU_DATABASE_URL) stays behind.
+
+In production workers may run apart from servers (`SETU_WORKER_PROCESSES=0`
+here, `setu-worker` elsewhere with the same SETU_WORKER_TOKEN).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+log = logging.getLogger("setu.supervisor")
+
+# What a worker inherits of the server's environment: enough to run Python.
+INHERITED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
+# A worker that died this soon after starting waits before the next start,
+# doubling up to the cap, so a worker that cannot start does not spin.
+STEADY_SECONDS = 30.0
+FIRST_RESTART_SECONDS = 0.5
+MAX_RESTART_SECONDS = 30.0
+
+
+def worker_environment(settings: Mapping[str, str], parent: Mapping[str, str]) -> dict[str, str]:
+    """The whole environment of a worker: the inherited basics and the
+    worker's own SETU_* settings, nothing else."""
+    env = {name: parent[name] for name in INHERITED if name in parent}
+    env |= {name: value for name, value in settings.items() if value != ""}
+    return env
+
+
+@dataclass
+class WorkerSupervisor:
+    """Keeps `count` worker processes running until `stop()`."""
+
+    count: int
+    env: dict[str, str]
+    command: list[str] = field(default_factory=lambda: [sys.executable, "-m", "setu_agent.cloud"])
+    processes: dict[int, asyncio.subprocess.Process] = field(default_factory=dict)
+    started: int = 0
+    _stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    _slots: list[asyncio.Task[None]] = field(default_factory=list)
+    _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    def start(self) -> None:
+        self._slots = [
+            asyncio.create_task(self._keep(slot), name=f"setu-worker-{slot}")
+            for slot in range(self.count)
+        ]
+
+    async def _keep(self, slot: int) -> None:
+        delay = FIRST_RESTART_SECONDS
+        loop = asyncio.get_running_loop()
+        while not self._stopping.is_set():
+            began = loop.time()
+            # The worker's stdin is a pipe from this process: when the server
+            # dies, even by SIGKILL, the worker reads EOF and exits.
+            process = await asyncio.create_subprocess_exec(
+                *self.command, env=self.env, stdin=asyncio.subprocess.PIPE
+            )
+            async with self._changed:
+                self.processes[slot] = process
+                self.started += 1
+                self._changed.notify_all()
+            log.info("cloud worker started", extra={"slot": slot, "pid": process.pid})
+            code = await process.wait()
+            if self._stopping.is_set():
+                return
+            if loop.time() - began >= STEADY_SECONDS:
+                delay = FIRST_RESTART_SECONDS
+            log.warning(
+                "cloud worker exited; starting another",
+                extra={"slot": slot, "pid": process.pid, "code": code, "in_seconds": delay},
+            )
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._stopping.wait()
+            delay = min(delay * 2, MAX_RESTART_SECONDS)
+
+    async def process(
+        self, slot: int = 0, other_than: asyncio.subprocess.Process | None = None
+    ) -> asyncio.subprocess.Process:
+        """The worker process of `slot`, once started (and not `other_than`:
+        the one that replaced it)."""
+        async with self._changed:
+            await self._changed.wait_for(
+                lambda: self.processes.get(slot) not in (None, other_than)
+            )
+            return self.processes[slot]
+
+    async def stop(self, grace: float) -> None:
+        """SIGTERM every worker (they hand running tasks back), then SIGKILL
+        what is left after `grace` seconds."""
+        self._stopping.set()
+        running = [p for p in self.processes.values() if p.returncode is None]
+        for process in running:
+            with contextlib.suppress(ProcessLookupError):
+                process.terminate()
+        for process in running:
+            try:
+                async with asyncio.timeout(grace + 5.0):
+                    await process.wait()
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+        for task in self._slots:
+            task.cancel()
+        await asyncio.gather(*self._slots, return_exceptions=True)
+

@@ -29,6 +29,7 @@ from typing import Any
 
 import asyncpg
 import grpc
+import hypothesis
 from google.protobuf import descriptor_pool, field_mask_pb2, message_factory, struct_pb2
 from google.protobuf import timestamp_pb2 as ts_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
@@ -478,15 +479,18 @@ def all_methods() -> Iterator[MethodDescriptor]:
         yield from pool.FindServiceByName(name).methods
 
 
-def _settings(examples: int) -> settings:
-    return settings(
+def _settings(examples: int, seed: int | None) -> Callable[[Any], Any]:
+    configured = settings(
         max_examples=examples,
         deadline=None,
-        derandomize=True,
+        derandomize=seed is None,
         database=None,
         phases=[Phase.generate],  # failures are tallied, not raised: nothing to shrink
         suppress_health_check=list(HealthCheck),
     )
+    if seed is None:
+        return configured
+    return lambda test: hypothesis.seed(seed)(configured(test))
 
 
 async def fuzz(
@@ -496,9 +500,11 @@ async def fuzz(
     examples: int = EXAMPLES,
     raw_examples: int = RAW_EXAMPLES,
     methods: Sequence[MethodDescriptor] | None = None,
+    seed: int | None = None,
 ) -> Tally:
     """Generated messages, then raw bytes, over every RPC. Hypothesis runs in a
-    thread; each call runs on this loop, where the server serves."""
+    thread; each call runs on this loop, where the server serves. No seed:
+    derandomized, the same examples every run."""
     loop = asyncio.get_running_loop()
     tally = Tally()
     started = time.monotonic()
@@ -515,11 +521,11 @@ async def fuzz(
 
     def run(method: MethodDescriptor) -> None:
         slow = method.name in SLOW_METHODS
-        run_examples: Callable[[], None] = _settings(examples // 2 if slow else examples)(
+        run_examples: Callable[[], None] = _settings(examples // 2 if slow else examples, seed)(
             given(requests(method.input_type, known))(lambda m: send(method, m))
         )
         run_examples()
-        run_raw: Callable[[], None] = _settings(raw_examples)(
+        run_raw: Callable[[], None] = _settings(raw_examples, seed)(
             given(raw_requests(method.input_type, known))(lambda raw: send(method, raw))
         )
         run_raw()

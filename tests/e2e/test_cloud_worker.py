@@ -4,12 +4,22 @@ or repeating anything (setu_server/worker/supervisor.py, setu_agent/cloud/)."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
+import asyncpg
+import grpc
 import pytest
 
-from setu_client._proto.setu.v1 import common_pb2
+from setu_client._proto.setu.v1 import (
+    agents_pb2,
+    agents_pb2_grpc,
+    cloud_pb2,
+    cloud_pb2_grpc,
+    common_pb2,
+)
+from setu_client.channel import open_channel
 from tests.e2e.test_cloud_run_lifecycle import (
     LOAD_ROWS,
     fetch,
@@ -17,9 +27,11 @@ from tests.e2e.test_cloud_run_lifecycle import (
     pipeline,
     row_in_flight,
 )
+from tests.factories import Tenant, make_task
 from tests.servers import ADMIN_TOKEN, in_process
 
 S = common_pb2
+Code = grpc.StatusCode
 
 
 def _read(path: str) -> str:
@@ -99,3 +111,44 @@ async def test_a_worker_killed_mid_load_is_replaced_and_the_run_loads_once(
     assert counted == [(LOAD_ROWS + 3, LOAD_ROWS + 3)]
     attempts = await fetch(database_url, f"SELECT attempt FROM task WHERE job_id = '{job.id}'")
     assert attempts == [(2,)]
+
+
+async def test_a_runs_books_open_only_to_the_cloud_lease_of_its_migrate_task(
+    client_for: Any, databases: tuple[str, str], tenant: Tenant, pool: asyncpg.Pool
+) -> None:
+    source, destination = databases
+    await fill(source, "events", 10)
+    server, client = await client_for(worker_processes=0)  # this test is the worker
+    job = await client.submit_run(await pipeline(client, source, destination))
+    address = f"127.0.0.1:{server.port}"
+    async with open_channel(address, server.services.worker_token) as worker:
+        leased = (
+            await agents_pb2_grpc.AgentServiceStub(worker).LeaseTask(
+                agents_pb2.LeaseTaskRequest(wait_seconds=5)
+            )
+        ).task
+        assert leased.job_id == job.id and leased.kind == agents_pb2.TASK_KIND_MIGRATE
+        books = cloud_pb2_grpc.CloudRunServiceStub(worker)
+
+        def ask(task_id: str, token: str) -> Any:
+            lease = cloud_pb2.TaskLease(task_id=task_id, lease_token=token)
+            return books.GetMigrateSpec(cloud_pb2.GetMigrateSpecRequest(lease=lease))
+
+        spec = await ask(leased.id, leased.lease_token)
+        assert spec.job_id == job.id and spec.workspace_id == str(tenant.workspace_id)
+        assert spec.source.config["host"] and not spec.ended and not spec.cancel_requested
+        assert await _code(ask(leased.id, str(uuid.uuid4()))) == Code.FAILED_PRECONDITION
+        agent_task = await make_task(pool, tenant)  # a task of the tenant's agent
+        assert await _code(ask(str(agent_task.id), leased.lease_token)) == Code.NOT_FOUND
+    for credential in (tenant.agent_token, tenant.api_key):
+        async with open_channel(address, credential) as channel:
+            books = cloud_pb2_grpc.CloudRunServiceStub(channel)
+            lease = cloud_pb2.TaskLease(task_id=leased.id, lease_token=leased.lease_token)
+            call = books.GetMigrateSpec(cloud_pb2.GetMigrateSpecRequest(lease=lease))
+            assert await _code(call) == Code.PERMISSION_DENIED
+
+
+async def _code(call: Any) -> grpc.StatusCode:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    return info.value.code()

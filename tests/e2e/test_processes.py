@@ -29,6 +29,7 @@ SERVICES = [
     "grpc.reflection.v1alpha.ServerReflection",
     "setu.v1.AdminService",
     "setu.v1.AgentService",
+    "setu.v1.CloudRunService",
     "setu.v1.ConnectionService",
     "setu.v1.JobOrchestrationService",
     "setu.v1.PipelineService",

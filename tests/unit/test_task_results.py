@@ -62,8 +62,8 @@ def test_every_result_comes_back_from_its_json_as_it_was(result: TaskResult) -> 
     assert result_from_json(result.to_json()) == result
 
 
-@pytest.mark.parametrize("result", WIRE_RESULTS, ids=lambda r: r.kind)
-def test_every_result_an_agent_sends_arrives_as_it_was_sent(result: TaskResult) -> None:
+@pytest.mark.parametrize("result", WIRE_RESULTS + CLOUD_RESULTS, ids=lambda r: r.kind)
+def test_every_result_a_runtime_sends_arrives_as_it_was_sent(result: TaskResult) -> None:
     request = completion(leased(result.kind), result)
     assert request.WhichOneof("result") == result.kind
     arrived = pb.CompleteTaskRequest.FromString(request.SerializeToString())
@@ -159,6 +159,8 @@ def test_an_extract_without_its_artifact_is_refused() -> None:
     assert "extract result: artifact.blob_prefix is missing" in str(info.value)
 
 
-def test_a_migrate_result_never_travels_over_grpc() -> None:
-    with pytest.raises(MalformedResult):
-        completion(leased("migrate"), MigrateResult(MigrateMode.DIRECT))
+def test_a_migrate_result_of_no_known_mode_is_refused() -> None:
+    request = completion(leased("migrate"), MigrateResult(MigrateMode.DIRECT))
+    request.migrate.mode = "sideways"
+    with pytest.raises(MalformedResult, match="migrate result: no mode 'sideways'"):
+        task_result(request)

@@ -99,6 +99,8 @@ class CloudRunServiceServicer:
 
     def GetMigrateSpec(self, request, context):
         """The run as the task sees it: its snapshot, where it stands, both ends.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost, or a connection of
+        the run was deleted).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -106,6 +108,7 @@ class CloudRunServiceServicer:
 
     def RecordRunPlan(self, request, context):
         """Records what the run is about to move (rows estimated, where stages run).
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -113,6 +116,7 @@ class CloudRunServiceServicer:
 
     def EnterRunPhase(self, request, context):
         """Moves the run to a phase, with a line in its timeline.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT (no phase).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -120,6 +124,7 @@ class CloudRunServiceServicer:
 
     def ReportRunProgress(self, request, context):
         """The run's counts after a batch; answers whether the run asked to cancel.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -128,6 +133,8 @@ class CloudRunServiceServicer:
     def RecordStaged(self, request, context):
         """What the extract staged, and the phase set to load, in one transaction:
         from here a retry loads and never reads the source again.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION (also: the run has ended),
+        INVALID_ARGUMENT (an artifact outside the run's own prefix).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -135,6 +142,7 @@ class CloudRunServiceServicer:
 
     def RecordStreamLoaded(self, request, context):
         """One stream committed in the destination.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -142,6 +150,7 @@ class CloudRunServiceServicer:
 
     def ListRunOutputs(self, request, context):
         """The run's per-stream counts so far.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -149,6 +158,7 @@ class CloudRunServiceServicer:
 
     def AddRunEvent(self, request, context):
         """A line in the run's timeline.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

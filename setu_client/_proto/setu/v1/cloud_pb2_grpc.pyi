@@ -43,23 +43,40 @@ class CloudRunServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> CloudRunServiceAsyncStub: ...
     GetMigrateSpec: _grpc.UnaryUnaryMultiCallable[_cloud_pb2.GetMigrateSpecRequest, _cloud_pb2.MigrateSpec]
-    """The run as the task sees it: its snapshot, where it stands, both ends."""
+    """The run as the task sees it: its snapshot, where it stands, both ends.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost, or a connection of
+    the run was deleted).
+    """
     RecordRunPlan: _grpc.UnaryUnaryMultiCallable[_cloud_pb2.RecordRunPlanRequest, _cloud_pb2.RecordRunPlanResponse]
-    """Records what the run is about to move (rows estimated, where stages run)."""
+    """Records what the run is about to move (rows estimated, where stages run).
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+    """
     EnterRunPhase: _grpc.UnaryUnaryMultiCallable[_cloud_pb2.EnterRunPhaseRequest, _cloud_pb2.EnterRunPhaseResponse]
-    """Moves the run to a phase, with a line in its timeline."""
+    """Moves the run to a phase, with a line in its timeline.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT (no phase).
+    """
     ReportRunProgress: _grpc.UnaryUnaryMultiCallable[_cloud_pb2.ReportRunProgressRequest, _cloud_pb2.ReportRunProgressResponse]
-    """The run's counts after a batch; answers whether the run asked to cancel."""
+    """The run's counts after a batch; answers whether the run asked to cancel.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+    """
     RecordStaged: _grpc.UnaryUnaryMultiCallable[_cloud_pb2.RecordStagedRequest, _cloud_pb2.RecordStagedResponse]
     """What the extract staged, and the phase set to load, in one transaction:
     from here a retry loads and never reads the source again.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION (also: the run has ended),
+    INVALID_ARGUMENT (an artifact outside the run's own prefix).
     """
     RecordStreamLoaded: _grpc.UnaryUnaryMultiCallable[_cloud_pb2.RecordStreamLoadedRequest, _cloud_pb2.RecordStreamLoadedResponse]
-    """One stream committed in the destination."""
+    """One stream committed in the destination.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+    """
     ListRunOutputs: _grpc.UnaryUnaryMultiCallable[_cloud_pb2.ListRunOutputsRequest, _cloud_pb2.ListRunOutputsResponse]
-    """The run's per-stream counts so far."""
+    """The run's per-stream counts so far.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+    """
     AddRunEvent: _grpc.UnaryUnaryMultiCallable[_cloud_pb2.AddRunEventRequest, _cloud_pb2.AddRunEventResponse]
-    """A line in the run's timeline."""
+    """A line in the run's timeline.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+    """
 
 @_typing.type_check_only
 class CloudRunServiceAsyncStub(CloudRunServiceStub):
@@ -76,23 +93,40 @@ class CloudRunServiceAsyncStub(CloudRunServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     GetMigrateSpec: _aio.UnaryUnaryMultiCallable[_cloud_pb2.GetMigrateSpecRequest, _cloud_pb2.MigrateSpec]  # type: ignore[assignment]
-    """The run as the task sees it: its snapshot, where it stands, both ends."""
+    """The run as the task sees it: its snapshot, where it stands, both ends.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost, or a connection of
+    the run was deleted).
+    """
     RecordRunPlan: _aio.UnaryUnaryMultiCallable[_cloud_pb2.RecordRunPlanRequest, _cloud_pb2.RecordRunPlanResponse]  # type: ignore[assignment]
-    """Records what the run is about to move (rows estimated, where stages run)."""
+    """Records what the run is about to move (rows estimated, where stages run).
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+    """
     EnterRunPhase: _aio.UnaryUnaryMultiCallable[_cloud_pb2.EnterRunPhaseRequest, _cloud_pb2.EnterRunPhaseResponse]  # type: ignore[assignment]
-    """Moves the run to a phase, with a line in its timeline."""
+    """Moves the run to a phase, with a line in its timeline.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT (no phase).
+    """
     ReportRunProgress: _aio.UnaryUnaryMultiCallable[_cloud_pb2.ReportRunProgressRequest, _cloud_pb2.ReportRunProgressResponse]  # type: ignore[assignment]
-    """The run's counts after a batch; answers whether the run asked to cancel."""
+    """The run's counts after a batch; answers whether the run asked to cancel.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+    """
     RecordStaged: _aio.UnaryUnaryMultiCallable[_cloud_pb2.RecordStagedRequest, _cloud_pb2.RecordStagedResponse]  # type: ignore[assignment]
     """What the extract staged, and the phase set to load, in one transaction:
     from here a retry loads and never reads the source again.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION (also: the run has ended),
+    INVALID_ARGUMENT (an artifact outside the run's own prefix).
     """
     RecordStreamLoaded: _aio.UnaryUnaryMultiCallable[_cloud_pb2.RecordStreamLoadedRequest, _cloud_pb2.RecordStreamLoadedResponse]  # type: ignore[assignment]
-    """One stream committed in the destination."""
+    """One stream committed in the destination.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+    """
     ListRunOutputs: _aio.UnaryUnaryMultiCallable[_cloud_pb2.ListRunOutputsRequest, _cloud_pb2.ListRunOutputsResponse]  # type: ignore[assignment]
-    """The run's per-stream counts so far."""
+    """The run's per-stream counts so far.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+    """
     AddRunEvent: _aio.UnaryUnaryMultiCallable[_cloud_pb2.AddRunEventRequest, _cloud_pb2.AddRunEventResponse]  # type: ignore[assignment]
-    """A line in the run's timeline."""
+    """A line in the run's timeline.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+    """
 
 class CloudRunServiceServicer(metaclass=_abc_1.ABCMeta):
     """The cloud runtime's side of a run. A cloud worker (`setu-worker`, a
@@ -112,7 +146,10 @@ class CloudRunServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cloud_pb2.GetMigrateSpecRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cloud_pb2.MigrateSpec, _abc.Awaitable[_cloud_pb2.MigrateSpec]]:
-        """The run as the task sees it: its snapshot, where it stands, both ends."""
+        """The run as the task sees it: its snapshot, where it stands, both ends.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost, or a connection of
+        the run was deleted).
+        """
 
     @_abc_1.abstractmethod
     def RecordRunPlan(
@@ -120,7 +157,9 @@ class CloudRunServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cloud_pb2.RecordRunPlanRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cloud_pb2.RecordRunPlanResponse, _abc.Awaitable[_cloud_pb2.RecordRunPlanResponse]]:
-        """Records what the run is about to move (rows estimated, where stages run)."""
+        """Records what the run is about to move (rows estimated, where stages run).
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+        """
 
     @_abc_1.abstractmethod
     def EnterRunPhase(
@@ -128,7 +167,9 @@ class CloudRunServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cloud_pb2.EnterRunPhaseRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cloud_pb2.EnterRunPhaseResponse, _abc.Awaitable[_cloud_pb2.EnterRunPhaseResponse]]:
-        """Moves the run to a phase, with a line in its timeline."""
+        """Moves the run to a phase, with a line in its timeline.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT (no phase).
+        """
 
     @_abc_1.abstractmethod
     def ReportRunProgress(
@@ -136,7 +177,9 @@ class CloudRunServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cloud_pb2.ReportRunProgressRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cloud_pb2.ReportRunProgressResponse, _abc.Awaitable[_cloud_pb2.ReportRunProgressResponse]]:
-        """The run's counts after a batch; answers whether the run asked to cancel."""
+        """The run's counts after a batch; answers whether the run asked to cancel.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+        """
 
     @_abc_1.abstractmethod
     def RecordStaged(
@@ -146,6 +189,8 @@ class CloudRunServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_cloud_pb2.RecordStagedResponse, _abc.Awaitable[_cloud_pb2.RecordStagedResponse]]:
         """What the extract staged, and the phase set to load, in one transaction:
         from here a retry loads and never reads the source again.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION (also: the run has ended),
+        INVALID_ARGUMENT (an artifact outside the run's own prefix).
         """
 
     @_abc_1.abstractmethod
@@ -154,7 +199,9 @@ class CloudRunServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cloud_pb2.RecordStreamLoadedRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cloud_pb2.RecordStreamLoadedResponse, _abc.Awaitable[_cloud_pb2.RecordStreamLoadedResponse]]:
-        """One stream committed in the destination."""
+        """One stream committed in the destination.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+        """
 
     @_abc_1.abstractmethod
     def ListRunOutputs(
@@ -162,7 +209,9 @@ class CloudRunServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cloud_pb2.ListRunOutputsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cloud_pb2.ListRunOutputsResponse, _abc.Awaitable[_cloud_pb2.ListRunOutputsResponse]]:
-        """The run's per-stream counts so far."""
+        """The run's per-stream counts so far.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+        """
 
     @_abc_1.abstractmethod
     def AddRunEvent(
@@ -170,6 +219,8 @@ class CloudRunServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cloud_pb2.AddRunEventRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cloud_pb2.AddRunEventResponse, _abc.Awaitable[_cloud_pb2.AddRunEventResponse]]:
-        """A line in the run's timeline."""
+        """A line in the run's timeline.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+        """
 
 def add_CloudRunServiceServicer_to_server(servicer: CloudRunServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -13,10 +13,15 @@ from google.protobuf.json_format import MessageToDict
 
 from setu_agent.engine.blob import BlobSettings
 from setu_agent.results import Artifact
-from setu_agent.runtime.grpc_source import CALL_TIMEOUT_SECONDS, WRITE_MODES, connection_spec
+from setu_agent.runtime.grpc_source import (
+    CALL_TIMEOUT_SECONDS,
+    WRITE_MODES,
+    artifact_message,
+    connection_spec,
+)
 from setu_agent.runtime.task import LeasedTask
 from setu_agent.specs import MigrateSpec
-from setu_client._proto.setu.v1 import agents_pb2, cloud_pb2, cloud_pb2_grpc, common_pb2
+from setu_client._proto.setu.v1 import cloud_pb2, cloud_pb2_grpc, common_pb2
 from setu_client.errors import from_rpc_error
 
 PHASES = {
@@ -124,17 +129,9 @@ class GrpcRunBook:
         return answer.cancel_requested
 
     async def staged(self, artifact: Artifact) -> None:
-        message = agents_pb2.Artifact(
-            blob_prefix=artifact.blob_prefix,
-            manifest_path=artifact.manifest_path,
-            streams=[
-                agents_pb2.StagedStream(
-                    stream=s.stream, rows=s.rows, parts=s.parts, checksum=s.checksum
-                )
-                for s in artifact.streams
-            ],
+        request = cloud_pb2.RecordStagedRequest(
+            lease=self._lease, artifact=artifact_message(artifact)
         )
-        request = cloud_pb2.RecordStagedRequest(lease=self._lease, artifact=message)
         await self._call(self._stub.RecordStaged, request)
 
     async def stream_loaded(self, stream: str, extracted: int, loaded: int, checksum: str) -> None:

@@ -11,6 +11,7 @@ from setu_agent.engine.blob import BlobSettings
 from setu_agent.engine.providers.base import WriteMode
 from setu_agent.engine.types import Column, Stream
 from setu_agent.results import (
+    Artifact,
     DiscoverResult,
     ExtractResult,
     LoadResult,
@@ -140,17 +141,7 @@ def completion(task: LeasedTask, result: TaskResult) -> pb.CompleteTaskRequest:
     if isinstance(result, ExtractResult):
         request.extract.CopyFrom(
             pb.ExtractResult(
-                artifact=pb.Artifact(
-                    blob_prefix=result.artifact.blob_prefix,
-                    manifest_path=result.artifact.manifest_path,
-                    streams=[
-                        pb.StagedStream(
-                            stream=s.stream, rows=s.rows, parts=s.parts, checksum=s.checksum
-                        )
-                        for s in result.artifact.streams
-                    ],
-                ),
-                rows_extracted=result.rows_extracted,
+                artifact=artifact_message(result.artifact), rows_extracted=result.rows_extracted
             )
         )
     elif isinstance(result, LoadResult):
@@ -196,6 +187,17 @@ def completion(task: LeasedTask, result: TaskResult) -> pb.CompleteTaskRequest:
     else:
         raise MalformedResult(f"a {result.kind} result is not reported over gRPC")
     return request
+
+
+def artifact_message(artifact: Artifact) -> pb.Artifact:
+    return pb.Artifact(
+        blob_prefix=artifact.blob_prefix,
+        manifest_path=artifact.manifest_path,
+        streams=[
+            pb.StagedStream(stream=s.stream, rows=s.rows, parts=s.parts, checksum=s.checksum)
+            for s in artifact.streams
+        ],
+    )
 
 
 def _column(column: Column) -> common_pb2.Column:

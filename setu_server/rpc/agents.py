@@ -111,15 +111,16 @@ def _unknown_fields(message: Message, path: str) -> list[str]:
     return found
 
 
+def artifact_of(message: pb.Artifact) -> Artifact:
+    streams = tuple(
+        ArtifactStream(s.stream, s.rows, tuple(s.parts), s.checksum) for s in message.streams
+    )
+    return Artifact(message.blob_prefix, streams, message.manifest_path)
+
+
 def _extract_result(message: pb.ExtractResult) -> ExtractResult:
     # An absent artifact reads as an empty one, which ExtractResult.validate refuses.
-    artifact = message.artifact
-    streams = tuple(
-        ArtifactStream(s.stream, s.rows, tuple(s.parts), s.checksum) for s in artifact.streams
-    )
-    return ExtractResult(
-        Artifact(artifact.blob_prefix, streams, artifact.manifest_path), message.rows_extracted
-    )
+    return ExtractResult(artifact_of(message.artifact), message.rows_extracted)
 
 
 def _load_result(message: pb.LoadResult) -> LoadResult:

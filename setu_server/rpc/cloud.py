@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from setu_agent.results import Artifact, ArtifactStream
 from setu_client._proto.setu.v1 import cloud_pb2 as pb
 from setu_client._proto.setu.v1 import cloud_pb2_grpc, common_pb2
 from setu_client.errors import InvalidArgument
 from setu_server.models import EventLevel, Phase
-from setu_server.rpc.agents import blob_message, connection_message
+from setu_server.rpc.agents import artifact_of, blob_message, connection_message
 from setu_server.rpc.convert import LEVELS, PHASES, WRITE_MODES, uid
 from setu_server.rpc.types import Ctx
 from setu_server.service.cloud_runs import CloudRuns
@@ -79,15 +78,7 @@ class CloudRunServicer(cloud_pb2_grpc.CloudRunServiceServicer):
     async def RecordStaged(
         self, request: pb.RecordStagedRequest, context: Ctx
     ) -> pb.RecordStagedResponse:
-        staged = request.artifact
-        artifact = Artifact(
-            staged.blob_prefix,
-            tuple(
-                ArtifactStream(s.stream, s.rows, tuple(s.parts), s.checksum) for s in staged.streams
-            ),
-            staged.manifest_path,
-        )
-        await self._runs.staged(*_lease(request.lease), artifact)
+        await self._runs.staged(*_lease(request.lease), artifact_of(request.artifact))
         return pb.RecordStagedResponse()
 
     async def RecordStreamLoaded(

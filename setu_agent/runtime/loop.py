@@ -19,7 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from tenacity import AsyncRetrying, retry_if_exception, wait_random_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
 
 from setu_agent.results import MalformedResult, TaskResult, check_result, redacted
 from setu_agent.runtime.task import (
@@ -48,18 +48,41 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, TRANSIENT)
 
 
-def backoff(max_seconds: float = 30.0, who: str = "runtime") -> AsyncRetrying:
-    """Retry transient failures forever: exponential with full jitter, capped.
-    A fresh one per call, so the delay starts small again after a success."""
+def backoff(
+    max_seconds: float = 30.0,
+    who: str = "runtime",
+    *,
+    retry_on: Callable[[BaseException], bool] = is_transient,
+) -> AsyncRetrying:
+    """Retry transient failures (or whatever retry_on accepts) forever:
+    exponential with full jitter, capped. A fresh one per call, so the delay
+    starts small again after a success."""
     return AsyncRetrying(
-        retry=retry_if_exception(is_transient),
+        retry=retry_if_exception(retry_on),
         wait=wait_random_exponential(multiplier=0.5, max=max_seconds),
-        before_sleep=lambda state: log.warning(
-            "server unreachable; backing off",
-            extra={"who": who, "attempt": state.attempt_number},
-        ),
+        before_sleep=lambda state: _log_backoff(who, state),
         reraise=True,
     )
+
+
+def _log_backoff(who: str, state: RetryCallState) -> None:
+    error = state.outcome.exception() if state.outcome else None
+    if error is None or is_transient(error):
+        log.warning(
+            "server unreachable; backing off", extra={"who": who, "attempt": state.attempt_number}
+        )
+    else:
+        # Not a network blip (INTERNAL, UNKNOWN, a bug): loud, with its
+        # traceback, but the slot goes on (a dead slot would idle silently).
+        log.error(
+            "unexpected error; backing off",
+            exc_info=error,
+            extra={"who": who, "attempt": state.attempt_number},
+        )
+
+
+def _any_error(exc: BaseException) -> bool:
+    return isinstance(exc, Exception)
 
 
 class Runtime:
@@ -84,6 +107,9 @@ class Runtime:
         self._stopping = asyncio.Event()
         self._slots: list[asyncio.Task[None]] = []
         self._running: dict[str, asyncio.Task[None]] = {}
+        # Slots still working (each logs when it starts and ends): below
+        # `concurrency` while not stopping means one died.
+        self.live_slots = 0
         # Observability: tasks this runtime reported, by outcome.
         self.reported: dict[str, int] = {"completed": 0, "failed": 0, "lost": 0, "refused": 0}
 
@@ -114,6 +140,21 @@ class Runtime:
     # -- slots
 
     async def _slot(self, index: int) -> None:
+        self.live_slots += 1
+        log.info(
+            "slot started", extra={"who": self.name, "slot": index, "live_slots": self.live_slots}
+        )
+        try:
+            await self._work(index)
+        finally:
+            self.live_slots -= 1
+            log.log(
+                logging.INFO if self._stopping.is_set() else logging.ERROR,
+                "slot ended",
+                extra={"who": self.name, "slot": index, "live_slots": self.live_slots},
+            )
+
+    async def _work(self, index: int) -> None:
         while not self._stopping.is_set():
             leasing = asyncio.create_task(self._lease())
             try:
@@ -123,6 +164,12 @@ class Runtime:
                 return
             if task is None:
                 continue
+            if self._stopping.is_set():
+                # Leased while stop() began: stop's grace does not cover it,
+                # so hand it back at once, unstarted, to run elsewhere.
+                with contextlib.suppress(Exception):
+                    await self._source.fail(task, f"{self.name} is shutting down", True)
+                return
             execution = asyncio.create_task(self._execute(task), name=f"task-{task.id}")
             self._running[task.id] = execution
             try:
@@ -149,7 +196,8 @@ class Runtime:
                 await self._source.fail(task, f"{self.name} is shutting down", True)
 
     async def _lease(self) -> LeasedTask | None:
-        async for attempt in backoff(self._max_backoff, self.name):
+        # Any error backs off and tries again: no answer may end a slot.
+        async for attempt in backoff(self._max_backoff, self.name, retry_on=_any_error):
             with attempt:
                 return await self._source.lease(self._wait)
         return None  # pragma: no cover - tenacity reraises
@@ -206,7 +254,9 @@ class Runtime:
                 # result the server would have to guess at.
                 await self._report_failure(task, str(exc), retryable=False)
             else:
-                await self._report(lambda: self._source.complete(task, typed), "completed", task)
+                await _delivered(
+                    self._report(lambda: self._source.complete(task, typed), "completed", task)
+                )
         finally:
             beats.cancel()
             with contextlib.suppress(asyncio.CancelledError, LeaseLost):
@@ -223,6 +273,12 @@ class Runtime:
                 raise
             except TRANSIENT as exc:
                 log.warning("heartbeat failed; will try again", extra={"error": str(exc)})
+            except Exception:
+                # Not transient, yet giving up would let the lease lapse
+                # silently while the task works on: say so, and beat again.
+                log.exception(
+                    "heartbeat refused; will try again", extra={"task_id": context.task.id}
+                )
 
     async def _report_failure(self, task: LeasedTask, error: str, *, retryable: bool) -> None:
         await self._report(lambda: self._source.fail(task, error, retryable), "failed", task)
@@ -250,3 +306,19 @@ class Runtime:
             self.reported["refused"] += 1
             return
         self.reported[outcome] += 1
+
+
+async def _delivered(report: Awaitable[None]) -> None:
+    """Await a completion report that stop() cannot cut short: cancelled in
+    flight, the server might apply it or not, and the task would run again
+    (an append loaded twice). The report finishes; then the cancel goes on."""
+    reporting = asyncio.ensure_future(report)
+    cancelled = False
+    while not reporting.done():
+        try:
+            await asyncio.shield(reporting)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    reporting.result()

@@ -1,0 +1,190 @@
+"""The runtime loop's slots and stop(), against a TaskSource written for the
+test (the seam the loop is built on; no gRPC, no database). Everything runs
+under looptime, so the backoff's sleeps and stop's grace cost no real time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from setu_agent.results import TaskResult, TestResult
+from setu_agent.runtime.loop import Runtime
+from setu_agent.runtime.task import LeasedTask, TaskContext
+from setu_client.errors import Internal, SetuError
+
+
+def _task(n: int) -> LeasedTask:
+    return LeasedTask(
+        id=f"task-{n}",
+        job_id=f"job-{n}",
+        kind="test",
+        attempt=1,
+        max_attempts=3,
+        lease_token=f"token-{n}",
+    )
+
+
+class Source:
+    """A TaskSource whose answers the test scripts: each lease call takes the
+    next step (an exception to raise, a task to return, or a callable awaited
+    for one); once the script is spent, lease calls park until cancelled."""
+
+    def __init__(self, *steps: Any) -> None:
+        self._steps = list(steps)
+        self.lease_calls = 0
+        self.heartbeat_errors: list[BaseException] = []
+        self.heartbeats = 0
+        self.completed: list[str] = []
+        self.failed: list[tuple[str, str, bool]] = []
+        self.before_complete: Callable[[], Any] | None = None
+        self._news = asyncio.Event()
+
+    def poke(self) -> None:
+        """Something happened: wake whoever waits in until()."""
+        self._news.set()
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        while not condition():
+            self._news.clear()
+            await self._news.wait()
+
+    async def lease(self, wait_seconds: float) -> LeasedTask | None:
+        self.lease_calls += 1
+        self.poke()
+        if not self._steps:
+            await asyncio.Event().wait()
+        step = self._steps.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        if callable(step):
+            return await step()  # type: ignore[no-any-return]
+        return step  # type: ignore[no-any-return]
+
+    async def heartbeat(self, task: LeasedTask, progress: dict[str, Any]) -> bool:
+        self.heartbeats += 1
+        self.poke()
+        if self.heartbeat_errors:
+            raise self.heartbeat_errors.pop(0)
+        return False
+
+    async def complete(self, task: LeasedTask, result: TaskResult) -> None:
+        if self.before_complete is not None:
+            await self.before_complete()
+        self.completed.append(task.id)
+        self.poke()
+
+    async def fail(self, task: LeasedTask, error: str, retryable: bool) -> None:
+        self.failed.append((task.id, error, retryable))
+        self.poke()
+
+
+async def _ok(context: TaskContext) -> TaskResult:
+    return TestResult(ok=True, message="fine")
+
+
+def _runtime(source: Source, handler: Any = _ok, concurrency: int = 1) -> Runtime:
+    return Runtime(
+        source,
+        {"test": handler},
+        name="test runtime",
+        concurrency=concurrency,
+        lease_ttl_seconds=3.0,
+        max_backoff_seconds=2.0,
+    )
+
+
+@pytest.mark.looptime
+async def test_internal_and_unknown_lease_answers_back_off_and_the_slot_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A deadlock surfacing as INTERNAL, a proxy's 500 as UNKNOWN: neither may
+    # end the slot (it used to, silently, leaving the runtime idle for good).
+    caplog.set_level(logging.INFO, logger="setu.runtime")
+    source = Source(Internal("deadlock detected"), SetuError("proxy said 500"), _task(1))
+    runtime = _runtime(source, concurrency=2)
+    running = asyncio.create_task(runtime.run())
+    await asyncio.wait_for(source.until(lambda: source.completed == ["task-1"]), timeout=120)
+    assert runtime.live_slots == 2, "both slots still work"
+    assert "unexpected error; backing off" in caplog.text
+    assert "slot started" in caplog.text and "slot ended" not in caplog.text
+    await runtime.stop(grace_seconds=1)
+    await running
+    assert runtime.live_slots == 0
+
+
+@pytest.mark.looptime
+async def test_a_refused_heartbeat_does_not_stop_the_heartbeats() -> None:
+    source = Source(_task(1))
+    source.heartbeat_errors = [Internal("the database hiccuped")]
+
+    async def beaten_twice(context: TaskContext) -> TaskResult:
+        # Ends only once a heartbeat came after the refused one.
+        await source.until(lambda: source.heartbeats >= 2)
+        return TestResult(ok=True, message="fine")
+
+    runtime = _runtime(source, beaten_twice)
+    running = asyncio.create_task(runtime.run())
+    await asyncio.wait_for(source.until(lambda: source.completed == ["task-1"]), timeout=60)
+    await runtime.stop(grace_seconds=1)
+    await running
+
+
+@pytest.mark.looptime
+async def test_a_task_leased_while_stopping_is_handed_back_and_stop_keeps_its_grace() -> None:
+    loop = asyncio.get_running_loop()
+    stop_began = asyncio.Event()
+    started: list[str] = []
+
+    async def leased_late() -> LeasedTask:
+        # The lease call is held open until stop() has begun, then answers.
+        await stop_began.wait()
+        return _task(2)
+
+    async def runs_forever(context: TaskContext) -> TaskResult:
+        started.append(context.task.id)
+        source.poke()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    source = Source(_task(1), leased_late)
+    runtime = _runtime(source, runs_forever, concurrency=2)
+    running = asyncio.create_task(runtime.run())
+    await source.until(lambda: started == ["task-1"] and source.lease_calls == 2)
+
+    began = loop.time()
+    stopping = asyncio.create_task(runtime.stop(grace_seconds=1))
+    await asyncio.sleep(0)  # stop() has begun: it leases nothing more
+    stop_began.set()
+    await asyncio.wait_for(stopping, timeout=30)
+    assert loop.time() - began <= 1.01, "stop(grace=1) returns within its grace"
+    assert started == ["task-1"], "the late lease never started"
+    assert ("task-2", "test runtime is shutting down", True) in source.failed
+    assert ("task-1", "test runtime is shutting down", True) in source.failed
+    await running
+
+
+@pytest.mark.looptime
+async def test_a_completion_in_flight_when_the_grace_runs_out_is_delivered() -> None:
+    source = Source(_task(1))
+    reporting = asyncio.Event()
+    release = asyncio.Event()
+
+    async def held() -> None:
+        reporting.set()
+        await release.wait()
+
+    source.before_complete = held
+    runtime = _runtime(source)
+    running = asyncio.create_task(runtime.run())
+    await reporting.wait()
+    stopping = asyncio.create_task(runtime.stop(grace_seconds=1))
+    await asyncio.sleep(5)  # loop time: the grace has long run out
+    release.set()
+    await asyncio.wait_for(stopping, timeout=30)
+    await running
+    assert source.completed == ["task-1"], "the report was not cut short"
+    assert source.failed == [], "a delivered result is not also handed back"

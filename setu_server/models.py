@@ -326,7 +326,11 @@ class RunPlacement:
 
     @property
     def first_agent(self) -> UUID | None:
-        return self.extract_agent
+        """The agent of the run's first edge stage, checked online before the
+        run is accepted: the extract's, else the load's (cloud → agent: the
+        cloud stages, then waits on that agent; offline, the run would sit
+        at load forever)."""
+        return self.extract_agent or self.load_agent
 
     @property
     def cloud_touches_data(self) -> bool:

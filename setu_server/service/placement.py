@@ -2,12 +2,12 @@
 two connections. A connection placed on an agent pins its stage to that
 agent; anything else runs in the cloud.
 
-| flow           | extract | load    | first task          |
-| -------------- | ------- | ------- | ------------------- |
-| cloud → cloud  | worker  | worker  | migrate (cloud)     |
-| agent → cloud  | agent   | worker  | extract (agent)     |
-| cloud → agent  | worker  | agent   | migrate (cloud)     |
-| agent → agent  | agent A | agent B | extract (agent A)   |
+| flow           | extract | load    | first task          | must be online |
+| -------------- | ------- | ------- | ------------------- | -------------- |
+| cloud → cloud  | worker  | worker  | migrate (cloud)     | -              |
+| agent → cloud  | agent   | worker  | extract (agent)     | the agent      |
+| cloud → agent  | worker  | agent   | migrate (cloud)     | the agent      |
+| agent → agent  | agent A | agent B | extract (agent A)   | agent A        |
 """
 
 from __future__ import annotations

@@ -172,7 +172,8 @@ class RunService:
         where = snapshot_of(job).placement
         if where.first_agent is not None:
             await self._require_online(db, where.first_agent)
-        await self._dispatch(db, job, where.first_task, where.first_agent)
+        # The first task runs on the extract's runtime (migrate: the cloud).
+        await self._dispatch(db, job, where.first_task, where.extract_agent)
 
     async def dispatch_load(self, db: Executor, job: Job) -> int:
         """After the extract staged: on the destination's agent, one `load`

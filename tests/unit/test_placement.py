@@ -29,7 +29,9 @@ CLOUD = End(Placement.CLOUD)
     [
         (CLOUD, CLOUD, "cloud → cloud", "cloud", "cloud", TaskKind.MIGRATE, None),
         (End(Placement.AGENT, A), CLOUD, "agent → cloud", str(A), "cloud", TaskKind.EXTRACT, A),
-        (CLOUD, End(Placement.AGENT, B), "cloud → agent", "cloud", str(B), TaskKind.MIGRATE, None),
+        # The cloud stages first, but the first edge stage (checked online)
+        # is the load on B.
+        (CLOUD, End(Placement.AGENT, B), "cloud → agent", "cloud", str(B), TaskKind.MIGRATE, B),
         (
             End(Placement.AGENT, A),
             End(Placement.AGENT, B),

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from setu_agent.cloud.book import RunBook
-from setu_agent.engine import transfer
+from setu_agent.engine import dry_run, transfer
 from setu_agent.engine.blob import BlobSettings, BlobStore
 from setu_agent.engine.operators import SpecError, parse_spec
 from setu_agent.engine.providers.base import ConfigError, Connector
@@ -31,7 +31,6 @@ from setu_agent.results import (
     Artifact,
     MigrateMode,
     MigrateResult,
-    PlannedStream,
     StreamCounts,
 )
 from setu_agent.runtime import TaskContext
@@ -140,6 +139,9 @@ class _Run:
 
     async def run(self) -> MigrateResult:
         run, book = self._run, self._book
+        if run.dry_run and run.phase == "load":
+            # A dry run never writes a destination, whatever staged before.
+            raise NonRetryable("a dry run does not load: it ended at its plan")
         if run.phase == "load":
             await book.event("Resuming at load: the staged data is read again")
             manifest = await read_manifest(self._blob, run.blob_prefix)
@@ -228,18 +230,15 @@ class _Run:
         return await self._finish(MigrateMode.DIRECT)
 
     async def _dry_run(self, streams: list[Any]) -> MigrateResult:
-        planned = []
-        for stream in streams:
-            landing = transfer.plan_stream(self._spec, stream, self._run.write_mode)
-            planned.append(
-                PlannedStream(
-                    stream=stream.name,
-                    destination=landing.destination,
-                    rows_estimate=stream.row_estimate,
-                    columns=tuple(landing.plan.output),
-                    key=tuple(landing.key),
-                )
+        planned = dry_run.plan(self._spec, streams, self._run.write_mode)
+        if self._run.load_on_agent:
+            # cloud → agent: the destination's secrets live with its agent and
+            # must never be resolved here; testing it is the agent's part.
+            await self._book.event(
+                f"Dry run: planned {len(planned)} stream(s); the destination is on an "
+                f"agent, so it was not tested (TestConnection tests it there)"
             )
+            return MigrateResult(MigrateMode.DRY_RUN, planned=planned)
         destination = await self._migrate.connect(self._ctx, self._run, self._run.destination)
         try:
             await destination.test()
@@ -250,7 +249,7 @@ class _Run:
         await self._book.event(
             f"Dry run: planned {len(planned)} stream(s); the destination passed its test"
         )
-        return MigrateResult(MigrateMode.DRY_RUN, planned=tuple(planned))
+        return MigrateResult(MigrateMode.DRY_RUN, planned=planned)
 
     async def _record(self, totals: transfer.StreamTotals) -> None:
         await self._book.stream_loaded(

@@ -8,6 +8,8 @@ A success means what its kind's entry in `TaskOutcomes` says:
 | `test`     | EndsJobWithResult        | the job ends with the result (one statement)   |
 | `preview`  | EndsJobWithResult        | the same                                       |
 | `discover` | UpdatesCatalog           | the catalog takes the streams; the job ends    |
+|            | PlansDryRun (of a run)   | a dry run's source agent discovered: the plan  |
+|            |                          | is made here and ends the run                  |
 | `extract`  | RecordsStagedThenLoads   | an agent staged: recorded, the load dispatched |
 | `migrate`  | HandsOffOrEndsRun        | a hand-off dispatches the load to an agent;    |
 |            |                          | a finished migrate ends the run (one statement)|
@@ -27,20 +29,24 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
+from setu_agent.engine import dry_run, transfer
+from setu_agent.engine.operators import SpecError, parse_spec
+from setu_agent.engine.providers.base import ConfigError, ProviderError
 from setu_agent.engine.staging import run_prefix
 from setu_agent.results import (
     DiscoverResult,
     ExtractResult,
     LoadResult,
     MalformedResult,
+    MigrateMode,
     MigrateResult,
     TaskResult,
 )
 from setu_client.errors import InvalidArgument
-from setu_server.models import EventLevel, Job, JobState, Task, TaskKind, runtime_name
+from setu_server.models import EventLevel, Job, JobKind, JobState, Task, TaskKind, runtime_name
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.runbook import record_staged
-from setu_server.service.runs import RunService
+from setu_server.service.runs import RunService, snapshot_of
 from setu_server.store import jobs, runs, tasks
 from setu_server.store.catalog import record_discovery
 from setu_server.store.db import Executor
@@ -89,6 +95,45 @@ class UpdatesCatalog:
         offered = [s.to_dict() for s in found.streams]
         catalog = await record_discovery(db, job.connection_id, offered, self._now())
         return await _succeed(self._lifecycle, db, task, {"streams": catalog})
+
+
+class PlansDryRun:
+    """A dry run whose source is on an agent ran a `discover` there (the
+    source opened, nothing staged): the plan is made from what it offers and
+    ends the run. The destination is not opened: on an agent its secrets are
+    not the cloud's, and the run says its test was not run."""
+
+    def __init__(self, lifecycle: JobLifecycle) -> None:
+        self._lifecycle = lifecycle
+
+    def ends_job(self, result: TaskResult) -> bool:
+        return False
+
+    async def succeeded(self, db: Executor, task: Task, job: Job, result: TaskResult) -> list[Job]:
+        offered = _expect(result, DiscoverResult).streams
+        taken = snapshot_of(job)
+        where = runtime_name(task.runtime)
+        try:
+            streams = transfer.select_streams(offered, taken.streams)
+            planned = dry_run.plan(parse_spec(taken.spec), streams, taken.write_mode)
+        except (ConfigError, SpecError, ProviderError) as exc:
+            return await self._lifecycle.transition_many(
+                [job.id],
+                JobState.FAILED,
+                f"Dry run could not be planned: {exc}",
+                db=db,
+                level=EventLevel.ERROR,
+                error_message=f"dry run: {exc}",
+            )
+        return await self._lifecycle.transition_many(
+            [job.id],
+            JobState.SUCCEEDED,
+            f"Dry run: planned {len(planned)} stream(s) from the source on {where}, which "
+            f"passed its test; nothing was staged or loaded, and the destination was not "
+            f"tested (TestConnection tests it where it is placed)",
+            db=db,
+            result=MigrateResult(MigrateMode.DRY_RUN, planned=planned).to_json(),
+        )
 
 
 class _HandsOnToLoad:
@@ -238,6 +283,7 @@ class TaskOutcomes:
             TaskKind.PREVIEW: ends,
             TaskKind.DISCOVER: UpdatesCatalog(lifecycle, clock_now),
         }
+        self._dry_run = PlansDryRun(lifecycle) if runs_service is not None else None
         if runs_service is not None:
             self.by_kind |= {
                 TaskKind.EXTRACT: RecordsStagedThenLoads(lifecycle, clock_now, runs_service),
@@ -261,6 +307,8 @@ class TaskOutcomes:
         job = await jobs.get_job_any(db, task.job_id)
         if job is None or job.state.terminal:
             return []
+        if self._dry_run and job.kind is JobKind.RUN and task.kind is TaskKind.DISCOVER:
+            return await self._dry_run.succeeded(db, task, job, result)
         return await self.outcome(task.kind).succeeded(db, task, job, result)
 
     async def failed(self, db: Executor, task: Task) -> list[Job]:

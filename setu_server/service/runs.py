@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from setu_agent.engine.blob import BlobSettings
@@ -172,6 +173,9 @@ class RunService:
         where = snapshot_of(job).placement
         if where.first_agent is not None:
             await self._require_online(db, where.first_agent)
+        if job.dry_run and where.extract_agent is not None:
+            await self._dispatch_dry_run(db, job, where.extract_agent)
+            return
         # The first task runs on the extract's runtime (migrate: the cloud).
         await self._dispatch(db, job, where.first_task, where.extract_agent)
 
@@ -190,6 +194,20 @@ class RunService:
             await self._dispatch(db, job, TaskKind.LOAD, where.load_agent, output.stream)
         return len(staged)
 
+    async def _dispatch_dry_run(self, db: Executor, job: Job, agent_id: UUID) -> None:
+        """A dry run whose source is on an agent: that agent discovers (which
+        opens, so tests, the source, and stages nothing); the plan is made
+        when the streams come back (outcomes.PlansDryRun). Nothing loads, and
+        the cloud resolves no edge connection's secrets."""
+        taken = snapshot_of(job)
+        found = await runs.connection_for_runtime(db, taken.source_connection_id)
+        if found is None:
+            raise FailedPrecondition(f"connection {taken.source_connection_id} no longer exists")
+        provider, config, _ = found
+        source = ConnectionSpec(str(taken.source_connection_id), provider, config)
+        connection = {"connection": source.to_payload(), "workspace_id": str(job.workspace_id)}
+        await self._dispatch(db, job, TaskKind.DISCOVER, agent_id, extra=connection)
+
     async def _dispatch(
         self,
         db: Executor,
@@ -197,8 +215,10 @@ class RunService:
         kind: TaskKind,
         agent_id: UUID | None,
         stream: str | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
-        payload = {"job_id": str(job.id), "pipeline_id": str(job.pipeline_id)}
+        payload: dict[str, Any] = {"job_id": str(job.id), "pipeline_id": str(job.pipeline_id)}
+        payload |= extra or {}
         if stream is not None:
             payload["stream"] = stream
         task = await tasks.insert_task(
@@ -213,6 +233,8 @@ class RunService:
             now=self._clock.sql_now(),
         )
         what = "staged data to load" if kind is TaskKind.MIGRATE and job.phase else kind.value
+        if kind is TaskKind.DISCOVER:
+            what = "discover of the source (a dry run plans; nothing is staged or loaded)"
         await jobs.insert_job_event(
             db,
             job.id,

@@ -1,0 +1,91 @@
+"""A dry run in each of the four flows, with real processes (the setup of
+test_edge_runs: a server with its cloud worker, agents A and B, PostgreSQL,
+S3): it plans, writes no destination, stages nothing, and never has the
+cloud open an edge connection (whose secrets only the agents hold)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import pytest
+
+from setu_agent.engine.s3 import s3_client
+from setu_client import JobState
+from tests.databases import postgres_config
+from tests.e2e import test_edge_runs
+from tests.e2e.test_edge_runs import Edge, events
+
+pytestmark = pytest.mark.slow
+edge = test_edge_runs.edge  # the fixture: a server, its cloud worker, S3, two agents
+
+
+async def _fetch(url: str, query: str) -> list[tuple[Any, ...]]:
+    conn = await asyncpg.connect(url)
+    try:
+        return [tuple(r) for r in await conn.fetch(query)]
+    finally:
+        await conn.close()
+
+
+async def _staged_keys(setup: Edge, job_id: str) -> list[str]:
+    async with s3_client(setup.s3.settings) as s3:
+        listing = await s3.list_objects_v2(Bucket=setup.bucket, Prefix="ws/")
+    return [i["Key"] for i in listing.get("Contents", []) if f"/run/{job_id}/" in i["Key"]]
+
+
+@pytest.mark.parametrize("flow", ["c2c", "a2c", "c2a", "a2a"])
+async def test_a_dry_run_plans_and_writes_no_destination(
+    edge: Edge, database_url: str, flow: str
+) -> None:
+    client, (b_id, b_token) = edge.client, edge.agent_b
+    a = f"agent:{edge.tenant.agent_id}"
+    async with edge.agent("a", edge.tenant.agent_token), edge.agent("b", b_token):
+        if flow.startswith("a"):
+            source = await client.create_connection(
+                "src-edge",
+                "postgres",
+                edge.edge_config(edge.source),
+                "agent",
+                str(edge.tenant.agent_id),
+            )
+        else:
+            source = await client.create_connection(
+                "src-cloud", "postgres", postgres_config(edge.source)
+            )
+        if flow.endswith("a"):
+            destination = await client.create_connection(
+                "dst-edge", "postgres", edge.edge_config(edge.destination), "agent", str(b_id)
+            )
+        else:
+            destination = await client.create_connection(
+                "dst-cloud", "postgres", postgres_config(edge.destination)
+            )
+        table = f"dry_{flow}"
+        pipeline = await client.create_pipeline(
+            table,
+            source.id,
+            destination.id,
+            streams=["orders"],
+            spec={"destination": {"orders": table}},
+        )
+        job = await client.submit_run(pipeline.id, dry_run=True)
+        await client.wait_for_job(job.id)
+        done = await client.get_job(job.id)
+        timeline = await events(client, job.id)
+
+    assert done.state == JobState.SUCCEEDED, (done.error_message, timeline)
+    assert done.result.get("dry_run") is True, done.result
+    planned = [(s["stream"], s["destination"]) for s in done.result["streams"]]
+    assert planned == [("orders", table)]
+    # No destination written, nothing staged, no stage but the plan's.
+    assert await _fetch(edge.destination, f"SELECT to_regclass('{table}')") == [(None,)]
+    assert await _staged_keys(edge, job.id) == []
+    kinds = await _fetch(database_url, f"SELECT kind FROM task WHERE job_id = '{job.id}'")
+    planned_at, first = (a, "discover") if flow.startswith("a") else ("cloud", "migrate")
+    assert kinds == [(first,)]
+    assert any(m.startswith(f"Dispatched {first}") and f"to {planned_at}" in m for m in timeline)
+    if flow.endswith("a"):
+        # The cloud never opened the agent's destination (nor resolved its
+        # secrets, which it does not hold): the run says it was not tested.
+        assert any("destination" in m and "not tested" in m for m in timeline), timeline

@@ -107,8 +107,10 @@ async def _dev(args: argparse.Namespace, data_dir: Path) -> None:
         # One person's machine: cloud connections may reach its files and
         # databases (a shared server keeps the restricted default).
         cloud_reach=os.environ.get("SETU_CLOUD_REACH") or "local",
+        # One person reads these lines, the cloud worker's too.
+        log_format="text",
     )
-    logs.configure(settings.log_level, "text")
+    logs.configure(settings.log_level, settings.log_format)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -9,7 +9,7 @@ import os
 import secrets
 import signal
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ from setu_server.service.auth import Authenticator
 from setu_server.service.cloud_runs import CloudRuns
 from setu_server.service.connection_ops import ConnectionOps
 from setu_server.service.connections import ConnectionService
+from setu_server.service.hooks import Hooks
 from setu_server.service.jobs import JobService
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.outcomes import TaskOutcomes
@@ -151,6 +152,9 @@ class Running:
     health: health.aio.HealthServicer
     settings: Settings
     services: Services
+    # `draining`: stop() closed the long-polls and is about to stop the
+    # workers (a test holds it there to call the closing server).
+    hooks: Hooks[None] = field(default_factory=lambda: Hooks("draining"))
 
     @property
     def pool(self) -> Database:
@@ -179,12 +183,15 @@ class Running:
     async def stop(self, grace: float | None = None) -> None:
         grace = self.settings.grace_seconds if grace is None else grace
         parts = self.services
-        # Parked long-polls answer at once with what they have; the cloud
+        # Parked long-polls answer at once with what they have, and new ones
+        # (WaitJob, WatchJob, LeaseTask) are refused UNAVAILABLE, so clients
+        # back off to another replica rather than spin here; the cloud
         # workers finish or hand back their tasks (over gRPC, so the server
         # still serves); then the server refuses new calls and gives short
         # in-flight ones the grace.
         parts.signals.close()
         await parts.hub.close()
+        await self.hooks.draining(None)
         if parts.workers is not None:
             await parts.workers.stop(grace)
         await self.health.enter_graceful_shutdown()

@@ -9,7 +9,7 @@ from typing import Protocol
 from uuid import UUID
 
 from setu_client.clock import Clock
-from setu_client.errors import JobNotFound, JobNotStarted
+from setu_client.errors import JobNotFound, JobNotStarted, Unavailable
 from setu_server.models import (
     EventLevel,
     Job,
@@ -66,6 +66,7 @@ class JobService:
         Subscribe first, then read: a transition that lands between the two
         is in the watch by the time we wait on it.
         """
+        self._refuse_if_closing()
         with self._hub.subscribe(job_id) as watch:
             await self.hooks.after_subscribe(job_id)
             job = await self.get(workspace_id, job_id)
@@ -90,6 +91,7 @@ class JobService:
     ) -> AsyncIterator[Job]:
         """Snapshots newer than `from_version`, latest first when the reader
         lags; ends after the terminal one (or at once if the caller has it)."""
+        self._refuse_if_closing()
         with self._hub.subscribe(job_id) as watch:
             job = await self.get(workspace_id, job_id)
             watch.offer(job)
@@ -102,6 +104,13 @@ class JobService:
                 if latest.state.terminal or self._hub.closing.is_set():
                     return
                 latest = await watch.newer_than(sent, None, self._hub.closing)
+
+    def _refuse_if_closing(self) -> None:
+        # Parked calls answered at once when the hub closed; a new one would
+        # too, and the SDK would re-issue it at once, over and over. Refused,
+        # the SDK backs off and finds a server that is not closing.
+        if self._hub.closing.is_set():
+            raise Unavailable("this server is shutting down: try again (another replica)")
 
     async def start(self, workspace_id: UUID, job_id: UUID) -> Job:
         await self.get(workspace_id, job_id)

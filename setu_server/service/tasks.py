@@ -18,7 +18,7 @@ from uuid import UUID
 
 from setu_agent.results import TaskResult
 from setu_client.clock import Clock
-from setu_client.errors import InvalidArgument, LeaseLost, NotFound
+from setu_client.errors import InvalidArgument, LeaseLost, NotFound, Unavailable
 from setu_server.models import (
     EventLevel,
     Job,
@@ -67,13 +67,20 @@ class TaskService:
     # -- leasing
 
     async def lease(self, runtime: str, wait_seconds: float) -> Task | None:
-        """A task of `runtime`, as soon as one is eligible, or None after the wait."""
+        """A task of `runtime`, as soon as one is eligible, or None after the wait.
+        A closing server leases nothing: a new call is refused (UNAVAILABLE, so
+        the runtime backs off and finds another replica), a parked one ends
+        empty, without another lease."""
+        if self._signals.closing.is_set():
+            raise Unavailable("this server is shutting down: try again (another replica)")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, min(wait_seconds, self.policy.wait_cap_seconds))
         parked = False
         with self._signals.listen(runtime) as signal:
             while True:
                 woken = signal.armed()
+                if self._signals.closing.is_set():
+                    return None
                 task = await self._lease_once(runtime)
                 if task is not None:
                     return task

@@ -46,8 +46,9 @@ class AgentServiceStub:
     LeaseTask: _grpc.UnaryUnaryMultiCallable[_agents_pb2.LeaseTaskRequest, _agents_pb2.LeaseTaskResponse]
     """Long-poll for one task of this agent: answers as soon as one is leased,
     or empty (no task) when wait_seconds (capped at 30) is spent. Call with
-    a client timeout of wait_seconds + 15 s.
-    Codes: OK.
+    a client timeout of wait_seconds + 15 s. A parked call ends empty when
+    the server begins to shut down; a new one is refused.
+    Codes: OK, UNAVAILABLE (the server is shutting down: back off, retry).
     """
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_agents_pb2.HeartbeatRequest, _agents_pb2.HeartbeatResponse]
     """Extends the lease and reports progress; answers whether cancellation was
@@ -90,8 +91,9 @@ class AgentServiceAsyncStub(AgentServiceStub):
     LeaseTask: _aio.UnaryUnaryMultiCallable[_agents_pb2.LeaseTaskRequest, _agents_pb2.LeaseTaskResponse]  # type: ignore[assignment]
     """Long-poll for one task of this agent: answers as soon as one is leased,
     or empty (no task) when wait_seconds (capped at 30) is spent. Call with
-    a client timeout of wait_seconds + 15 s.
-    Codes: OK.
+    a client timeout of wait_seconds + 15 s. A parked call ends empty when
+    the server begins to shut down; a new one is refused.
+    Codes: OK, UNAVAILABLE (the server is shutting down: back off, retry).
     """
     Heartbeat: _aio.UnaryUnaryMultiCallable[_agents_pb2.HeartbeatRequest, _agents_pb2.HeartbeatResponse]  # type: ignore[assignment]
     """Extends the lease and reports progress; answers whether cancellation was
@@ -143,8 +145,9 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_agents_pb2.LeaseTaskResponse, _abc.Awaitable[_agents_pb2.LeaseTaskResponse]]:
         """Long-poll for one task of this agent: answers as soon as one is leased,
         or empty (no task) when wait_seconds (capped at 30) is spent. Call with
-        a client timeout of wait_seconds + 15 s.
-        Codes: OK.
+        a client timeout of wait_seconds + 15 s. A parked call ends empty when
+        the server begins to shut down; a new one is refused.
+        Codes: OK, UNAVAILABLE (the server is shutting down: back off, retry).
         """
 
     @_abc_1.abstractmethod

@@ -126,9 +126,11 @@ class JobOrchestrationServiceServicer:
         """Long-poll: answers as soon as the job is terminal, or with its current
         non-terminal state after the server's cap (60 s) or about one second
         before the caller's deadline, whichever comes first. A non-terminal OK
-        is normal: ask again. On server shutdown parked calls answer at once.
+        is normal: ask again. On server shutdown parked calls answer at once,
+        and new ones are refused.
         Codes: OK, NOT_FOUND (unknown id, or another workspace's job),
-        FAILED_PRECONDITION (READY: it would never finish on its own).
+        FAILED_PRECONDITION (READY: it would never finish on its own),
+        UNAVAILABLE (the server is shutting down: back off, retry).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -139,7 +141,7 @@ class JobOrchestrationServiceServicer:
         it), then one per change; ends after the terminal snapshot. A slow
         reader skips intermediate snapshots, never the terminal one. Resume
         with the last version seen.
-        Codes: OK, NOT_FOUND.
+        Codes: OK, NOT_FOUND, UNAVAILABLE (the server is shutting down).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -56,16 +56,18 @@ class JobOrchestrationServiceStub:
     """Long-poll: answers as soon as the job is terminal, or with its current
     non-terminal state after the server's cap (60 s) or about one second
     before the caller's deadline, whichever comes first. A non-terminal OK
-    is normal: ask again. On server shutdown parked calls answer at once.
+    is normal: ask again. On server shutdown parked calls answer at once,
+    and new ones are refused.
     Codes: OK, NOT_FOUND (unknown id, or another workspace's job),
-    FAILED_PRECONDITION (READY: it would never finish on its own).
+    FAILED_PRECONDITION (READY: it would never finish on its own),
+    UNAVAILABLE (the server is shutting down: back off, retry).
     """
     WatchJob: _grpc.UnaryStreamMultiCallable[_jobs_pb2.WatchJobRequest, _jobs_pb2.WatchJobResponse]
     """Streams snapshots of a job: one at once (unless the caller already has
     it), then one per change; ends after the terminal snapshot. A slow
     reader skips intermediate snapshots, never the terminal one. Resume
     with the last version seen.
-    Codes: OK, NOT_FOUND.
+    Codes: OK, NOT_FOUND, UNAVAILABLE (the server is shutting down).
     """
     CancelJob: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.CancelJobRequest, _jobs_pb2.CancelJobResponse]
     """Idempotent. A job with nothing executing is cancelled at once;
@@ -108,16 +110,18 @@ class JobOrchestrationServiceAsyncStub(JobOrchestrationServiceStub):
     """Long-poll: answers as soon as the job is terminal, or with its current
     non-terminal state after the server's cap (60 s) or about one second
     before the caller's deadline, whichever comes first. A non-terminal OK
-    is normal: ask again. On server shutdown parked calls answer at once.
+    is normal: ask again. On server shutdown parked calls answer at once,
+    and new ones are refused.
     Codes: OK, NOT_FOUND (unknown id, or another workspace's job),
-    FAILED_PRECONDITION (READY: it would never finish on its own).
+    FAILED_PRECONDITION (READY: it would never finish on its own),
+    UNAVAILABLE (the server is shutting down: back off, retry).
     """
     WatchJob: _aio.UnaryStreamMultiCallable[_jobs_pb2.WatchJobRequest, _jobs_pb2.WatchJobResponse]  # type: ignore[assignment]
     """Streams snapshots of a job: one at once (unless the caller already has
     it), then one per change; ends after the terminal snapshot. A slow
     reader skips intermediate snapshots, never the terminal one. Resume
     with the last version seen.
-    Codes: OK, NOT_FOUND.
+    Codes: OK, NOT_FOUND, UNAVAILABLE (the server is shutting down).
     """
     CancelJob: _aio.UnaryUnaryMultiCallable[_jobs_pb2.CancelJobRequest, _jobs_pb2.CancelJobResponse]  # type: ignore[assignment]
     """Idempotent. A job with nothing executing is cancelled at once;
@@ -181,9 +185,11 @@ class JobOrchestrationServiceServicer(metaclass=_abc_1.ABCMeta):
         """Long-poll: answers as soon as the job is terminal, or with its current
         non-terminal state after the server's cap (60 s) or about one second
         before the caller's deadline, whichever comes first. A non-terminal OK
-        is normal: ask again. On server shutdown parked calls answer at once.
+        is normal: ask again. On server shutdown parked calls answer at once,
+        and new ones are refused.
         Codes: OK, NOT_FOUND (unknown id, or another workspace's job),
-        FAILED_PRECONDITION (READY: it would never finish on its own).
+        FAILED_PRECONDITION (READY: it would never finish on its own),
+        UNAVAILABLE (the server is shutting down: back off, retry).
         """
 
     @_abc_1.abstractmethod
@@ -196,7 +202,7 @@ class JobOrchestrationServiceServicer(metaclass=_abc_1.ABCMeta):
         it), then one per change; ends after the terminal snapshot. A slow
         reader skips intermediate snapshots, never the terminal one. Resume
         with the last version seen.
-        Codes: OK, NOT_FOUND.
+        Codes: OK, NOT_FOUND, UNAVAILABLE (the server is shutting down).
         """
 
     @_abc_1.abstractmethod

@@ -76,6 +76,14 @@ def translate_errors() -> Iterator[None]:
         raise AlreadyExists(_constraint_message(exc, "already exists")) from exc
     except asyncpg.ForeignKeyViolationError as exc:
         raise FailedPrecondition(_constraint_message(exc, "is still referenced")) from exc
+    except asyncpg.TransactionRollbackError as exc:
+        # 40001 serialization failure, 40P01 deadlock: the database rolled the
+        # work back whole, so running it again is safe; callers (the SDK, the
+        # runtimes) retry UNAVAILABLE with backoff. Never INTERNAL.
+        raise Unavailable(
+            "the database rolled this back under contention (deadlock or "
+            "serialization failure); try again"
+        ) from exc
     except (asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError, OSError) as exc:
         raise Unavailable("the database is unreachable; try again shortly") from exc
     except asyncpg.InterfaceError as exc:

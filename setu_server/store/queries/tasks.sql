@@ -36,6 +36,11 @@ SELECT inserted.*, pg_notify('setu_task', runtime) AS notified FROM inserted;
 -- The oldest eligible pending task of one runtime, leased, and its job moved
 -- to running (or, already running, told of the new lease), in one statement.
 -- SKIP LOCKED: concurrent lessees on any server never take the same row.
+-- Locks go job before task everywhere (CancelJob, a failure ending its run,
+-- a last load): the lessee takes the job's lock with the task's and waits
+-- for neither, so it never holds a task while waiting on its job (the
+-- deadlock with CancelJob). A task whose job is busy is passed over; when
+-- work is left after a lease, `setu_task` wakes the runtime's other lessees.
 -- Returns the task's columns and `moved_job`, the job row if it moved.
 -- $1 runtime, $2 lease_token, $3 lease seconds, $4 now
 WITH leased AS (
@@ -45,11 +50,12 @@ WITH leased AS (
         lease_expires_at = coalesce($4, now()) + make_interval(secs => $3),
         updated_at = coalesce($4, now())
     WHERE id = (
-        SELECT id FROM task
-        WHERE runtime = $1 AND state = 'pending' AND run_after <= coalesce($4, now())
-        ORDER BY created_at
+        SELECT task.id FROM task JOIN job ON job.id = task.job_id
+        WHERE task.runtime = $1 AND task.state = 'pending'
+          AND task.run_after <= coalesce($4, now())
+        ORDER BY task.created_at
         LIMIT 1
-        FOR UPDATE SKIP LOCKED
+        FOR NO KEY UPDATE OF task, job SKIP LOCKED
     )
     RETURNING *
 ), said AS (
@@ -67,7 +73,13 @@ WITH leased AS (
     SELECT job_id, 'info', message, coalesce($4, now()) FROM said
     WHERE NOT EXISTS (SELECT 1 FROM moved)
 )
-SELECT leased.*, (SELECT j FROM moved) AS moved_job FROM leased;
+SELECT leased.*, (SELECT j FROM moved) AS moved_job,
+       CASE WHEN EXISTS (
+           SELECT 1 FROM task
+           WHERE runtime = $1 AND state = 'pending' AND run_after <= coalesce($4, now())
+             AND id <> leased.id
+       ) THEN pg_notify('setu_task', $1) END AS notified
+FROM leased;
 
 -- name: seconds_to_next_eligible
 -- Seconds until the next delayed task of a runtime becomes eligible (null:

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 import warnings
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from setu_agent.engine import transfer
 from setu_agent.engine.blob import LocalBlobStore
+from setu_agent.engine.markers import LoadIdentity
 from setu_agent.engine.operators import parse_spec
 from setu_agent.engine.providers.base import WriteMode
 from setu_agent.engine.providers.postgres import PROVIDER
@@ -131,15 +133,18 @@ async def engine_copy(mode: str, source: str, destination: str, blob_dir: Path) 
     src = await PROVIDER.connect(config_of(source))
     dst = await PROVIDER.connect(config_of(destination))
     spec = parse_spec(None)
+    run = LoadIdentity(str(uuid.uuid4()))  # a fresh run each time: every copy loads
     try:
         streams = transfer.select_streams(await src.discover(), ["payments"])
         if mode == "direct":
-            totals = await transfer.direct(src, dst, streams, spec, WriteMode.APPEND, Quiet())
+            totals = await transfer.direct(
+                src, dst, streams, spec, WriteMode.APPEND, Quiet(), identity=run
+            )
         else:
             blob = LocalBlobStore(blob_dir)
             manifest = await transfer.stage(src, streams, blob, "bench/", Quiet())
             totals = await transfer.load(
-                dst, manifest, blob, "bench/", spec, WriteMode.APPEND, Quiet()
+                dst, manifest, blob, "bench/", spec, WriteMode.APPEND, Quiet(), identity=run
             )
         return sum(t.loaded for t in totals)
     finally:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from setu_agent.engine import transfer
 from setu_agent.engine.blob import BlobSettings, BlobStore, open_blob
+from setu_agent.engine.markers import LoadIdentity
 from setu_agent.engine.operators import SpecError, parse_spec
 from setu_agent.engine.providers import get_provider
 from setu_agent.engine.providers.base import ConfigError, Connector, Egress, ProviderError
@@ -196,6 +197,7 @@ class EngineHandlers:
                     chain,
                     spec.write_mode,
                     ContextReporter(ctx),
+                    identity=LoadIdentity(spec.job_id),
                 )
         return LoadResult(
             rows_loaded=sum(t.loaded for t in totals),

@@ -22,6 +22,7 @@ from typing import Any
 from setu_agent.cloud.book import RunBook
 from setu_agent.engine import dry_run, transfer
 from setu_agent.engine.blob import BlobSettings, BlobStore
+from setu_agent.engine.markers import LoadIdentity
 from setu_agent.engine.operators import SpecError, parse_spec
 from setu_agent.engine.providers.base import ConfigError, Connector
 from setu_agent.engine.secrets import SecretStore
@@ -198,6 +199,7 @@ class _Run:
                     self._spec,
                     run.write_mode,
                     self._reporter,
+                    identity=LoadIdentity(run.job_id),
                 )
                 for total in totals:
                     await self._record(total)
@@ -222,6 +224,7 @@ class _Run:
                     run.write_mode,
                     self._reporter,
                     self._settings.batch_rows,
+                    identity=LoadIdentity(run.job_id),
                 )
                 for done in totals:
                     await self._record(done)

@@ -21,6 +21,7 @@ from typing import Protocol, TypeVar
 
 from setu_agent.engine import pgcopy, staging
 from setu_agent.engine.blob import BlobStore
+from setu_agent.engine.markers import LoadIdentity, LoadMarker
 from setu_agent.engine.operators import PipelineSpec, Plan
 from setu_agent.engine.providers.base import (
     ConfigError,
@@ -147,13 +148,17 @@ async def load(
     spec: PipelineSpec,
     mode: WriteMode,
     reporter: Reporter,
+    *,
+    identity: LoadIdentity,
 ) -> list[StreamTotals]:
-    """Loads every staged stream, each atomically."""
+    """Loads every staged stream, each atomically and once: a stream the
+    destination's markers show loaded for this run is not written again."""
     plans = [plan_stream(spec, s.stream, mode) for s in manifest.streams]
     totals: list[StreamTotals] = []
     for staged, landing in zip(manifest.streams, plans, strict=True):
         parts = _counted_parts(staging.read_parts(blob, prefix, staged), staged.name, reporter)
-        written = await _write(destination, staged.stream.columns, parts, landing, mode)
+        marker = identity.marker(staged.name)
+        written = await _write(destination, staged.stream.columns, parts, landing, mode, marker)
         totals.append(StreamTotals(staged.name, staged.rows, written, staged.checksum))
     return totals
 
@@ -166,11 +171,16 @@ async def direct(
     mode: WriteMode,
     reporter: Reporter,
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    *,
+    identity: LoadIdentity,
 ) -> list[StreamTotals]:
-    """Source → operators → destination in one pass, no blob."""
+    """Source → operators → destination in one pass, no blob; each stream
+    once per run, as load does."""
     plans = [plan_stream(spec, s, mode) for s in streams]
     return [
-        await _direct_stream(source, destination, stream, landing, mode, reporter, batch_rows)
+        await _direct_stream(
+            source, destination, stream, landing, mode, reporter, batch_rows, identity
+        )
         for stream, landing in zip(streams, plans, strict=True)
     ]
 
@@ -183,8 +193,10 @@ async def _direct_stream(
     mode: WriteMode,
     reporter: Reporter,
     batch_rows: int,
+    identity: LoadIdentity,
 ) -> StreamTotals:
     name = qualified(stream)
+    marker = identity.marker(name)
     extracted = 0
 
     async def copies() -> AsyncIterator[CopyBatch]:
@@ -204,7 +216,7 @@ async def _direct_stream(
 
     if isinstance(destination, CopyDestination) or not isinstance(source, CopySource):
         parts = _counted_parts(read_ahead(copies()), name, reporter)
-        written = await _write(destination, stream.columns, parts, landing, mode)
+        written = await _write(destination, stream.columns, parts, landing, mode, marker)
     else:
         # Rows for a Python writer: asyncpg decodes them faster than a COPY
         # decoder written in Python could.
@@ -215,6 +227,7 @@ async def _direct_stream(
             mode,
             landing.key,
             schema=landing.schema,
+            marker=marker,
         )
     return StreamTotals(name, extracted, written)
 
@@ -225,10 +238,18 @@ async def _write(
     parts: AsyncIterator[CopyBatch],
     landing: StreamPlan,
     mode: WriteMode,
+    marker: LoadMarker,
 ) -> int:
     if isinstance(destination, CopyDestination):
         return await destination.write_copy(
-            landing.table, columns, parts, landing.plan, mode, landing.key, schema=landing.schema
+            landing.table,
+            columns,
+            parts,
+            landing.plan,
+            mode,
+            landing.key,
+            schema=landing.schema,
+            marker=marker,
         )
     return await destination.write(
         landing.table,
@@ -237,6 +258,7 @@ async def _write(
         mode,
         landing.key,
         schema=landing.schema,
+        marker=marker,
     )
 
 

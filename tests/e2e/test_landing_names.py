@@ -56,7 +56,8 @@ async def tables_of(url: str) -> dict[tuple[str, str], list[tuple[Any, ...]]]:
     try:
         names = await conn.fetch(
             "SELECT schemaname, tablename FROM pg_tables "
-            "WHERE schemaname NOT IN ('pg_catalog', 'information_schema')"
+            "WHERE schemaname NOT IN ('pg_catalog', 'information_schema') "
+            "AND tablename <> '_setu_loads'"  # the load markers: markers_of
         )
         return {
             (r[0], r[1]): [
@@ -65,6 +66,21 @@ async def tables_of(url: str) -> dict[tuple[str, str], list[tuple[Any, ...]]]:
             ]
             for r in names
         }
+    finally:
+        await conn.close()
+
+
+async def markers_of(url: str) -> list[tuple[str, int]]:
+    """The schemas that hold load markers, and how many each holds."""
+    conn = await asyncpg.connect(url)
+    try:
+        schemas = await conn.fetch(
+            "SELECT schemaname FROM pg_tables WHERE tablename = '_setu_loads' ORDER BY 1"
+        )
+        return [
+            (r[0], await conn.fetchval(f"SELECT count(*) FROM {quote(r[0])}._setu_loads"))
+            for r in schemas
+        ]
     finally:
         await conn.close()
 
@@ -109,6 +125,7 @@ async def test_source_names_land_as_one_table_in_the_configured_schema(
             ("landing", DOTTED): [(2, DOTTED)],
             ("landing", QUOTED): [(3, QUOTED)],
         }
+        assert await markers_of(destination_url) == [("landing", 3)]
 
 
 async def test_only_the_pipelines_destination_mapping_names_another_schema(
@@ -132,6 +149,8 @@ async def test_only_the_pipelines_destination_mapping_names_another_schema(
             ("archive", "kept"): [(1, PLAIN)],
             ("landing", DOTTED): [(2, DOTTED)],
         }
+        # The markers stay in the connection's schema, wherever a stream lands.
+        assert await markers_of(destination_url) == [("landing", 2)]
 
 
 async def test_a_stream_named_like_a_path_stays_in_the_destination_folder(

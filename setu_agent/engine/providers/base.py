@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from setu_agent.engine.types import Batch, Column, Stream
 
 if TYPE_CHECKING:
+    from setu_agent.engine.markers import LoadMarker
     from setu_agent.engine.operators import Plan
 
 
@@ -67,10 +68,15 @@ class Connector(Protocol):
         key: Sequence[str],
         *,
         schema: str | None = None,
+        marker: LoadMarker | None = None,
     ) -> int:
         """Writes every batch to the named stream under the write mode, all or
         nothing: on any failure the destination keeps its previous content.
         Returns the rows written.
+
+        With a `marker` (engine/markers.py) the write is done once: it is
+        recorded with the rows, atomically, and a write that finds it
+        recorded writes nothing and returns the rows it recorded.
 
         `stream` is one identifier (a table, a file name), dots and quotes
         included, in the connection's configured schema or folder; `schema`
@@ -142,10 +148,11 @@ class CopyDestination(Protocol):
         key: Sequence[str],
         *,
         schema: str | None = None,
+        marker: LoadMarker | None = None,
     ) -> int:
         """Loads every part (rows shaped as `columns`), applies the plan and
-        writes under the mode, atomically, naming the target as `write`
-        does. Returns the rows written."""
+        writes under the mode, atomically, naming the target and honouring
+        `marker` as `write` does. Returns the rows written."""
         ...
 
 

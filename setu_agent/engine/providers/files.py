@@ -31,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from setu_agent.engine import s3
+from setu_agent.engine.markers import MARKERS, LoadMarker
 from setu_agent.engine.providers.base import (
     ConfigError,
     Connector,
@@ -413,15 +414,25 @@ class FileConnector(Connector):
         key: Sequence[str],
         *,
         schema: str | None = None,
+        marker: LoadMarker | None = None,
     ) -> int:
         # One file in the folder: a folder has no schemas.
         stream = f"{schema}.{stream}" if schema else stream
         ref = self._ref(stream)
         positions = _key_positions(columns, mode, key)
+        if marker is not None:
+            recorded = await self._recorded(marker)
+            if recorded is not None:
+                return recorded  # an earlier attempt loaded it
         temp = await self.storage.temp_file(ref)
         try:
             count = await self._build(ref, temp, stream, columns, batches, mode, positions)
             await self.storage.commit(ref, temp)
+            if marker is not None:
+                # Written last, atomically: a failure before it leaves no
+                # marker and the load runs again. (A file and its marker
+                # cannot commit as one; the window is this one call.)
+                await self._mark(marker, count)
         except OSError as exc:
             raise ProviderError(f"cannot write {self.storage.where(ref)}: {exc}") from exc
         finally:
@@ -457,6 +468,23 @@ class FileConnector(Connector):
             return count
         finally:
             await writer.close()
+
+    async def _recorded(self, marker: LoadMarker) -> int | None:
+        """The rows an earlier load of this piece recorded, or None."""
+        ref = self.storage.beside(f"{MARKERS}/{marker.file_name()}")
+        if not await self.storage.exists(ref):
+            return None
+        document = b"".join([b"".join(lines) async for lines in self.storage.chunks(ref)])
+        return marker.rows_in(document)
+
+    async def _mark(self, marker: LoadMarker, rows: int) -> None:
+        ref = self.storage.beside(f"{MARKERS}/{marker.file_name()}")
+        temp = await self.storage.temp_file(ref)
+        try:
+            await asyncio.to_thread(temp.write_bytes, marker.document(rows))
+            await self.storage.commit(ref, temp)
+        finally:
+            await asyncio.to_thread(temp.unlink, missing_ok=True)
 
     async def _copyable(self, ref: str, source: _Source, columns: Sequence[Column]) -> bool:
         """Whether the old file's bytes can start the new file as they are."""

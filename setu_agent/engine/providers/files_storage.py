@@ -38,6 +38,11 @@ class _Storage(Protocol):
 
     def where(self, ref: str) -> str: ...
 
+    def beside(self, name: str) -> str:
+        """The ref of `name` (a relative path) in the folder, or in a single
+        file's own folder: where the load markers live."""
+        ...
+
     async def list_files(self, ext: str) -> list[str]: ...
 
     def chunks(self, ref: str) -> AsyncGenerator[list[bytes], None]: ...
@@ -104,6 +109,9 @@ class _LocalFiles:
 
     def where(self, ref: str) -> str:
         return ref
+
+    def beside(self, name: str) -> str:
+        return str((self.path.parent if self.single else self.path) / name)
 
     async def list_files(self, ext: str) -> list[str]:
         def scan() -> list[str]:
@@ -202,6 +210,10 @@ class _S3Files:
 
     def where(self, ref: str) -> str:
         return f"s3://{self.bucket}/{ref}"
+
+    def beside(self, name: str) -> str:
+        folder = self.key.rpartition("/")[0] + "/" if self.single else self.key
+        return f"{folder.lstrip('/')}{name}"
 
     def _error(self, ref: str, exc: Exception) -> ProviderError:
         if isinstance(exc, ClientError):

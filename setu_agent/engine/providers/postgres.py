@@ -23,6 +23,7 @@ from typing import Any
 import asyncpg
 
 from setu_agent.engine import pgcopy
+from setu_agent.engine.markers import MARKERS, LoadMarker
 from setu_agent.engine.operators import Plan, parse_spec
 from setu_agent.engine.providers.base import (
     ConfigError,
@@ -80,6 +81,8 @@ WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
   -- A partition's rows are read through its parent; offering both would
   -- copy them twice when a pipeline takes every stream.
   AND NOT c.relispartition
+  -- The load markers are the runtime's books, not a stream.
+  AND c.relname <> '_setu_loads'
 ORDER BY c.relname, a.attnum
 """
 
@@ -96,6 +99,31 @@ SELECT a.attname, t.typname
 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
 WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum
+"""
+
+# Load markers (engine/markers.py): one row per stream (or part) a run
+# loaded, written in the load's own transaction, in the connection's schema.
+MARKERS_DDL = """
+CREATE TABLE IF NOT EXISTS {table} (
+    run_id uuid NOT NULL,
+    stream text NOT NULL,
+    part text NOT NULL DEFAULT '',
+    loaded_at timestamptz NOT NULL DEFAULT now(),
+    rows bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (run_id, stream, part)
+)
+"""
+# Claims a load inside its transaction. A concurrent load of the same piece
+# waits here until the other commits (then finds its marker) or rolls back
+# (then claims it), so two attempts never both write.
+CLAIM_MARKER = """
+INSERT INTO {table} (run_id, stream, part) VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING RETURNING true
+"""
+MARKED_ROWS = "SELECT rows FROM {table} WHERE run_id = $1 AND stream = $2 AND part = $3"
+SET_MARKER = """
+UPDATE {table} SET rows = $4, loaded_at = now()
+WHERE run_id = $1 AND stream = $2 AND part = $3
 """
 
 UNIQUE_KEYS = """
@@ -371,13 +399,16 @@ class PostgresConnector:
         key: Sequence[str],
         *,
         schema: str | None = None,
+        marker: LoadMarker | None = None,
     ) -> int:
         async def parts() -> AsyncIterator[CopyBatch]:
             async for batch in batches:
                 yield CopyBatch(pgcopy.encode(columns, batch), len(batch))
 
         plan = parse_spec(None).chain_for(stream).plan(columns)
-        return await self.write_copy(stream, columns, parts(), plan, mode, key, schema=schema)
+        return await self.write_copy(
+            stream, columns, parts(), plan, mode, key, schema=schema, marker=marker
+        )
 
     async def write_copy(
         self,
@@ -389,17 +420,46 @@ class PostgresConnector:
         key: Sequence[str],
         *,
         schema: str | None = None,
+        marker: LoadMarker | None = None,
     ) -> int:
         # `stream` is one identifier, dots and all: only the pipeline's author
         # (through `schema`) picks another schema than the configured one.
         load = _Load(self._conn, schema or self._schema, stream, columns, plan, mode, key)
         try:
+            markers = await self._markers() if marker is not None else ""
             async with self._conn.transaction():
+                if marker is not None:
+                    recorded = await self._claim(markers, marker)
+                    if recorded is not None:
+                        return recorded  # an earlier attempt loaded it
                 # The compiled chain renders timestamptz as UTC (operators).
                 await self._conn.execute("SET LOCAL TimeZone = 'UTC'")
-                return await load.run(parts)
+                written = await load.run(parts)
+                if marker is not None:
+                    key_of = (marker.run_id, marker.stream, marker.part)
+                    await self._conn.execute(SET_MARKER.format(table=markers), *key_of, written)
+                return written
         except asyncpg.PostgresError as exc:
             raise ProviderError(f"postgres: loading {load.target}: {exc}") from exc
+
+    async def _markers(self) -> str:
+        """The marker table, created if missing: apart from any load and
+        under a lock, so two first loads cannot race to create it."""
+        table = f"{quote(self._schema)}.{quote(MARKERS)}"
+        if await self._conn.fetchval("SELECT to_regclass($1)", table) is None:
+            async with self._conn.transaction():
+                await self._conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", table)
+                await self._conn.execute(MARKERS_DDL.format(table=table))
+        return table
+
+    async def _claim(self, markers: str, marker: LoadMarker) -> int | None:
+        """None when this load goes on (its marker claimed in its own
+        transaction); else the rows the attempt that loaded it recorded."""
+        key = (marker.run_id, marker.stream, marker.part)
+        if await self._conn.fetchval(CLAIM_MARKER.format(table=markers), *key):
+            return None
+        rows: int = await self._conn.fetchval(MARKED_ROWS.format(table=markers), *key)
+        return rows
 
 
 class _Load:

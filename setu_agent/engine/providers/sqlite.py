@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from setu_agent.engine.markers import MARKERS, LoadMarker
 from setu_agent.engine.providers.base import (
     ConfigError,
     Connector,
@@ -159,11 +160,12 @@ class SqliteConnector:
         key: Sequence[str],
         *,
         schema: str | None = None,
+        marker: LoadMarker | None = None,
     ) -> int:
         # One table of the file, quoted whole: SQLite has no schemas to land
         # in (an attached database is not the pipeline's to pick).
         table = f"{schema}.{stream}" if schema else stream
-        plan = _WritePlan(table, list(columns), WriteMode(mode), list(key))
+        plan = _WritePlan(table, list(columns), WriteMode(mode), list(key), marker)
         what = f"writing {table!r}"
         async with self._lock:
             if not self._writable:
@@ -173,12 +175,17 @@ class SqliteConnector:
             conn = self._conn
             written = 0
             try:
-                await _in_thread(_guarded, what, plan.begin, conn)
+                recorded: int | None = await _in_thread(_guarded, what, plan.begin, conn)
+                if recorded is not None:
+                    # An earlier attempt loaded it: write nothing.
+                    await _in_thread(_rollback, conn)
+                    return recorded
                 async for batch in batches:
                     insert = functools.partial(plan.insert, batch=batch)
                     await _in_thread(_guarded, what, insert, conn)
                     written += len(batch)
-                await _in_thread(_guarded, what, plan.finish, conn)
+                finish = functools.partial(plan.finish, written=written)
+                await _in_thread(_guarded, what, finish, conn)
             except BaseException:
                 # Cancellation included: the destination keeps its old content.
                 await _in_thread(_rollback, conn)
@@ -217,7 +224,8 @@ def _discover(conn: sqlite3.Connection) -> list[Stream]:
         "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view') "
         "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name"
     ).fetchall()
-    return [_describe(conn, name, kind) for name, kind in objects]
+    # The load markers are the runtime's books, not a stream.
+    return [_describe(conn, name, kind) for name, kind in objects if name != MARKERS]
 
 
 def _describe(conn: sqlite3.Connection, name: str, kind: str) -> Stream:
@@ -250,7 +258,15 @@ def _declared(info: list[Any], column: str) -> str:
 class _WritePlan:
     """The statements of one write, all run inside one transaction."""
 
-    def __init__(self, table: str, columns: list[Column], mode: WriteMode, key: list[str]) -> None:
+    def __init__(
+        self,
+        table: str,
+        columns: list[Column],
+        mode: WriteMode,
+        key: list[str],
+        marker: LoadMarker | None = None,
+    ) -> None:
+        self.marker = marker
         names = [c.name for c in columns]
         if mode.needs_key:
             if not key:
@@ -270,8 +286,15 @@ class _WritePlan:
             action = f"DO UPDATE SET {', '.join(updates)}" if updates else "DO NOTHING"
             self.insert_sql += f" ON CONFLICT ({', '.join(map(quote, key))}) {action}"
 
-    def begin(self, conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
+    def begin(self, conn: sqlite3.Connection) -> int | None:
+        """Starts the write; with a marker already recorded, the rows it
+        recorded instead (and the caller writes nothing)."""
+        conn.execute("BEGIN IMMEDIATE")  # the write lock: marker checks queue behind it
+        if self.marker is not None:
+            conn.execute(MARKERS_DDL)
+            found = conn.execute(MARKED_ROWS, _marker_key(self.marker)).fetchone()
+            if found is not None:
+                return int(found[0])
         existing = conn.execute(
             "SELECT name, type, pk FROM pragma_table_info(?)", (self.table,)
         ).fetchall()
@@ -283,6 +306,7 @@ class _WritePlan:
             conn.execute(f"DELETE FROM {quote(self.table)}")
         if self.mode is WriteMode.MERGE:
             self._create_key_table(conn)
+        return None
 
     def _create_sql(self) -> str:
         defs = [
@@ -327,7 +351,9 @@ class _WritePlan:
                 [tuple(row[i] for i in self.key_at) for row in rows],
             )
 
-    def finish(self, conn: sqlite3.Connection) -> None:
+    def finish(self, conn: sqlite3.Connection, written: int = 0) -> None:
+        if self.marker is not None:
+            conn.execute(SET_MARKER, (*_marker_key(self.marker), written))
         if self.mode is WriteMode.MERGE:
             match = " AND ".join(f"k.{quote(k)} = t.{quote(k)}" for k in self.key)
             conn.execute(
@@ -336,6 +362,23 @@ class _WritePlan:
             )
             conn.execute("DROP TABLE temp.setu_merge_keys")
         conn.execute("COMMIT")
+
+
+# Load markers (engine/markers.py), written in the load's own transaction.
+MARKERS_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {quote(MARKERS)} (run_id TEXT NOT NULL, stream TEXT NOT NULL, "
+    "part TEXT NOT NULL DEFAULT '', loaded_at TEXT NOT NULL, rows INTEGER NOT NULL, "
+    "PRIMARY KEY (run_id, stream, part))"
+)
+MARKED_ROWS = f"SELECT rows FROM {quote(MARKERS)} WHERE run_id = ? AND stream = ? AND part = ?"
+SET_MARKER = (
+    f"INSERT INTO {quote(MARKERS)} (run_id, stream, part, loaded_at, rows) "
+    "VALUES (?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?)"
+)
+
+
+def _marker_key(marker: LoadMarker) -> tuple[str, str, str]:
+    return (marker.run_id, marker.stream, marker.part)
 
 
 def _has_unique_key(

@@ -26,9 +26,15 @@ from setu_agent.engine.blob import BlobSettings, BlobStore, open_blob
 from setu_agent.engine.markers import LoadIdentity
 from setu_agent.engine.operators import SpecError, parse_spec
 from setu_agent.engine.providers import get_provider
-from setu_agent.engine.providers.base import ConfigError, Connector, Egress, ProviderError
+from setu_agent.engine.providers.base import (
+    ConfigError,
+    Connector,
+    Egress,
+    PermanentError,
+    ProviderError,
+)
 from setu_agent.engine.s3 import S3Settings
-from setu_agent.engine.secrets import SecretStore
+from setu_agent.engine.secrets import SecretStore, references
 from setu_agent.engine.staging import Manifest, read_manifest
 from setu_agent.results import (
     Artifact,
@@ -248,11 +254,30 @@ async def open_connector(
     references resolved (and remembered, to keep them out of reports), then
     the runtime's policy applied to what will really be opened."""
     resolved = secrets.resolve(config, ctx.redact)
-    if policy is None:
-        return await get_provider(provider).connect(resolved)
-    return await get_provider(provider).connect(
-        policy(provider, resolved), policy.egress, root=policy.files_root
-    )
+    try:
+        if policy is None:
+            return await get_provider(provider).connect(resolved)
+        return await get_provider(provider).connect(
+            policy(provider, resolved), policy.egress, root=policy.files_root
+        )
+    except PermanentError as exc:
+        if not exc.fields:
+            raise
+        raise PermanentError(f"{exc}; {_check_secrets(config, exc.fields)}") from exc
+
+
+def _check_secrets(config: dict[str, Any], fields: tuple[str, ...]) -> str:
+    """What to check of the credentials a provider refused: the secrets by
+    name (never by value), the fields given in the config by field."""
+    named = dict(references(config))
+    parts = [
+        f"the secret {named[field]} ({field}) in this runtime's secret store"
+        if field in named
+        else field
+        for field in fields
+        if field in named or field.removeprefix("config.") in config
+    ]
+    return f"check {' and '.join(parts) or 'the connection credentials'}"
 
 
 def _connection(ctx: TaskContext) -> ConnectionSpec:

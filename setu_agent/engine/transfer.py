@@ -29,7 +29,7 @@ from setu_agent.engine.providers.base import (
     CopyBatch,
     CopyDestination,
     CopySource,
-    ProviderError,
+    PermanentError,
     WriteMode,
     qualified,
 )
@@ -64,7 +64,7 @@ def select_streams(available: Sequence[Stream], wanted: Sequence[str]) -> list[S
         match = [s for s in available if name in (s.name, qualified(s))]
         if not match:
             offered = ", ".join(qualified(s) for s in available) or "none"
-            raise ProviderError(f"stream {name!r} not found in the source (it offers: {offered})")
+            raise PermanentError(f"stream {name!r} not found in the source (it offers: {offered})")
         chosen.append(match[0])
     return chosen
 

@@ -249,7 +249,10 @@ class Runtime:
             )
             # The traceback may quote a resolved secret: only where asked for.
             log.debug("task failure traceback", exc_info=True, extra={"task_id": task.id})
-            await self._report_failure(task, error, retryable=True)
+            # Classified where it was raised (a provider's PermanentError or
+            # ConfigError says False); anything unclassified is retried.
+            retryable = bool(getattr(exc, "retryable", True))
+            await self._report_failure(task, error, retryable=retryable)
         else:
             try:
                 typed = redacted(check_result(task.kind, result), report)

@@ -168,24 +168,36 @@ async def test_cancel_during_a_direct_copy_rolls_the_destination_back(
     )
 
 
+@contextlib.asynccontextmanager
+async def table_locked(url: str, table: str) -> AsyncIterator[None]:
+    """Holds `table` locked, with the database's lock_timeout short: every
+    load into it fails with 55P03 (lock not available), a transient error."""
+    conn = await asyncpg.connect(url)
+    try:
+        database = postgres_config(url)["database"]
+        await conn.execute(f"ALTER DATABASE \"{database}\" SET lock_timeout = '50ms'")
+        async with conn.transaction():
+            await conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+            yield
+    finally:
+        await conn.close()
+
+
 async def test_a_failing_destination_fails_the_run_with_its_message_after_the_last_attempt(
     client_for: Any, databases: tuple[str, str], database_url: str
 ) -> None:
     source, destination = databases
     await fill(source, "items", 50)
-    conn = await asyncpg.connect(destination)
-    try:  # a table that cannot take the rows
-        await conn.execute("CREATE TABLE items (id bigint PRIMARY KEY)")
-    finally:
-        await conn.close()
+    await fill(destination, "items", 0)
     _, client = await client_for(direct_max_rows=0)
-    job = await client.submit_run(await pipeline(client, source, destination))
-    await client.wait_for_job(job.id)
+    async with table_locked(destination, "items"):  # a transient failure, every attempt
+        job = await client.submit_run(await pipeline(client, source, destination))
+        await client.wait_for_job(job.id)
     done = await client.get_job(job.id)
 
     assert done.state == S.JOB_STATE_FAILED
     assert done.error_message.startswith("runtime migrate: ")
-    assert "has no column(s) label, score" in done.error_message
+    assert "lock timeout" in done.error_message
     attempts = await fetch(
         database_url, f"SELECT attempt, max_attempts FROM task WHERE job_id = '{job.id}'"
     )
@@ -194,6 +206,31 @@ async def test_a_failing_destination_fails_the_run_with_its_message_after_the_la
     events = [e.message async for e in client.job_events(job.id)]
     assert sum("Staged" in m for m in events) == 1
     assert sum("Resuming at load" in m for m in events) == 2, "\n".join(events)
+
+
+async def test_a_duplicate_key_under_append_fails_the_run_at_once_saying_what_to_do(
+    client_for: Any, databases: tuple[str, str], database_url: str
+) -> None:
+    source, destination = databases
+    await fill(source, "items", 50)
+    _, client = await client_for()
+    pipeline_id = await pipeline(client, source, destination)
+    first = await client.submit_run(pipeline_id)
+    await client.wait_for_job(first.id)
+    assert (await client.get_job(first.id)).state == S.JOB_STATE_SUCCEEDED
+
+    again = await client.submit_run(pipeline_id)  # append the same keys again
+    await client.wait_for_job(again.id)
+    done = await client.get_job(again.id)
+
+    assert done.state == S.JOB_STATE_FAILED
+    assert done.error_message.startswith("runtime migrate: ")
+    assert "use write_mode upsert or overwrite, or clear the table" in done.error_message
+    attempts = await fetch(
+        database_url, f"SELECT attempt, max_attempts FROM task WHERE job_id = '{again.id}'"
+    )
+    assert attempts == [(1, 3)]
+    assert await fetch(destination, "SELECT count(*) FROM items") == [(50,)]
 
 
 async def test_a_run_cancelled_while_pending_is_never_started(

@@ -398,12 +398,19 @@ async def test_a_failing_edge_load_fails_the_run_and_the_other_stream_lands_once
 ) -> None:
     client, (b_id, b_token) = edge.client, edge.agent_b
     await fill(edge.source, "refunds", 5)
+    await fill(edge.destination, "refunds", 0)
     conn = await asyncpg.connect(edge.destination)
-    try:  # a table that cannot take the refunds
-        await conn.execute("CREATE TABLE refunds (id integer PRIMARY KEY)")
-    finally:
-        await conn.close()
-    async with edge.agent("a", edge.tenant.agent_token), edge.agent("b", b_token):
+    # refunds stays locked and the lock timeout is short: every load of it
+    # fails with 55P03 (lock not available), a transient error, so retried.
+    database = postgres_config(edge.destination)["database"]
+    await conn.execute(f"ALTER DATABASE \"{database}\" SET lock_timeout = '50ms'")
+    async with (
+        edge.agent("a", edge.tenant.agent_token),
+        edge.agent("b", b_token),
+        contextlib.AsyncExitStack() as unlock,
+    ):
+        unlock.push_async_callback(conn.close)
+        await conn.execute("BEGIN; LOCK TABLE refunds IN ACCESS EXCLUSIVE MODE")
         src = await client.create_connection(
             "src", "postgres", edge.edge_config(edge.source), "agent", str(edge.tenant.agent_id)
         )
@@ -420,7 +427,7 @@ async def test_a_failing_edge_load_fails_the_run_and_the_other_stream_lands_once
 
     assert done.state == S.JOB_STATE_FAILED, timeline
     assert done.error_message.startswith("runtime load: "), done.error_message
-    assert "has no column(s) body, amount" in done.error_message
+    assert "lock timeout" in done.error_message
     assert sum(m.startswith("Extract finished") for m in timeline) == 1
     assert any("(attempt 3 of 3)" in m for m in timeline)
     # Each stream loads in its own task: the failing one's retries never

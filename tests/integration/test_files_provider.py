@@ -5,6 +5,7 @@ and config validation."""
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -17,7 +18,14 @@ import pytest
 
 from setu_agent.engine import s3
 from setu_agent.engine.providers import get_provider
-from setu_agent.engine.providers.base import ConfigError, Connector, ProviderError, WriteMode
+from setu_agent.engine.providers.base import (
+    ConfigError,
+    Connector,
+    PermanentError,
+    ProviderError,
+    TransientError,
+    WriteMode,
+)
 from setu_agent.engine.providers.files import PROVIDER
 from setu_agent.engine.providers.files_storage import _LocalFiles
 from setu_agent.engine.s3 import s3_client
@@ -674,3 +682,55 @@ async def test_a_stream_name_is_one_file_name_inside_the_folder(
         await connector.close()
     assert not (tmp_path / "deep" / "escape.csv").exists()
     assert not (tmp_path / "escape.csv").exists()
+
+
+# -- task failures: permanent or transient (docs/errors.md) -------------------
+
+
+async def test_a_missing_local_folder_or_file_is_permanent(tmp_path: Path) -> None:
+    connector = await PROVIDER.connect({"url": str(tmp_path / "nope"), "format": "csv"})
+    try:
+        with pytest.raises(PermanentError, match=r"check config\.url"):
+            await connector.test()
+        with pytest.raises(PermanentError, match="No such file or directory") as info:
+            await connector.discover()
+    finally:
+        await connector.close()
+    assert not info.value.retryable
+
+
+def s3_config(endpoint_url: str, url: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "url": url,
+        "format": "csv",
+        "endpoint_url": endpoint_url,
+        "access_key_id": "testing",
+        "secret_access_key": "testing",
+        **extra,
+    }
+
+
+async def test_a_missing_bucket_is_permanent(s3_endpoint: S3Endpoint) -> None:
+    config = s3_config(s3_endpoint.endpoint_url, "s3://setu-missing-bucket/x/")
+    connector = await PROVIDER.connect(config)
+    try:
+        with pytest.raises(PermanentError, match=r"check config\.url") as info:
+            await connector.discover()
+        with pytest.raises(PermanentError, match="bucket setu-missing-bucket does not exist"):
+            await connector.test()
+    finally:
+        await connector.close()
+    assert not info.value.retryable
+
+
+async def test_an_unreachable_s3_endpoint_is_transient() -> None:
+    with socket.socket() as bound:  # bound, never listening: connections are refused
+        bound.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{bound.getsockname()[1]}"
+        connector = await PROVIDER.connect(s3_config(endpoint, "s3://bucket/x/"))
+        try:
+            with pytest.raises(TransientError) as info:
+                await connector.discover()
+        finally:
+            await connector.close()
+    assert info.value.retryable

@@ -21,7 +21,14 @@ import pytest
 from setu_agent.engine import pgcopy
 from setu_agent.engine.operators import Plan, parse_spec
 from setu_agent.engine.providers import get_provider
-from setu_agent.engine.providers.base import ConfigError, CopyBatch, ProviderError, WriteMode
+from setu_agent.engine.providers.base import (
+    ConfigError,
+    CopyBatch,
+    PermanentError,
+    ProviderError,
+    TransientError,
+    WriteMode,
+)
 from setu_agent.engine.providers.postgres import (
     FALLBACK_ROWS_PER_PAGE,
     PROVIDER,
@@ -1103,3 +1110,94 @@ async def test_copy_batches_load_into_another_database_unchanged(
         assert landed.primary_key == ("id",)
         assert [c.type for c in landed.columns] == [c.type for c in EVERYTHING_COLUMNS]
         assert_everything(await target.preview(landed, 10))
+
+
+# -- task failures: permanent or transient (docs/errors.md) -------------------
+
+APPEND_FIX = "use write_mode upsert or overwrite, or clear the table"
+
+
+@pytest.mark.parametrize("how", HOWS)
+async def test_a_duplicate_key_under_append_is_permanent_and_names_the_fix(
+    admin: asyncpg.Connection, pg: PostgresConnector, how: str
+) -> None:
+    await load(pg, how, people([1, 2]), WriteMode.APPEND)
+    with pytest.raises(PermanentError) as info:
+        await load(pg, how, people([2, 3]), WriteMode.APPEND)
+    assert not info.value.retryable
+    assert APPEND_FIX in str(info.value)
+    assert await table_rows(admin) == people([1, 2])
+
+
+async def test_a_refused_login_is_permanent_and_names_the_fields_to_check(url: str) -> None:
+    config = {**postgres_config(url), "user": "nobody_setu_knows", "password": "hunter2-value"}
+    with pytest.raises(PermanentError) as info:
+        await PROVIDER.connect(config)
+    assert info.value.fields == ("config.user", "config.password")
+    assert "hunter2-value" not in str(info.value)
+    assert "refused the login" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("extra", "fix"),
+    [
+        ({"database": "no_such_database_here"}, "check config.database"),
+        ({"schema": "nowhere"}, None),
+    ],
+)
+async def test_a_missing_database_or_schema_is_permanent(
+    url: str, extra: dict[str, Any], fix: str | None
+) -> None:
+    with pytest.raises(PermanentError, match=fix or "the schema does not exist: create it"):
+        async with connected(url, **extra) as pg:
+            await load(pg, "write_copy", people([1]), WriteMode.APPEND)
+
+
+@pytest.mark.parametrize("how", HOWS)
+async def test_a_destination_column_mismatch_is_permanent(
+    admin: asyncpg.Connection, pg: PostgresConnector, how: str
+) -> None:
+    await admin.execute("CREATE TABLE people (id bigint PRIMARY KEY, doc jsonb)")
+    with pytest.raises(PermanentError, match="drop the table so the load creates it"):
+        await load(pg, how, people([2]), WriteMode.APPEND)
+
+
+async def test_a_value_the_column_cannot_hold_is_permanent(
+    admin: asyncpg.Connection, pg: PostgresConnector
+) -> None:
+    await admin.execute("CREATE TABLE people (id bigint, name varchar(2))")
+    columns = [Column("id", "bigint", False), Column("name", "text")]
+    parts = parts_of(columns, [(1, "far too long")], 10)
+    with pytest.raises(PermanentError, match="does not fit its column"):
+        await pg.write_copy("people", columns, parts, identity(columns), WriteMode.APPEND, ())
+
+
+async def test_a_refused_connection_is_transient(closed_port: int) -> None:
+    config = {
+        "host": "127.0.0.1",
+        "port": closed_port,
+        "database": "nowhere",
+        "user": "reader",
+        "ssl": "disable",
+        "connect_timeout": 2,
+    }
+    with pytest.raises(TransientError) as info:
+        await PROVIDER.connect(config)
+    assert info.value.retryable
+
+
+async def test_a_lock_held_past_the_lock_timeout_is_transient(
+    url: str, admin: asyncpg.Connection
+) -> None:
+    # 55P03 (lock not available) is one of the failures another attempt
+    # fixes, like a deadlock or a serialization failure.
+    await admin.execute("CREATE TABLE people (id bigint PRIMARY KEY, name text)")
+    database = postgres_config(url)["database"]
+    await admin.execute(f"ALTER DATABASE \"{database}\" SET lock_timeout = '20ms'")
+    async with connected(url) as pg, admin.transaction():
+        await admin.execute("LOCK TABLE people IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(TransientError, match="lock") as info:
+            columns = [Column("id", "bigint", False), Column("name", "text")]
+            parts = parts_of(columns, [(1, "a")], 10)
+            await pg.write_copy("people", columns, parts, identity(columns), WriteMode.APPEND, ())
+    assert info.value.retryable

@@ -15,9 +15,16 @@ from typing import Any
 import pytest
 
 from setu_agent.engine.providers import get_provider
-from setu_agent.engine.providers.base import ConfigError, Connector, ProviderError, WriteMode
+from setu_agent.engine.providers.base import (
+    ConfigError,
+    Connector,
+    PermanentError,
+    ProviderError,
+    TransientError,
+    WriteMode,
+)
 from setu_agent.engine.providers.sqlite import PROVIDER, SqliteConnector
-from setu_agent.engine.types import Batch, Column
+from setu_agent.engine.types import Batch, Column, Stream
 
 ALL_TYPES_DDL = """
 CREATE TABLE everything (
@@ -602,3 +609,52 @@ async def test_a_landing_name_is_one_table_of_the_file(
     finally:
         await conn.close()
     assert table_rows(path, "SELECT name FROM sqlite_master WHERE type = 'table'") == [(table,)]
+
+
+# -- task failures: permanent or transient (docs/errors.md) -------------------
+
+ID_NAME = [Column("id", "bigint", False), Column("name", "text")]
+
+
+async def test_a_duplicate_key_under_append_is_permanent_and_names_the_fix(
+    tmp_path: Path,
+) -> None:
+    path = make_db(tmp_path / "d.db", "CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)")
+    conn = await connect(path)
+    try:
+        await conn.write("t", ID_NAME, batches_of([(1, "a")]), WriteMode.APPEND, [])
+        with pytest.raises(PermanentError) as info:
+            await conn.write("t", ID_NAME, batches_of([(1, "b")]), WriteMode.APPEND, [])
+    finally:
+        await conn.close()
+    assert not info.value.retryable
+    assert "use write_mode upsert or overwrite, or clear the table" in str(info.value)
+    assert table_rows(path, "SELECT * FROM t") == [(1, "a")]
+
+
+async def test_a_missing_table_or_file_is_permanent(tmp_path: Path) -> None:
+    path = make_db(tmp_path / "d.db", "CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)")
+    conn = await connect(path)
+    try:
+        gone = Stream(name="gone", namespace=None, columns=tuple(ID_NAME))
+        with pytest.raises(PermanentError, match=r"no such table.*run discover"):
+            await conn.preview(gone, 5)
+    finally:
+        await conn.close()
+    with pytest.raises(PermanentError, match=r"check config\.path"):
+        await connect(tmp_path / "nope.db")
+
+
+async def test_a_database_locked_by_another_writer_is_transient(tmp_path: Path) -> None:
+    path = make_db(tmp_path / "d.db", "CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)")
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    conn = await connect(path)
+    try:
+        with pytest.raises(TransientError, match="database is locked") as info:
+            await conn.write("t", ID_NAME, batches_of([(1, "a")]), WriteMode.APPEND, [])
+    finally:
+        await conn.close()
+        holder.rollback()
+        holder.close()
+    assert info.value.retryable

@@ -36,12 +36,45 @@ class ConfigError(ValueError):
     """The connection's config is wrong; the message says which field and why.
     Another attempt cannot fix it."""
 
+    retryable = False
+
 
 class ProviderError(Exception):
     """The provider failed (unreachable, refused, bad data); the message is
-    the provider's own, fit to show the user."""
+    the provider's own, fit to show the user.
+
+    `retryable` is how the runtime reports a task that fails with it. A
+    provider classifies its driver's errors where it raises them
+    (providers/failures.py, docs/errors.md): PermanentError or
+    TransientError. One it cannot place stays a plain ProviderError and is
+    retried, as a transient one is."""
 
     plain_message = True
+    retryable = True
+
+
+class PermanentError(ProviderError):
+    """Another attempt cannot fix it (credentials refused, an object missing,
+    a constraint violated, a spec or type that does not fit, a bad value):
+    the task fails at once, and the message names the fix.
+
+    `fields` names the config fields a person should check (the credentials
+    refused): the runtime, which knows which of them are secret references,
+    names those secrets, never their values."""
+
+    retryable = False
+
+    def __init__(self, message: str, *, fields: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.fields = fields
+
+
+class TransientError(ProviderError):
+    """Another attempt may well succeed (connection refused or reset, a
+    timeout, a serialization failure or deadlock, S3 throttling or 5xx):
+    the task is retried with backoff."""
+
+    retryable = True
 
 
 class Connector(Protocol):
@@ -162,7 +195,7 @@ def find_stream(streams: Sequence[Stream], wanted: str) -> Stream:
         if wanted in (stream.name, f"{stream.namespace}.{stream.name}"):
             return stream
     known = ", ".join(qualified(s) for s in streams) or "none"
-    raise ProviderError(f"stream {wanted!r} not found (the connection offers: {known})")
+    raise PermanentError(f"stream {wanted!r} not found (the connection offers: {known})")
 
 
 def qualified(stream: Stream) -> str:

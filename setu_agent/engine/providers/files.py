@@ -39,6 +39,7 @@ from setu_agent.engine.providers.base import (
     ProviderError,
     WriteMode,
 )
+from setu_agent.engine.providers.failures import file_error
 from setu_agent.engine.providers.files_codec import (
     _check_header,
     _csv_rows,
@@ -434,7 +435,7 @@ class FileConnector(Connector):
                 # cannot commit as one; the window is this one call.)
                 await self._mark(marker, count)
         except OSError as exc:
-            raise ProviderError(f"cannot write {self.storage.where(ref)}: {exc}") from exc
+            raise file_error(exc, f"cannot write {self.storage.where(ref)}") from exc
         finally:
             await asyncio.to_thread(temp.unlink, missing_ok=True)
         return count

@@ -21,7 +21,8 @@ from typing import Any, BinaryIO, Protocol
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
 from setu_agent.engine import s3
-from setu_agent.engine.providers.base import ConfigError, ProviderError
+from setu_agent.engine.providers.base import ConfigError, PermanentError, ProviderError
+from setu_agent.engine.providers.failures import file_error, s3_error
 
 READ_HINT = 1024 * 1024
 
@@ -126,19 +127,19 @@ class _LocalFiles:
         try:
             return await asyncio.to_thread(scan)
         except OSError as exc:
-            raise ProviderError(f"cannot list {self.path}: {exc.strerror or exc}") from exc
+            raise file_error(exc, f"cannot list {self.path}") from exc
 
     async def chunks(self, ref: str) -> AsyncGenerator[list[bytes], None]:
         try:
             real = await asyncio.to_thread(self._inside, ref)
             source = await asyncio.to_thread(_open_nofollow, real)
         except OSError as exc:
-            raise ProviderError(f"cannot open {ref}: {exc.strerror or exc}") from exc
+            raise file_error(exc, f"cannot open {ref}") from exc
         try:
             while lines := await asyncio.to_thread(source.readlines, READ_HINT):
                 yield lines
         except OSError as exc:
-            raise ProviderError(f"cannot read {ref}: {exc.strerror or exc}") from exc
+            raise file_error(exc, f"cannot read {ref}") from exc
         finally:
             source.close()
 
@@ -152,7 +153,7 @@ class _LocalFiles:
             await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
             path = await asyncio.to_thread(self._inside, path)
         except OSError as exc:
-            raise ProviderError(f"cannot create {path.parent}: {exc.strerror or exc}") from exc
+            raise file_error(exc, f"cannot create {path.parent}") from exc
         return path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
 
     async def copy_to(self, ref: str, temp: Path) -> None:
@@ -172,9 +173,11 @@ class _LocalFiles:
             kind = "file" if self.single else "folder"
             exists = self.path.is_file() if self.single else self.path.is_dir()
             if not exists:
-                raise ProviderError(f"{kind} {self.path} does not exist")
+                raise PermanentError(f"{kind} {self.path} does not exist (check config.url)")
             if not os.access(self.path, os.R_OK | (0 if self.single else os.X_OK)):
-                raise ProviderError(f"{kind} {self.path} is not readable")
+                raise PermanentError(
+                    f"{kind} {self.path} is not readable (give this runtime access)"
+                )
             if self.single:
                 return f"file {self.path} ({self.path.stat().st_size} bytes)"
             count = sum(1 for p in self.path.iterdir() if p.suffix == ext and p.is_file())
@@ -220,11 +223,11 @@ class _S3Files:
             code = s3.error_code(exc)
             if code == "NoSuchBucket":
                 where = self.settings.where()
-                return ProviderError(f"bucket {self.bucket} does not exist at {where}")
+                return s3_error(exc, f"bucket {self.bucket} does not exist at {where}")
             if s3.is_not_found(exc):
-                return ProviderError(f"{self.where(ref)} does not exist")
-            return ProviderError(f"{self.where(ref)}: {s3.error_message(exc)}")
-        return ProviderError(f"{self.where(ref)} at {self.settings.where()}: {exc}")
+                return s3_error(exc, f"{self.where(ref)} does not exist")
+            return s3_error(exc, f"{self.where(ref)}: {s3.error_message(exc)}")
+        return s3_error(exc, f"{self.where(ref)} at {self.settings.where()}: {exc}")
 
     async def list_files(self, ext: str) -> list[str]:
         client = await self._open()
@@ -289,7 +292,8 @@ class _S3Files:
         except ClientError as exc:
             if s3.error_code(exc) in ("404", "NoSuchBucket"):
                 where = self.settings.where()
-                raise ProviderError(f"bucket {self.bucket} does not exist at {where}") from exc
+                message = f"bucket {self.bucket} does not exist at {where}"
+                raise s3_error(exc, message) from exc
             raise self._error("", exc) from exc
         except BotoCoreError as exc:
             raise self._error("", exc) from exc

@@ -29,9 +29,11 @@ from setu_agent.engine.providers.base import (
     ConfigError,
     CopyBatch,
     Egress,
+    PermanentError,
     ProviderError,
     WriteMode,
 )
+from setu_agent.engine.providers.failures import postgres_error
 from setu_agent.engine.secrets import check_reference, is_reference
 from setu_agent.engine.types import FROM_PG, PG_TYPES, Batch, Column, Stream
 
@@ -215,7 +217,7 @@ class PostgresProvider:
                 conn = await self._open(config, address, port, False)
         # InterfaceError: refused client settings.
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
-            raise ProviderError(f"postgres: cannot connect to {where}: {exc}") from exc
+            raise postgres_error(exc, f"postgres: cannot connect to {where}") from exc
         for name in ("json", "jsonb"):
             await conn.set_type_codec(
                 name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
@@ -286,7 +288,7 @@ class PostgresConnector:
             version = await self._conn.fetchval("SHOW server_version")
             streams = await self.discover()
         except asyncpg.PostgresError as exc:
-            raise ProviderError(f"postgres: {exc}") from exc
+            raise postgres_error(exc, "postgres") from exc
         return (
             f"PostgreSQL {version} at {self._where} "
             f"({len(streams)} tables in schema {self._schema})"
@@ -296,7 +298,7 @@ class PostgresConnector:
         try:
             records = await self._conn.fetch(DISCOVER, self._schema)
         except asyncpg.PostgresError as exc:
-            raise ProviderError(f"postgres: discover failed: {exc}") from exc
+            raise postgres_error(exc, "postgres: discover failed") from exc
         tables: dict[str, list[Any]] = {}
         for record in records:
             tables.setdefault(record["relname"], []).append(record)
@@ -340,7 +342,7 @@ class PostgresConnector:
         try:
             records = await self._conn.fetch(f"{self._query(stream)} LIMIT {int(limit)}")
         except asyncpg.PostgresError as exc:
-            raise ProviderError(f"postgres: {exc}") from exc
+            raise postgres_error(exc, "postgres") from exc
         return [tuple(record) for record in records]
 
     async def read(self, stream: Stream, batch_rows: int) -> AsyncIterator[Batch]:
@@ -349,7 +351,7 @@ class PostgresConnector:
                 async for batch in self._cursor_batches(self._query(stream), batch_rows):
                     yield batch
         except asyncpg.PostgresError as exc:
-            raise ProviderError(f"postgres: reading {stream.name}: {exc}") from exc
+            raise postgres_error(exc, f"postgres: reading {stream.name}") from exc
 
     async def copy_batches(self, stream: Stream, batch_rows: int) -> AsyncIterator[CopyBatch]:
         query = self._query(stream)
@@ -374,7 +376,7 @@ class PostgresConnector:
                         where += f" AND ctid < '({first + step},0)'::tid"
                     yield await self._copy_out(f"{query} WHERE {where}")
         except asyncpg.PostgresError as exc:
-            raise ProviderError(f"postgres: reading {stream.name}: {exc}") from exc
+            raise postgres_error(exc, f"postgres: reading {stream.name}") from exc
 
     async def _cursor_batches(self, query: str, batch_rows: int) -> AsyncIterator[Batch]:
         cursor = await self._conn.cursor(query)
@@ -440,7 +442,7 @@ class PostgresConnector:
                     await self._conn.execute(SET_MARKER.format(table=markers), *key_of, written)
                 return written
         except asyncpg.PostgresError as exc:
-            raise ProviderError(f"postgres: loading {load.target}: {exc}") from exc
+            raise postgres_error(exc, f"postgres: loading {load.target}") from exc
 
     async def _markers(self) -> str:
         """The marker table, created if missing: apart from any load and
@@ -497,8 +499,10 @@ class _Load:
             existing = {c.name: CANONICAL[c.type] for c in self.plan.output}
         missing = [c.name for c in self.plan.output if c.name not in existing]
         if missing:
-            raise ProviderError(
-                f"destination table {self.target} has no column(s) {', '.join(missing)}"
+            raise PermanentError(
+                f"destination table {self.target} has no column(s) {', '.join(missing)} "
+                f"(add them, drop the table so the load creates it, or select and rename "
+                f"columns in the pipeline spec)"
             )
         if self.mode.needs_key:
             await self._check_unique_key()
@@ -531,9 +535,10 @@ class _Load:
     async def _check_unique_key(self) -> None:
         records = await self.conn.fetch(UNIQUE_KEYS, self.target)
         if sorted(self.key) not in [list(r["columns"]) for r in records]:
-            raise ProviderError(
+            raise PermanentError(
                 f"write mode {self.mode.value} into {self.target} needs a primary key or "
-                f"unique index on ({', '.join(self.key)})"
+                f"unique index on ({', '.join(self.key)}): add one, or use write_mode "
+                f"append or overwrite"
             )
 
     async def _copy(

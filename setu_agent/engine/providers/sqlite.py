@@ -25,9 +25,11 @@ from setu_agent.engine.providers.base import (
     ConfigError,
     Connector,
     Egress,
+    PermanentError,
     ProviderError,
     WriteMode,
 )
+from setu_agent.engine.providers.failures import sqlite_error
 from setu_agent.engine.providers.sqlite_values import DECLARED, neutral_of, row_reader, row_writer
 from setu_agent.engine.types import Batch, Column, Stream
 
@@ -51,7 +53,10 @@ class SqliteProvider:
         if root is not None and not path.is_relative_to(root):
             raise ConfigError(f"config.path: a cloud connection may only use files under {root}/")
         if not path.exists() and not create:
-            raise ProviderError(f"no SQLite database at {path}")
+            raise PermanentError(
+                f"no SQLite database at {path} (check config.path, or set config.create "
+                f"to make one)"
+            )
         conn = await _in_thread(_open, path, "rwc" if create else "ro")
         if root is not None and path.is_symlink():
             # sqlite3 cannot open with O_NOFOLLOW: a link swapped in since the
@@ -84,7 +89,7 @@ def _open(path: Path, mode: str) -> sqlite3.Connection:
             f"{path.as_uri()}?mode={mode}", uri=True, check_same_thread=False, isolation_level=None
         )
     except sqlite3.Error as exc:
-        raise ProviderError(f"sqlite: cannot open {path}: {exc}") from exc
+        raise sqlite_error(exc, f"sqlite: cannot open {path}") from exc
 
 
 async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
@@ -201,7 +206,7 @@ def _guarded(what: str, fn: Callable[[sqlite3.Connection], T], conn: sqlite3.Con
     try:
         return fn(conn)
     except sqlite3.Error as exc:
-        raise ProviderError(f"sqlite: {what}: {exc}") from exc
+        raise sqlite_error(exc, f"sqlite: {what}") from exc
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
@@ -321,12 +326,12 @@ class _WritePlan:
         present = {r[0] for r in existing}
         for column in self.columns:
             if column.name not in present:
-                raise ProviderError(
+                raise PermanentError(
                     f"sqlite: table {self.table!r} has no column {column.name!r}; "
                     "add it or leave it out of the write"
                 )
         if self.mode.needs_key and not _has_unique_key(conn, self.table, existing, self.key):
-            raise ProviderError(
+            raise PermanentError(
                 f"sqlite: {self.mode.value} into {self.table!r} needs a primary key or unique "
                 f"index on exactly ({', '.join(self.key)}); the table has none"
             )

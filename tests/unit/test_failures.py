@@ -1,0 +1,155 @@
+"""The permanent/transient table of docs/errors.md, row by row, on the
+drivers' own exception objects: the rows a real server cannot be made to
+produce here on demand (a deadlock, an I/O error, S3 throttling or a 5xx).
+The providers' integration tests provoke the others for real."""
+
+from __future__ import annotations
+
+import errno
+import sqlite3
+
+import asyncpg
+import pytest
+from botocore.exceptions import (  # type: ignore[import-untyped]
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    ReadTimeoutError,
+)
+
+from setu_agent.engine.providers.base import PermanentError, ProviderError, TransientError
+from setu_agent.engine.providers.failures import (
+    file_error,
+    postgres_error,
+    s3_error,
+    sqlite_error,
+)
+
+PG_PERMANENT = [
+    asyncpg.exceptions.InvalidPasswordError,  # 28P01
+    asyncpg.exceptions.InvalidAuthorizationSpecificationError,  # 28000
+    asyncpg.exceptions.InvalidCatalogNameError,  # 3D000
+    asyncpg.exceptions.InvalidSchemaNameError,  # 3F000
+    asyncpg.exceptions.UndefinedTableError,  # 42P01
+    asyncpg.exceptions.UndefinedColumnError,  # 42703
+    asyncpg.exceptions.DatatypeMismatchError,  # 42804
+    asyncpg.exceptions.PostgresSyntaxError,  # 42601
+    asyncpg.exceptions.UniqueViolationError,  # 23505
+    asyncpg.exceptions.NotNullViolationError,  # 23502
+    asyncpg.exceptions.StringDataRightTruncationError,  # 22001
+    asyncpg.exceptions.InvalidTextRepresentationError,  # 22P02
+]
+PG_TRANSIENT = [
+    asyncpg.exceptions.ConnectionFailureError,  # 08006
+    asyncpg.exceptions.SerializationError,  # 40001
+    asyncpg.exceptions.DeadlockDetectedError,  # 40P01
+    asyncpg.exceptions.TooManyConnectionsError,  # 53300
+    asyncpg.exceptions.LockNotAvailableError,  # 55P03
+    asyncpg.exceptions.QueryCanceledError,  # 57014
+    asyncpg.exceptions.AdminShutdownError,  # 57P01
+    asyncpg.exceptions.CannotConnectNowError,  # 57P03
+]
+
+
+@pytest.mark.parametrize("cls", PG_PERMANENT, ids=lambda c: c.sqlstate)
+def test_postgres_permanent_sqlstates(cls: type[Exception]) -> None:
+    error = postgres_error(cls("boom"), "postgres: loading t")
+    assert isinstance(error, PermanentError) and not error.retryable
+    assert str(error).startswith("postgres: loading t: boom (")  # and a fix after it
+
+
+@pytest.mark.parametrize("cls", PG_TRANSIENT, ids=lambda c: c.sqlstate)
+def test_postgres_transient_sqlstates(cls: type[Exception]) -> None:
+    error = postgres_error(cls("boom"), "postgres: loading t")
+    assert isinstance(error, TransientError) and error.retryable
+
+
+def test_postgres_login_refusal_names_the_fields_and_a_lost_connection_is_transient() -> None:
+    refused = postgres_error(asyncpg.exceptions.InvalidPasswordError("no"), "postgres")
+    assert isinstance(refused, PermanentError)
+    assert refused.fields == ("config.user", "config.password")
+    assert isinstance(postgres_error(ConnectionRefusedError(), "x"), TransientError)
+    assert isinstance(postgres_error(TimeoutError(), "x"), TransientError)
+    lost = asyncpg.exceptions.ConnectionDoesNotExistError("gone")
+    assert isinstance(postgres_error(lost, "x"), TransientError)
+    # An SQLSTATE the table does not place is retried, as before.
+    plain = postgres_error(asyncpg.exceptions.InternalServerError("?"), "x")
+    assert type(plain) is ProviderError and plain.retryable
+
+
+@pytest.mark.parametrize(
+    ("exc", "permanent"),
+    [
+        (sqlite3.IntegrityError("UNIQUE constraint failed: t.id"), True),
+        (sqlite3.OperationalError("no such table: t"), True),
+        (sqlite3.OperationalError("table t has no column named x"), True),
+        (sqlite3.DatabaseError("file is not a database"), True),
+        (sqlite3.OperationalError("database is locked"), False),
+        (sqlite3.OperationalError("disk I/O error"), False),
+    ],
+)
+def test_sqlite_errors(exc: sqlite3.Error, permanent: bool) -> None:
+    error = sqlite_error(exc, "sqlite: writing 't'")
+    assert isinstance(error, PermanentError if permanent else TransientError)
+
+
+def test_a_sqlite_duplicate_key_names_the_fix() -> None:
+    error = sqlite_error(sqlite3.IntegrityError("UNIQUE constraint failed: t.id"), "w")
+    assert "use write_mode upsert or overwrite, or clear the table" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("code", "permanent"),
+    [
+        (errno.ENOENT, True),
+        (errno.EACCES, True),
+        (errno.EPERM, True),
+        (errno.ENOTDIR, True),
+        (errno.EIO, False),
+        (errno.EAGAIN, False),
+        (errno.ETIMEDOUT, False),
+    ],
+)
+def test_file_errors(code: int, permanent: bool) -> None:
+    error = file_error(OSError(code, "why"), "cannot read people.csv")
+    assert isinstance(error, PermanentError if permanent else TransientError)
+    assert str(error).startswith("cannot read people.csv: why")
+
+
+def _client_error(code: str, status: int) -> ClientError:
+    response = {
+        "Error": {"Code": code, "Message": "m"},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+    }
+    return ClientError(response, "GetObject")
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "permanent", "fields"),
+    [
+        ("AccessDenied", 403, True, True),
+        ("InvalidAccessKeyId", 403, True, True),
+        ("SignatureDoesNotMatch", 403, True, True),
+        ("NoSuchBucket", 404, True, False),
+        ("NoSuchKey", 404, True, False),
+        ("SlowDown", 503, False, False),
+        ("Throttling", 400, False, False),
+        ("InternalError", 500, False, False),
+        ("ServiceUnavailable", 503, False, False),
+        ("Anything", 502, False, False),
+    ],
+)
+def test_s3_client_errors(code: str, status: int, permanent: bool, fields: bool) -> None:
+    error = s3_error(_client_error(code, status), "s3://b/k")
+    assert isinstance(error, PermanentError if permanent else TransientError)
+    if isinstance(error, PermanentError):
+        assert bool(error.fields) is fields
+
+
+def test_s3_connection_failures_are_transient_and_no_credentials_permanent() -> None:
+    for exc in (
+        EndpointConnectionError(endpoint_url="http://s3"),
+        ReadTimeoutError(endpoint_url="http://s3"),
+    ):
+        assert isinstance(s3_error(exc, "s3://b/k"), TransientError)
+    assert isinstance(s3_error(NoCredentialsError(), "s3://b/k"), PermanentError)

@@ -170,9 +170,7 @@ class PipelineService:
         return None if draft.paused else tick
 
 
-async def _hold_connections(
-    conn: Connection, workspace_id: UUID, draft: PipelineDraft
-) -> None:
+async def _hold_connections(conn: Connection, workspace_id: UUID, draft: PipelineDraft) -> None:
     """Both connections exist in the workspace, and stay until the transaction ends."""
     ends = {"source": draft.source_connection_id, "destination": draft.destination_connection_id}
     for end, connection_id in ends.items():

@@ -95,9 +95,7 @@ class WorkerSupervisor:
         """The worker process of `slot`, once started (and not `other_than`:
         the one that replaced it)."""
         async with self._changed:
-            await self._changed.wait_for(
-                lambda: self.processes.get(slot) not in (None, other_than)
-            )
+            await self._changed.wait_for(lambda: self.processes.get(slot) not in (None, other_than))
             return self.processes[slot]
 
     async def stop(self, grace: float) -> None:
@@ -119,4 +117,3 @@ class WorkerSupervisor:
         for task in self._slots:
             task.cancel()
         await asyncio.gather(*self._slots, return_exceptions=True)
-

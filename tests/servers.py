@@ -9,7 +9,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -127,9 +127,14 @@ def agent_process(
 
 
 def checked_in_agent(
-    port: int, token: str, log_path: Path, **env: str
+    port: int,
+    token: str,
+    log_path: Path,
+    on_line: Callable[[bytes], None] | None = None,
+    **env: str,
 ) -> contextlib.AbstractAsyncContextManager[asyncio.subprocess.Process]:
-    """A real `setu-agent` process, yielded once it has checked in; killed on exit."""
+    """A real `setu-agent` process, yielded once it has checked in; killed on
+    exit. `on_line` hears every line it prints (a test waits on one)."""
     full_env = (
         dict(os.environ)
         | {
@@ -139,12 +144,15 @@ def checked_in_agent(
         }
         | env
     )
-    return checked_in_runtime("setu_agent.main", full_env, log_path)
+    return checked_in_runtime("setu_agent.main", full_env, log_path, on_line)
 
 
 @contextlib.asynccontextmanager
 async def checked_in_runtime(
-    module: str, env: dict[str, str], log_path: Path
+    module: str,
+    env: dict[str, str],
+    log_path: Path,
+    on_line: Callable[[bytes], None] | None = None,
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     """A runtime process (`setu_agent.main`, or `setu_agent.cloud` for a cloud
     worker) with exactly `env`, yielded once it has checked in (its own log
@@ -166,6 +174,8 @@ async def checked_in_runtime(
             async for line in proc.stdout:
                 log.write(line)
                 log.flush()
+                if on_line is not None:
+                    on_line(line)
                 if b"checked in" in line:
                     checked_in.set()
 

@@ -6,13 +6,9 @@ the lease, then reporting how it ended.
   may hold it now, so nothing is reported.
 - A requested cancel is passed to the handler, which stops at its next batch.
 - Transient errors (server down, network) back off exponentially with jitter,
-  capped, and forever; the backoff resets after each good answer. Any other
-  error backs off too, logged with its traceback: no error ends a slot, and
-  `live_slots` counts the slots at work.
-- stop() leases nothing more (a task leased while it began is handed back
-  unstarted), lets running tasks finish within a grace period, and hands
-  back the rest so they are retried at once elsewhere. A completion report
-  already in flight is delivered, not cut short.
+  capped, and forever; the backoff resets after each good answer.
+- stop() leases nothing more, lets running tasks finish within a grace
+  period, and hands back the rest so they are retried at once elsewhere.
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
 
@@ -46,6 +42,9 @@ from setu_client.errors import (
 log = logging.getLogger("setu.runtime")
 
 TRANSIENT = (Unavailable, DeadlineExceeded, ResourceExhausted, Cancelled)
+# The share of the lease TTL a task may run on without a confirmed
+# heartbeat: it stops with this much of the TTL to spare.
+LEASE_MARGIN = 1 / 6
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -249,10 +248,7 @@ class Runtime:
             )
             # The traceback may quote a resolved secret: only where asked for.
             log.debug("task failure traceback", exc_info=True, extra={"task_id": task.id})
-            # Classified where it was raised (a provider's PermanentError or
-            # ConfigError says False); anything unclassified is retried.
-            retryable = bool(getattr(exc, "retryable", True))
-            await self._report_failure(task, error, retryable=retryable)
+            await self._report_failure(task, error, retryable=True)
         else:
             try:
                 typed = redacted(check_result(task.kind, result), report)
@@ -270,15 +266,32 @@ class Runtime:
                 await beats
 
     async def _heartbeats(self, context: TaskContext, work: asyncio.Task[Any]) -> None:
+        # A lease is known live only until `ttl` after the last beat the
+        # server answered was sent. Past that, less a margin, another runtime
+        # may hold the task: stop it (its destination transaction rolls back)
+        # rather than write on unfenced. Each beat waits a third of the TTL
+        # at most, so a silent partition is noticed in time.
+        clock = asyncio.get_running_loop()
+        interval = self._ttl / 3
+        confirmed = clock.time()
+        due = confirmed + interval
         while True:
-            await asyncio.sleep(self._ttl / 3)
+            deadline = confirmed + self._ttl * (1 - LEASE_MARGIN)
+            await asyncio.sleep(max(0.0, min(due, deadline) - clock.time()))
+            sent = clock.time()
+            if sent >= deadline:
+                self._stop_unconfirmed(context, work, sent - confirmed)
+            due = sent + interval / 3  # after a failure, try again soon
             try:
-                if await self._source.heartbeat(context.task, dict(context.progress)):
+                async with asyncio.timeout_at(min(sent + interval, deadline)):
+                    cancel = await self._source.heartbeat(context.task, dict(context.progress))
+                confirmed, due = sent, sent + interval
+                if cancel:
                     context.cancel_requested.set()
             except LeaseLost:
                 work.cancel()
                 raise
-            except TRANSIENT as exc:
+            except (*TRANSIENT, TimeoutError) as exc:
                 log.warning("heartbeat failed; will try again", extra={"error": str(exc)})
             except Exception:
                 # Not transient, yet giving up would let the lease lapse
@@ -286,6 +299,16 @@ class Runtime:
                 log.exception(
                     "heartbeat refused; will try again", extra={"task_id": context.task.id}
                 )
+
+    def _stop_unconfirmed(
+        self, context: TaskContext, work: asyncio.Task[Any], silent: float
+    ) -> NoReturn:
+        log.warning(
+            "lease unconfirmed; task stopped",
+            extra={"task_id": context.task.id, "seconds": round(silent, 1), "ttl": self._ttl},
+        )
+        work.cancel()
+        raise LeaseLost(f"no heartbeat answered for {silent:.1f} s of a {self._ttl:g} s lease")
 
     async def _report_failure(self, task: LeasedTask, error: str, *, retryable: bool) -> None:
         await self._report(lambda: self._source.fail(task, error, retryable), "failed", task)

@@ -6,9 +6,13 @@ the lease, then reporting how it ended.
   may hold it now, so nothing is reported.
 - A requested cancel is passed to the handler, which stops at its next batch.
 - Transient errors (server down, network) back off exponentially with jitter,
-  capped, and forever; the backoff resets after each good answer.
-- stop() leases nothing more, lets running tasks finish within a grace
-  period, and hands back the rest so they are retried at once elsewhere.
+  capped, and forever; the backoff resets after each good answer. Any other
+  error backs off too, logged with its traceback: no error ends a slot, and
+  `live_slots` counts the slots at work.
+- stop() leases nothing more (a task leased while it began is handed back
+  unstarted), lets running tasks finish within a grace period, and hands
+  back the rest so they are retried at once elsewhere. A completion report
+  already in flight is delivered, not cut short.
 """
 
 from __future__ import annotations
@@ -248,7 +252,10 @@ class Runtime:
             )
             # The traceback may quote a resolved secret: only where asked for.
             log.debug("task failure traceback", exc_info=True, extra={"task_id": task.id})
-            await self._report_failure(task, error, retryable=True)
+            # Classified where it was raised (a provider's PermanentError or
+            # ConfigError says False); anything unclassified is retried.
+            retryable = bool(getattr(exc, "retryable", True))
+            await self._report_failure(task, error, retryable=retryable)
         else:
             try:
                 typed = redacted(check_result(task.kind, result), report)

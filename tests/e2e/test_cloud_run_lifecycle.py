@@ -233,6 +233,45 @@ async def test_a_duplicate_key_under_append_fails_the_run_at_once_saying_what_to
     assert await fetch(destination, "SELECT count(*) FROM items") == [(50,)]
 
 
+async def test_a_transient_failure_is_retried_and_the_run_succeeds(
+    client_for: Any, databases: tuple[str, str], database_url: str
+) -> None:
+    source, destination = databases
+    await fill(source, "items", 50)
+    await fill(destination, "items", 0)
+    conn = await asyncpg.connect(destination)
+    try:  # the first load into items fails with a serialization failure (40001)
+        await conn.execute(
+            """
+            CREATE SEQUENCE loads;
+            CREATE FUNCTION first_load_fails() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                -- nextval is not rolled back with the load: only the first one fails
+                IF nextval('loads') = 1 THEN
+                    RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001';
+                END IF;
+                RETURN NULL;
+            END $$;
+            CREATE TRIGGER first_load_fails BEFORE INSERT ON items
+                FOR EACH STATEMENT EXECUTE FUNCTION first_load_fails();
+            """
+        )
+    finally:
+        await conn.close()
+    _, client = await client_for()
+    job = await client.submit_run(await pipeline(client, source, destination))
+    await client.wait_for_job(job.id)
+    done = await client.get_job(job.id)
+
+    assert done.state == S.JOB_STATE_SUCCEEDED, done.error_message
+    attempts = await fetch(database_url, f"SELECT attempt FROM task WHERE job_id = '{job.id}'")
+    assert attempts == [(2,)]
+    events = [e.message async for e in client.job_events(job.id)]
+    assert any("could not serialize access" in m and "retrying" in m for m in events), events
+    query = "SELECT * FROM items ORDER BY id"
+    assert await fetch(destination, query) == await fetch(source, query)
+
+
 async def test_a_run_cancelled_while_pending_is_never_started(
     client_for: Any, databases: tuple[str, str], database_url: str
 ) -> None:

@@ -34,7 +34,10 @@ from setu_agent.engine.providers.postgres import (
     PROVIDER,
     PostgresConnector,
 )
+from setu_agent.engine.secrets import SecretStore
 from setu_agent.engine.types import Batch, Column, Row, Stream
+from setu_agent.handlers import open_connector
+from setu_agent.runtime.task import LeasedTask, TaskContext
 from tests.databases import postgres_config, scratch_database
 
 # -- plumbing -----------------------------------------------------------------
@@ -1136,6 +1139,21 @@ async def test_a_refused_login_is_permanent_and_names_the_fields_to_check(url: s
     assert info.value.fields == ("config.user", "config.password")
     assert "hunter2-value" not in str(info.value)
     assert "refused the login" in str(info.value)
+
+
+async def test_a_runtime_names_the_secret_to_check_never_its_value(url: str) -> None:
+    config = {
+        **postgres_config(url),
+        "user": "nobody_setu_knows",
+        "password": {"$secret": "PG_PASSWORD"},
+    }
+    ctx = TaskContext(LeasedTask("t", "j", "migrate", 1, 3, "token"))
+    secrets = SecretStore({"PG_PASSWORD": "hunter2-value"})
+    with pytest.raises(PermanentError) as info:
+        await open_connector(ctx, "postgres", config, secrets, None)
+    message = str(info.value)
+    assert "check config.user and the secret PG_PASSWORD (config.password)" in message
+    assert "hunter2-value" not in message
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -49,7 +50,6 @@ from setu_client._types import (
 from setu_client.channel import open_channel
 from setu_client.errors import (
     ClientClosed,
-    DeadlineExceeded,
     FailedPrecondition,
     JobNotFound,
     JobNotStarted,
@@ -89,12 +89,15 @@ class RetryPolicy:
     """Jittered exponential backoff for transient failures.
 
     `budget_seconds` bounds a run of consecutive failures, not the whole
-    wait: every good answer starts a fresh budget.
+    wait: every good answer starts a fresh budget. Long-polls (`wait_for_job`,
+    `watch_job`) back off no further than `long_poll_max_seconds`, so a waiter
+    learns of its job's end within about that long once an outage is over.
     """
 
     initial_seconds: float = 0.1
     max_seconds: float = 10.0
     budget_seconds: float = 300.0
+    long_poll_max_seconds: float = 2.0
 
 
 class _LoopTimeBudget(stop_base):
@@ -109,6 +112,32 @@ class _LoopTimeBudget(stop_base):
 
     def __call__(self, retry_state: RetryCallState) -> bool:
         return self._loop.time() >= self._deadline
+
+
+class _Backoff:
+    """RetryPolicy's jittered exponential delays for a loop that retries by
+    hand (a stream); `reset()` after a good answer starts a fresh budget."""
+
+    def __init__(self, policy: RetryPolicy, cap: float) -> None:
+        self._policy = policy
+        self._cap = cap
+        self._failures = 0
+        self._deadline: float | None = None
+
+    def reset(self) -> None:
+        self._failures = 0
+        self._deadline = None
+
+    async def pause(self, error: SetuError) -> None:
+        """Sleep before the next attempt, or raise `error` once the budget is spent."""
+        loop = asyncio.get_running_loop()
+        if self._deadline is None:
+            self._deadline = loop.time() + self._policy.budget_seconds
+        elif loop.time() >= self._deadline:
+            raise error
+        ceiling = min(self._cap, self._policy.initial_seconds * 2**self._failures)
+        self._failures += 1
+        await asyncio.sleep(random.uniform(0, ceiling))
 
 
 class SetuClient:
@@ -141,14 +170,21 @@ class SetuClient:
             return open_channel(target, api_key, tls=tls, root_certificates=root_certificates)
 
         self._short = channel()
-        # Distinct channel args keep grpc from sharing one connection between them.
+        # Distinct channel args keep grpc from sharing one connection between
+        # them. After an outage a long-poll channel reconnects within the
+        # long-poll backoff cap, not grpc's default of up to two minutes.
+        reconnect_ms = max(int(self.retry.long_poll_max_seconds * 1000), 100)
         self._long = [
             open_channel(
                 target,
                 api_key,
                 tls=tls,
                 root_certificates=root_certificates,
-                options=[("grpc.channel_pool_index", i)],
+                options=[
+                    ("grpc.channel_pool_index", i),
+                    ("grpc.initial_reconnect_backoff_ms", min(reconnect_ms, 1000)),
+                    ("grpc.max_reconnect_backoff_ms", reconnect_ms),
+                ],
             )
             for i in range(long_poll_channels)
         ]
@@ -252,7 +288,9 @@ class SetuClient:
         """
         async with asyncio.timeout(timeout):
             while True:
-                answer: jobs_pb2.WaitJobResponse = await self._retrying(self._wait_once, job_id)
+                answer: jobs_pb2.WaitJobResponse = await self._retrying(
+                    self._wait_once, job_id, cap=self.retry.long_poll_max_seconds
+                )
                 if answer.terminal:
                     return outcome_from_message(answer)
 
@@ -277,29 +315,44 @@ class SetuClient:
     async def watch_job(self, job_id: str, from_version: int = 0) -> AsyncIterator[Job]:
         """Snapshots of the job as it changes, ending after the terminal one.
 
-        A dropped stream resumes from the last version seen, so no snapshot
-        is repeated and the terminal one is never skipped.
+        A stream that drops, or that a closing server ends before the
+        terminal snapshot, is resumed from the last version seen (on whichever
+        server the channel reaches next), so no snapshot is repeated and the
+        generator never ends without the terminal one. Transient failures
+        back off as `RetryPolicy` says for long-polls.
         """
         seen = from_version
+        backoff = _Backoff(self.retry, self.retry.long_poll_max_seconds)
         while True:
             stream = self._long_stubs[next(self._next_long)].WatchJob(
                 jobs_pb2.WatchJobRequest(job_id=job_id, from_version=seen)
             )
+            error: SetuError
             try:
                 async for answer in stream:
                     job = job_from_message(answer.job)
                     seen = job.version
+                    backoff.reset()
                     yield job
                     if job.terminal:
                         return
-                return
             except grpc.aio.AioRpcError as exc:
                 error = self._translate(exc, job_id)
-                if not isinstance(error, Unavailable | DeadlineExceeded):
+                if error.code not in _TRANSIENT or self._closed:
                     raise error from exc
-                await asyncio.sleep(self.retry.initial_seconds)
+            else:
+                # Ended without the terminal snapshot: the server is closing,
+                # or the caller already had the latest version. Only the job
+                # itself can tell which.
+                job = await self.get_job(job_id)
+                if job.terminal:
+                    if job.version > seen:
+                        yield job
+                    return
+                error = Unavailable(f"the watch of job {job_id} ended before the job did")
             finally:
                 stream.cancel()
+            await backoff.pause(error)
 
     # -- plumbing
 
@@ -327,14 +380,15 @@ class SetuClient:
             error.job_id = job_id
         return error
 
-    async def _retrying(self, call: Any, *args: Any) -> Any:
-        """One logical call, retried through transient failures within the budget."""
+    async def _retrying(self, call: Any, *args: Any, cap: float | None = None) -> Any:
+        """One logical call, retried through transient failures within the
+        budget; `cap` bounds the delay (RetryPolicy.max_seconds unless given)."""
         retrying = AsyncRetrying(
             retry=retry_if_exception(
                 lambda e: isinstance(e, SetuError) and e.code in _TRANSIENT and not self._closed
             ),
             wait=wait_random_exponential(
-                multiplier=self.retry.initial_seconds, max=self.retry.max_seconds
+                multiplier=self.retry.initial_seconds, max=cap or self.retry.max_seconds
             ),
             stop=_LoopTimeBudget(self.retry.budget_seconds),
             reraise=True,

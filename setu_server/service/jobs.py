@@ -51,8 +51,9 @@ class JobService:
         self._hub = hub
         self._lifecycle = lifecycle
         self._dispatcher = dispatcher or NoDispatch()
-        # Points inside WaitJob where tests force an interleaving (the job id).
-        self.hooks: Hooks[UUID] = Hooks("after_subscribe", "after_read")
+        # Points inside WaitJob and WatchJob where tests force an
+        # interleaving or learn that a call is parked (the job id).
+        self.hooks: Hooks[UUID] = Hooks("after_subscribe", "after_read", "watching")
 
     async def get(self, workspace_id: UUID, job_id: UUID) -> Job:
         job = await jobs.get_job(self._pool, job_id, workspace_id)
@@ -95,6 +96,7 @@ class JobService:
         with self._hub.subscribe(job_id) as watch:
             job = await self.get(workspace_id, job_id)
             watch.offer(job)
+            await self.hooks.watching(job_id)
             sent = from_version
             latest = watch.latest or job
             while True:

@@ -63,32 +63,50 @@ async def env(
             yield Env(server, client, tenant, pool, database_url)
 
 
+async def without_notifications(env: Env) -> None:
+    """Stop this server's LISTEN, so a notification cannot rescue a wait
+    that subscribed too late: only the order of subscribe and read can."""
+    await env.server.listener.close()
+
+
+# An hour-long cap and re-check: the only way to an answer before the
+# deadline below is the one the order of subscribe and read gives.
+@pytest.mark.server(watch_recheck_seconds=3600.0, wait_cap_seconds=3600.0)
 async def test_a_job_ending_between_subscribe_and_read_is_not_missed(env: Env) -> None:
     job = await env.job()
+    await without_notifications(env)
 
     async def finish_now(job_id: uuid.UUID) -> None:
         await env.finish_elsewhere(job)
 
+    # The job ends after the subscribe. Subscribed first, the read that
+    # follows sees it; read first (check-then-subscribe), the read saw it
+    # pending and the wait never learns otherwise.
     env.server.jobs.hooks.after_subscribe = finish_now
-    answer = await asyncio.wait_for(env.client.wait_for_job(str(job.id)), 30)
+    answer = await env.wait_raw(str(job.id), timeout=5)
     assert answer.state == SUCCEEDED and answer.terminal
 
 
 @pytest.mark.server(watch_recheck_seconds=3600.0, wait_cap_seconds=3600.0)
 async def test_a_job_ending_between_read_and_wait_wakes_the_waiter(env: Env) -> None:
     job = await env.job()
+    await without_notifications(env)
     read_states: list[JobState] = []
 
     async def finish_after_read(job_id: uuid.UUID) -> None:
         current = await jobs.get_job(env.pool, job_id, env.tenant.workspace_id)
         assert current is not None
         read_states.append(current.state)
-        await env.finish_elsewhere(job)
+        await env.server.lifecycle.transition(job.id, JobState.RUNNING, "running")
+        await env.server.lifecycle.transition(job.id, JobState.SUCCEEDED, "done")
 
+    # The job ends after the read, published to this server's hub at once.
+    # Subscribed before the read, the watch holds the end; subscribed after
+    # it (check-then-subscribe), the publish found nobody and the wait parks.
     env.server.jobs.hooks.after_read = finish_after_read
-    answer = await asyncio.wait_for(env.client.wait_for_job(str(job.id)), 30)
+    answer = await env.wait_raw(str(job.id), timeout=5)
     assert read_states == [JobState.PENDING], "the read saw the job still pending"
-    assert answer.state == SUCCEEDED
+    assert answer.state == SUCCEEDED and answer.terminal
 
 
 async def test_a_terminal_job_answers_at_once_from_the_database_after_a_restart(

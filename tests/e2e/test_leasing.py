@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -14,11 +16,12 @@ import pytest
 from setu_client._proto.setu.v1 import admin_pb2, admin_pb2_grpc, agents_pb2_grpc
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client.channel import open_channel
-from setu_server.models import JobKind, JobState, TaskKind, TaskState
+from setu_client.clock import FakeClock
+from setu_server.models import JobState, TaskKind, TaskState
 from setu_server.server import Running
 from setu_server.store import jobs, tasks
 from tests.factories import Tenant, make_task, make_tenant
-from tests.servers import ADMIN_TOKEN, server_process, wait_healthy
+from tests.servers import ADMIN_TOKEN, in_process, server_process, wait_healthy
 
 Code = grpc.StatusCode
 
@@ -260,6 +263,7 @@ async def test_eight_lessees_over_two_servers_lease_each_of_2000_tasks_once(
             now=None,
         )
     completed: list[str] = []
+    by_server: Counter[int] = Counter()
     drained = asyncio.Event()
 
     async def lessee(port: int) -> None:
@@ -277,6 +281,7 @@ async def test_eight_lessees_over_two_servers_lease_each_of_2000_tasks_once(
                     )
                 )
                 completed.append(answer.task.id)
+                by_server[port] += 1
                 if len(completed) == total:
                     drained.set()
 
@@ -292,7 +297,37 @@ async def test_eight_lessees_over_two_servers_lease_each_of_2000_tasks_once(
         "SELECT count(*) FROM job_event WHERE message LIKE 'Task test leased by %'"
     )
     assert leases == total, "one lease event per task: nobody leased a task twice"
-    assert JobKind.TEST  # the jobs are plain test jobs
+    succeeded = await pool.fetchval("SELECT count(*) FROM job WHERE state = 'succeeded'")
+    assert succeeded == total, "each completion ended its job"
+    assert by_server[server.port] > 0 and by_server[port_b] > 0, "both servers leased"
+
+
+async def test_heartbeats_keep_a_lease_alive_past_its_first_expiry(
+    database_url: str, pool: asyncpg.Pool, tenant: Tenant
+) -> None:
+    clock = FakeClock(datetime(2030, 1, 1, tzinfo=UTC))
+    # The reaper runs only when the test says, on the server's fake clock.
+    async with in_process(database_url, clock, reaper_interval_seconds=3600.0) as server:
+        task = await make_task(pool, tenant, now=clock.now())
+        ttl = timedelta(seconds=server.settings.lease_ttl_seconds)
+        async with open_channel(f"127.0.0.1:{server.port}", tenant.agent_token) as channel:
+            agent = agents_pb2_grpc.AgentServiceStub(channel)
+            leased = (await agent.LeaseTask(pb.LeaseTaskRequest(wait_seconds=5), timeout=20)).task
+            live = {"task_id": leased.id, "lease_token": leased.lease_token}
+            first_expiry = clock.now() + ttl
+            # Three beats, each two thirds of a lease after the last: without
+            # the extension the second would find the lease expired.
+            for _ in range(3):
+                clock.advance(ttl.total_seconds() * 2 / 3)
+                await agent.Heartbeat(pb.HeartbeatRequest(**live))
+                row = await tasks.get_task(pool, task.id)
+                assert row is not None and row.lease_expires_at == clock.now() + ttl
+            assert clock.now() > first_expiry
+            assert (await server.services.reaper.run_once()).reaped == 0
+            done = pb.CompleteTaskRequest(**live, test=pb.TestResult(ok=True))
+            await agent.CompleteTask(done)
+    row = await tasks.get_task(pool, task.id)
+    assert row is not None and (row.state, row.attempt) == (TaskState.SUCCEEDED, 1)
 
 
 async def test_a_result_of_another_kind_of_task_is_refused_and_changes_nothing(

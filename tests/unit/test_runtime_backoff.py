@@ -1,0 +1,77 @@
+"""The runtime's backoff on transient errors: it grows, it is capped, and it
+starts small again after a good answer. A Runtime leases from a TaskSource
+the test scripts, under looptime; the jitter is pinned to its ceiling, so
+each delay is exactly the ceiling the backoff allows."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import pytest
+
+from setu_agent.results import TaskResult
+from setu_agent.runtime.loop import Runtime
+from setu_agent.runtime.task import LeasedTask
+from setu_client.errors import Unavailable
+
+# backoff(): 0.5 s doubling per failure; the Runtime's cap below.
+FIRST = 0.5
+CAP = 4.0
+
+
+class Source:
+    """Each lease call takes the next scripted answer (an exception to raise,
+    or None: nothing to lease) and records when it came; then it parks."""
+
+    def __init__(self, *answers: BaseException | None) -> None:
+        self._answers = list(answers)
+        self.calls: list[float] = []
+        self.spent = asyncio.Event()
+
+    async def lease(self, wait_seconds: float) -> LeasedTask | None:
+        self.calls.append(asyncio.get_running_loop().time())
+        if not self._answers:
+            self.spent.set()
+            await asyncio.Event().wait()
+        answer = self._answers.pop(0)
+        if answer is not None:
+            raise answer
+        return None
+
+    async def heartbeat(self, task: LeasedTask, progress: dict[str, Any]) -> bool:
+        raise AssertionError("nothing is leased")
+
+    async def complete(self, task: LeasedTask, result: TaskResult) -> None:
+        raise AssertionError("nothing is leased")
+
+    async def fail(self, task: LeasedTask, error: str, retryable: bool) -> None:
+        raise AssertionError("nothing is leased")
+
+
+@pytest.mark.looptime
+async def test_the_backoff_grows_is_capped_and_starts_small_after_a_good_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(random, "uniform", lambda low, high: high)
+    down = Unavailable("server unreachable")
+    source = Source(down, down, down, down, down, down, None, down, down)
+    runtime = Runtime(source, {}, name="test", concurrency=1, max_backoff_seconds=CAP)
+    running = asyncio.create_task(runtime.run())
+    await source.spent.wait()
+    await runtime.stop(grace_seconds=0)
+    await running
+
+    gaps = [round(b - a, 6) for a, b in zip(source.calls, source.calls[1:], strict=False)]
+    assert gaps == [
+        FIRST,
+        2 * FIRST,
+        4 * FIRST,
+        CAP,  # 8 * FIRST, capped
+        CAP,
+        CAP,  # the sixth failure: the next call answers "nothing to lease"
+        0.0,  # a good answer: ask again at once...
+        FIRST,  # ...and the next failure backs off from the start again
+        2 * FIRST,
+    ]

@@ -70,16 +70,20 @@ async def events(client: SetuClient, job_id: str) -> list[str]:
     return [e.message async for e in client.job_events(job_id)]
 
 
-@pytest.mark.parametrize("how", ["refused", "worker killed"])
+@pytest.mark.parametrize(
+    ("how", "direct"), [("refused", False), ("worker killed", False), ("refused", True)]
+)
 async def test_a_cloud_load_whose_record_is_lost_is_not_applied_again(
     client_for: Any,
     databases: tuple[str, str],
     monkeypatch: pytest.MonkeyPatch,
     how: str,
+    direct: bool,
 ) -> None:
     source, destination = databases
     await source_without_key(source)
-    server, client = await client_for(**FAST)
+    # Direct: the first attempt copies in one pass; its retry stages, then loads.
+    server, client = await client_for(**FAST | {"direct_max_rows": ROWS if direct else 0})
     workers = server.services.workers
     assert workers is not None
     recorded = CloudRuns.stream_loaded
@@ -108,7 +112,11 @@ async def test_a_cloud_load_whose_record_is_lost_is_not_applied_again(
 
     assert lost.is_set()
     assert done.state == S.JOB_STATE_SUCCEEDED, (done.error_message, timeline)
-    assert any("Resuming at load" in m for m in timeline), timeline
+    if direct:  # the first attempt copied directly; the retry staged and loaded
+        assert any("Copying directly" in m for m in timeline), timeline
+        assert done.phase == S.PHASE_LOAD
+    else:
+        assert any("Resuming at load" in m for m in timeline), timeline
     await each_row_once(destination)
     outputs = await client.job_outputs(job.id)
     assert [(o.rows_extracted, o.rows_loaded) for o in outputs.streams] == [(ROWS, ROWS)]

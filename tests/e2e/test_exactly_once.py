@@ -3,8 +3,8 @@ real worker and agent processes, under `append` into a table with no key, so
 a load applied twice shows as every row twice:
 
 - a cloud load whose bookkeeping never lands (the server refuses the
-  record, or the worker dies right after its destination commit) is not
-  applied again by the retry;
+  record, the worker dies right after its destination commit, or the
+  server dies with the record in flight) is not applied again by the retry;
 - an edge load whose agent dies after its commit and before CompleteTask
   lands is not applied again by the next agent process;
 - an agent cut off from the server (a proxy that stops forwarding without
@@ -12,7 +12,7 @@ a load applied twice shows as every row twice:
   retry on another process loads once.
 
 Each window is opened by a hook in the in-process server (the call that
-would have recorded the load) or a held row lock, never by a sleep."""
+would have recorded the load) or a held lock, never by a sleep."""
 
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ from setu_client._proto.setu.v1 import common_pb2
 from setu_client.errors import Unavailable
 from setu_server.service.cloud_runs import CloudRuns
 from setu_server.service.tasks import TaskService
-from tests.databases import postgres_config
+from tests.databases import postgres_config, scratch_database
 from tests.e2e.test_cloud_run_lifecycle import fetch, row_in_flight
-from tests.factories import Tenant
-from tests.servers import checked_in_agent
+from tests.factories import Tenant, make_tenant
+from tests.servers import checked_in_agent, server_process, wait_healthy
 
 S = common_pb2
 pytestmark = pytest.mark.slow
@@ -274,3 +274,77 @@ async def test_a_partitioned_agent_stops_its_task_and_the_retry_loads_once(
     assert done.state == S.JOB_STATE_SUCCEEDED, (done.error_message, timeline)
     assert any("stopped heartbeating; requeued" in m for m in timeline), timeline
     await each_row_once(destination)
+
+
+async def test_a_server_killed_between_the_load_commit_and_its_record_does_not_load_again(
+    database_url: str, pool: asyncpg.Pool, pg_server_url: str, tmp_path: Path
+) -> None:
+    """The server dies with the worker's record of a committed stream in
+    flight: held behind a lock on Setu's own table, so it surely never lands."""
+    tenant = await make_tenant(pool)
+    env = {
+        "SETU_DATABASE_URL": database_url,
+        "SETU_DATA_DIR": str(tmp_path / "server"),  # the blob folder both servers share
+        "SETU_DIRECT_MAX_ROWS": "0",
+        "SETU_BATCH_ROWS": "500",
+        "SETU_LEASE_TTL_SECONDS": "2",  # the dead server's lease runs out soon
+        "SETU_REAPER_INTERVAL_SECONDS": "0.2",
+        "SETU_TASK_RETRY_BACKOFF_SECONDS": "0.05",
+        "SETU_LOG_FORMAT": "text",
+    }
+    async with (
+        scratch_database(pg_server_url) as source,
+        scratch_database(pg_server_url) as destination,
+    ):
+        await source_without_key(source)
+        dest = await asyncpg.connect(destination)
+        await dest.execute(
+            "CREATE TABLE events (id integer, body text);"
+            "CREATE FUNCTION loaded() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN PERFORM pg_notify('loaded', ''); RETURN NULL; END $$;"
+            "CREATE TRIGGER loaded AFTER INSERT ON events "
+            "FOR EACH STATEMENT EXECUTE FUNCTION loaded()"
+        )
+        committed = asyncio.Event()
+        # A notification is delivered when the transaction that sent it commits.
+        await dest.add_listener("loaded", lambda *_: committed.set())
+        blocker = await asyncpg.connect(destination)  # holds the load before its commit
+        await blocker.execute("BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+        books = await asyncpg.connect(database_url)  # holds the record after it
+
+        with server_process(env, tmp_path / "first.log") as (first, port):
+            await wait_healthy(port)
+            async with SetuClient(f"127.0.0.1:{port}", tenant.api_key) as client:
+                src = await client.create_connection("src", "postgres", postgres_config(source))
+                dst = await client.create_connection(
+                    "dst", "postgres", postgres_config(destination)
+                )
+                pipeline = await client.create_pipeline("events", src.id, dst.id)
+                job = await client.submit_run(pipeline.id)
+                async for snapshot in client.watch_job(job.id):
+                    if snapshot.phase == S.PHASE_LOAD:
+                        break
+            await books.execute("BEGIN; LOCK TABLE job_output IN SHARE MODE")
+            await blocker.execute("ROLLBACK")
+            await committed.wait()
+            first.kill()
+            first.wait()
+        # What the dead server had sent waits on the lock: it never lands.
+        await books.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        await books.execute("ROLLBACK")
+        for conn in (books, blocker, dest):
+            await conn.close()
+
+        with server_process(env, tmp_path / "second.log") as (_, port):
+            await wait_healthy(port)
+            async with SetuClient(f"127.0.0.1:{port}", tenant.api_key) as client:
+                await asyncio.wait_for(client.wait_for_job(job.id), 60)
+                done = await client.get_job(job.id)
+                timeline = await events(client, job.id)
+
+        assert done.state == S.JOB_STATE_SUCCEEDED, (done.error_message, timeline)
+        assert any("Resuming at load" in m for m in timeline), timeline
+        await each_row_once(destination)

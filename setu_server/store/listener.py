@@ -1,7 +1,9 @@
 """A dedicated LISTEN connection that survives losing its database session.
 
 Never a pooled connection: a pool would hand it to somebody else. A periodic
-ping notices a silently dead session; on any loss the listener reconnects
+ping with a short timeout of its own notices a silently dead or hung session
+(a backend that stopped answering wakes nobody) within `ping_interval +
+ping_timeout`; on any loss the listener reconnects
 with capped backoff, re-LISTENs, and calls `on_reconnect` so that whoever
 depends on notifications can re-read what a lost notification might have
 told them.
@@ -32,13 +34,15 @@ class Listener:
         handlers: dict[str, Handler],
         on_reconnect: Callable[[], Awaitable[None]],
         *,
-        ping_interval: float = 10.0,
+        ping_interval: float = 5.0,
+        ping_timeout: float = 2.0,
         max_backoff: float = 5.0,
     ) -> None:
         self._url = url
         self._handlers = handlers
         self._on_reconnect = on_reconnect
         self._ping_interval = ping_interval
+        self._ping_timeout = ping_timeout
         self._max_backoff = max_backoff
         self._task: asyncio.Task[None] | None = None
         self._lost = asyncio.Event()
@@ -117,7 +121,7 @@ class Listener:
                     await self._lost.wait()
             if self._lost.is_set() or conn.is_closed():
                 raise OSError("listen session terminated")
-            async with asyncio.timeout(self._ping_interval):
+            async with asyncio.timeout(self._ping_timeout):
                 await conn.fetchval(QUERIES.ping)
 
 

@@ -50,6 +50,7 @@ class WorkerSupervisor:
     command: list[str] = field(default_factory=lambda: [sys.executable, "-m", "setu_agent.cloud"])
     processes: dict[int, asyncio.subprocess.Process] = field(default_factory=dict)
     started: int = 0
+    failed_starts: int = 0
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
     _slots: list[asyncio.Task[None]] = field(default_factory=list)
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
@@ -65,25 +66,37 @@ class WorkerSupervisor:
         loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
             began = loop.time()
-            # The worker's stdin is a pipe from this process: when the server
-            # dies, even by SIGKILL, the worker reads EOF and exits.
-            process = await asyncio.create_subprocess_exec(
-                *self.command, env=self.env, stdin=asyncio.subprocess.PIPE
-            )
-            async with self._changed:
-                self.processes[slot] = process
-                self.started += 1
-                self._changed.notify_all()
-            log.info("cloud worker started", extra={"slot": slot, "pid": process.pid})
-            code = await process.wait()
-            if self._stopping.is_set():
-                return
-            if loop.time() - began >= STEADY_SECONDS:
-                delay = FIRST_RESTART_SECONDS
-            log.warning(
-                "cloud worker exited; starting another",
-                extra={"slot": slot, "pid": process.pid, "code": code, "in_seconds": delay},
-            )
+            try:
+                # The worker's stdin is a pipe from this process: when the
+                # server dies, even by SIGKILL, the worker reads EOF and exits.
+                process = await asyncio.create_subprocess_exec(
+                    *self.command, env=self.env, stdin=asyncio.subprocess.PIPE
+                )
+            except OSError as exc:
+                # A start that fails (no such program, no memory) is tried
+                # again like a worker that died: the slot never ends.
+                async with self._changed:
+                    self.failed_starts += 1
+                    self._changed.notify_all()
+                log.error(
+                    "cloud worker could not start; trying again",
+                    extra={"slot": slot, "error": str(exc), "in_seconds": delay},
+                )
+            else:
+                async with self._changed:
+                    self.processes[slot] = process
+                    self.started += 1
+                    self._changed.notify_all()
+                log.info("cloud worker started", extra={"slot": slot, "pid": process.pid})
+                code = await process.wait()
+                if self._stopping.is_set():
+                    return
+                if loop.time() - began >= STEADY_SECONDS:
+                    delay = FIRST_RESTART_SECONDS
+                log.warning(
+                    "cloud worker exited; starting another",
+                    extra={"slot": slot, "pid": process.pid, "code": code, "in_seconds": delay},
+                )
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._stopping.wait()

@@ -324,6 +324,8 @@ class SetuClient:
         seen = from_version
         backoff = _Backoff(self.retry, self.retry.long_poll_max_seconds)
         while True:
+            if self._closed:
+                raise ClientClosed("the client is closed")
             stream = self._long_stubs[next(self._next_long)].WatchJob(
                 jobs_pb2.WatchJobRequest(job_id=job_id, from_version=seen)
             )

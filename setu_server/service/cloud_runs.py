@@ -14,13 +14,13 @@ from uuid import UUID
 from setu_agent.engine.blob import BlobSettings
 from setu_agent.engine.staging import run_prefix
 from setu_agent.results import Artifact
-from setu_agent.specs import ConnectionSpec, MigrateSpec
+from setu_agent.specs import MigrateSpec
 from setu_client.clock import Clock
 from setu_client.errors import FailedPrecondition, InvalidArgument, LeaseLost, NotFound
 from setu_server.models import CLOUD, EventLevel, Job, JobOutput, Phase, TaskKind, TaskState
 from setu_server.service.runbook import RunBook
-from setu_server.service.runs import snapshot_of
-from setu_server.store import jobs, runs, tasks
+from setu_server.service.runs import connection_spec, snapshot_of
+from setu_server.store import jobs, tasks
 from setu_server.store.db import Database
 
 
@@ -56,8 +56,8 @@ class CloudRuns:
             job_id=str(job.id),
             workspace_id=str(job.workspace_id),
             pipeline_id=str(job.pipeline_id),
-            source=await self._connection(taken.source_connection_id),
-            destination=await self._connection(taken.destination_connection_id),
+            source=await connection_spec(self._pool, taken.source_connection_id),
+            destination=await connection_spec(self._pool, taken.destination_connection_id),
             streams=list(taken.streams),
             spec=taken.spec,
             write_mode=taken.write_mode,
@@ -121,10 +121,3 @@ class CloudRuns:
     ) -> None:
         job = await self._run(task_id, token)
         await self._book.event(job.id, message, level=level, stream=stream)
-
-    async def _connection(self, connection_id: UUID) -> ConnectionSpec:
-        found = await runs.connection_for_runtime(self._pool, connection_id)
-        if found is None:
-            raise FailedPrecondition(f"connection {connection_id} no longer exists")
-        provider, config, _ = found
-        return ConnectionSpec(str(connection_id), provider, config)

@@ -251,7 +251,7 @@ class RunService:
         return ExtractSpec(
             job_id=str(job.id),
             pipeline_id=str(job.pipeline_id),
-            source=await self._connection(taken.source_connection_id),
+            source=await connection_spec(self._pool, taken.source_connection_id),
             streams=list(taken.streams),
             blob_prefix=run_prefix(job.workspace_id, job.pipeline_id, job.id),
             blob=self._blob,
@@ -269,7 +269,7 @@ class RunService:
         return LoadSpec(
             job_id=str(job.id),
             pipeline_id=str(job.pipeline_id),
-            destination=await self._connection(taken.destination_connection_id),
+            destination=await connection_spec(self._pool, taken.destination_connection_id),
             write_mode=taken.write_mode,
             spec=taken.spec,
             blob_prefix=run_prefix(job.workspace_id, job.pipeline_id, job.id),
@@ -298,13 +298,6 @@ class RunService:
             )
         return job, task
 
-    async def _connection(self, connection_id: UUID) -> ConnectionSpec:
-        found = await runs.connection_for_runtime(self._pool, connection_id)
-        if found is None:
-            raise FailedPrecondition(f"connection {connection_id} no longer exists")
-        provider, config, _ = found
-        return ConnectionSpec(str(connection_id), provider, config)
-
     async def _require_online(self, db: Executor, agent_id: UUID) -> None:
         agent = await tenancy.get_agent(db, agent_id)
         await require_online(agent, agent_id, self._clock.now())
@@ -313,6 +306,15 @@ class RunService:
         fresh = await jobs.get_job(self._pool, job.id, job.workspace_id)
         assert fresh is not None
         return fresh
+
+
+async def connection_spec(db: Executor, connection_id: UUID) -> ConnectionSpec:
+    """A run's connection as its runtime is told it: references unresolved."""
+    found = await runs.connection_for_runtime(db, connection_id)
+    if found is None:
+        raise FailedPrecondition(f"connection {connection_id} no longer exists")
+    provider, config, _ = found
+    return ConnectionSpec(str(connection_id), provider, config)
 
 
 def _check_spec(pipeline: PipelineForRun) -> None:

@@ -31,6 +31,9 @@ _WHAT = {
     Role.WORKER: "a cloud worker's token",
 }
 
+# A credential that names its kind by its prefix but matches none stored.
+_NOUN = {TokenKind.API_KEY: "API key", TokenKind.AGENT: "agent token", TokenKind.ADMIN: "token"}
+
 # Who may call a service that requires a role: a cloud worker is a runtime
 # too, and takes the cloud's tasks through the agents' service.
 _ACCEPTED = {
@@ -107,7 +110,7 @@ class Authenticator:
             found = await tenancy.authenticate_agent(self._pool, token_digest, now)
             if found:
                 return Principal(Role.AGENT, workspace_id=found[1], agent_id=found[0])
-        raise Unauthenticated(f"unknown or revoked {_WHAT[_ROLE_OF_KIND[kind]]}")
+        raise Unauthenticated(f"this {_NOUN[kind]} is unknown or has been revoked")
 
 
 def _bearer(authorization: str | None) -> str:

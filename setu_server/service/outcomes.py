@@ -5,7 +5,8 @@ A success means what its kind's entry in `TaskOutcomes` says:
 
 | kind       | outcome                  | what it does                                   |
 | ---------- | ------------------------ | ---------------------------------------------- |
-| `test`     | EndsJobWithResult        | the job ends with the result (one statement)   |
+| `test`     | EndsTestJob              | ok: as EndsJobWithResult; not ok: the job      |
+|            |                          | FAILED with the test's message and result      |
 | `preview`  | EndsJobWithResult        | the same                                       |
 | `discover` | UpdatesCatalog           | the catalog takes the streams; the job ends    |
 |            | PlansDryRun (of a run)   | a dry run's source agent discovered: the plan  |
@@ -41,6 +42,7 @@ from setu_agent.results import (
     MigrateMode,
     MigrateResult,
     TaskResult,
+    TestResult,
 )
 from setu_client.errors import InvalidArgument
 from setu_server.models import EventLevel, Job, JobKind, JobState, Task, TaskKind, runtime_name
@@ -78,6 +80,31 @@ class EndsJobWithResult:
 
     async def succeeded(self, db: Executor, task: Task, job: Job, result: TaskResult) -> list[Job]:
         return await _succeed(self._lifecycle, db, task, result.to_json())
+
+
+class EndsTestJob:
+    """A test that ran and found the connection broken is a failed job, so a
+    job listing shows it failed; its result still carries ok and the message."""
+
+    def __init__(self, lifecycle: JobLifecycle) -> None:
+        self._lifecycle = lifecycle
+
+    def ends_job(self, result: TaskResult) -> bool:
+        return _expect(result, TestResult).ok
+
+    async def succeeded(self, db: Executor, task: Task, job: Job, result: TaskResult) -> list[Job]:
+        tested = _expect(result, TestResult)
+        if tested.ok:
+            return await _succeed(self._lifecycle, db, task, tested.to_json())
+        return await self._lifecycle.transition_many(
+            [task.job_id],
+            JobState.FAILED,
+            f"Connection test failed on {runtime_name(task.runtime)}: {tested.message}",
+            db=db,
+            level=EventLevel.ERROR,
+            error_message=tested.message,
+            result=tested.to_json(),
+        )
 
 
 class UpdatesCatalog:
@@ -279,7 +306,7 @@ class TaskOutcomes:
         self._now = clock_now
         ends = EndsJobWithResult(lifecycle)
         self.by_kind: dict[TaskKind, Outcome] = {
-            TaskKind.TEST: ends,
+            TaskKind.TEST: EndsTestJob(lifecycle),
             TaskKind.PREVIEW: ends,
             TaskKind.DISCOVER: UpdatesCatalog(lifecycle, clock_now),
         }

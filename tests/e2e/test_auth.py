@@ -134,6 +134,20 @@ async def test_revoked_key_and_deactivated_agent_are_unauthenticated(
     assert await _code_of(_check_in(server.port, tenant.agent_token)) == Code.UNAUTHENTICATED
 
 
+async def test_an_unknown_key_or_agent_token_is_named_in_plain_words(
+    server: Running, pool: asyncpg.Pool
+) -> None:
+    tenant = await make_tenant(pool)
+    job = await make_job(pool, tenant.workspace_id)
+    for token, noun in (
+        ("setu_ak_no-such-key", "API key"),
+        ("setu_ag_no-such-agent", "agent token"),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await _get_job(server.port, token, str(job.id))
+        assert info.value.details() == f"this {noun} is unknown or has been revoked"
+
+
 async def test_no_credential_is_ever_logged(
     server: Running, pool: asyncpg.Pool, caplog: pytest.LogCaptureFixture
 ) -> None:

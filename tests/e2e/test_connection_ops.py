@@ -10,7 +10,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from setu_client import SetuClient
+from setu_client import JobState, SetuClient
 from setu_client._proto.setu.v1 import common_pb2
 from setu_client.errors import Aborted, NotFound
 from tests.factories import Tenant, make_tenant
@@ -77,6 +77,9 @@ async def test_failures_reach_the_caller(client: SetuClient, tmp_path: Path) -> 
     tested = await client.test_connection(missing.id)
     assert not tested.ok
     assert "no SQLite database at" in tested.message
+    # A broken connection's test is a failed job, not a succeeded one.
+    job = await client.get_job(tested.job_id)
+    assert job.state is JobState.FAILED and job.error_message == tested.message
     with pytest.raises(Aborted, match="no SQLite database at"):
         await client.discover_streams(missing.id)
 

@@ -25,6 +25,7 @@ from setu_client import admin as apb
 from setu_client import logs
 from setu_client.channel import open_channel
 from setu_client.errors import SetuError, from_rpc_error
+from setu_server import dev_secrets
 from setu_server.config import Settings
 from setu_server.server import serving
 from setu_server.service.secrets import TokenKind, new_secret
@@ -62,7 +63,11 @@ async def _ensure_dev_tenant(
 
 
 def _banner(
-    address: str, credentials: dict[str, str], credentials_path: Path, cloud_reach: str
+    address: str,
+    credentials: dict[str, str],
+    credentials_path: Path,
+    cloud_reach: str,
+    secrets_path: Path,
 ) -> str:
     key = credentials["api_key"]
     reach = (
@@ -78,6 +83,7 @@ Setu dev server on {address}   (Ctrl-C stops it; data in {credentials_path.paren
   API key    {key}
   admin      {credentials["admin_token"]}
   (saved in {credentials_path})
+  secrets    setu dev secret set NAME   (into {secrets_path}; used from the next task)
 
   {reach}
 
@@ -98,6 +104,8 @@ async def _dev(args: argparse.Namespace, data_dir: Path) -> None:
     if not credentials.get("admin_token"):
         credentials["admin_token"] = new_secret(TokenKind.ADMIN).token
         _save_credentials(credentials_path, credentials)
+    secrets_path = dev_secrets.secrets_path(args, data_dir)
+    dev_secrets.prepare(secrets_path)
     settings = replace(
         Settings.from_env(),
         listen=args.listen,
@@ -107,6 +115,7 @@ async def _dev(args: argparse.Namespace, data_dir: Path) -> None:
         # One person's machine: cloud connections may reach its files and
         # databases (a shared server keeps the restricted default).
         cloud_reach=os.environ.get("SETU_CLOUD_REACH") or "local",
+        secrets_file=str(secrets_path),
         # One person reads these lines, the cloud worker's too.
         log_format="text",
     )
@@ -121,7 +130,8 @@ async def _dev(args: argparse.Namespace, data_dir: Path) -> None:
         async with open_channel(address, credentials["admin_token"]) as channel:
             credentials = await _ensure_dev_tenant(apb.AdminServiceStub(channel), credentials)
         _save_credentials(credentials_path, credentials)
-        banner = _banner(address, credentials, credentials_path, settings.cloud_reach)
+        dev_secrets.prepare(secrets_path, credentials["workspace_id"])
+        banner = _banner(address, credentials, credentials_path, settings.cloud_reach, secrets_path)
         print(banner, flush=True)
         await stop.wait()
 
@@ -195,13 +205,17 @@ def main(argv: list[str] | None = None) -> None:
     dev = sub.add_parser("dev", help="run a local server with dev credentials")
     dev.add_argument("--data-dir", default=os.environ.get("SETU_DATA_DIR", ".setu/dev"))
     dev.add_argument("--listen", default=os.environ.get("SETU_LISTEN", "127.0.0.1:50051"))
+    dev_secrets.add_secrets_file_flag(dev)
+    dev_secrets.add_secret_commands(dev)
     _admin_parser(sub)
     add_client_commands(sub)
     args = parser.parse_args(argv)
     if hasattr(args, "handler"):
         sys.exit(run_client_command(args))
     try:
-        if args.command == "dev":
+        if args.command == "dev" and args.dev_command == "secret":
+            dev_secrets.run_secret_command(args)
+        elif args.command == "dev":
             asyncio.run(_dev(args, Path(args.data_dir).resolve()))
         elif args.command == "admin":
             action = _ADMIN_ACTIONS[(args.object, args.action)]

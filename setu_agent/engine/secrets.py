@@ -3,14 +3,13 @@
 A connection's config may hold `{"$secret": "NAME"}` wherever a value goes.
 The server stores and returns the reference; the runtime that runs the stage
 replaces it with the value from its own store: a JSON file of NAME -> value
-(`--secrets-file`), then the environment variable `SETU_SECRET_<NAME>`. The
-prefix keeps a connection from naming any other variable of the process
-(the agent's own token, for one).
+(`--secrets-file`, re-read when it changes), then the environment variable
+`SETU_SECRET_<NAME>`. The prefix keeps a connection from naming any other
+variable of the process (the agent's own token, for one).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from setu_agent.engine.providers.base import ConfigError
+from setu_agent.engine.secrets_file import InvalidSecretsFile, SecretsContent, SecretsFile
 
 SECRET_KEY = "$secret"
 ENV_PREFIX = "SETU_SECRET_"
@@ -63,6 +63,9 @@ class SecretStore:
     shares on purpose (`shared`: top-level file entries or SETU_SECRET_*
     variables). A tenant can thus never have the cloud send another
     tenant's password to a host of its choosing.
+
+    The file is re-read when it changes (`SecretsFile`), so a secret added
+    to it serves the next lookup without a restart.
     """
 
     def __init__(
@@ -74,13 +77,16 @@ class SecretStore:
         isolated: bool = False,
         shared: frozenset[str] = frozenset(),
         scope: str | None = None,
+        file: SecretsFile | None = None,
     ) -> None:
-        self._values = dict(values or {})
+        self._fixed = SecretsContent(
+            dict(values or {}), {ws: dict(names) for ws, names in (workspaces or {}).items()}
+        )
         self._environ = os.environ if environ is None else environ
-        self._workspaces = {ws: dict(names) for ws, names in (workspaces or {}).items()}
         self._isolated = isolated
         self._shared = shared
         self._scope = scope
+        self._file = file
 
     @classmethod
     def from_file(
@@ -94,53 +100,55 @@ class SecretStore:
         if path is None:
             return cls(environ=environ, isolated=isolated, shared=shared)
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise SystemExit(f"cannot read secrets file {path}: {exc}") from exc
-        if not isinstance(data, dict):
-            raise SystemExit(f"secrets file {path} must be a JSON object of NAME -> string")
-        sections = data.pop("workspaces", {})
-        flat = [data, *sections.values()] if isinstance(sections, dict) else [None]
-        if not all(
-            isinstance(part, dict) and all(isinstance(v, str) for v in part.values())
-            for part in flat
-        ):
-            raise SystemExit(
-                f"secrets file {path} must map NAME -> string, with optional "
-                f'"workspaces": {{"<workspace id>": {{NAME -> string}}}}'
-            )
-        return cls(data, environ, sections, isolated=isolated, shared=shared)
+            file = SecretsFile(path)
+        except InvalidSecretsFile as exc:
+            raise SystemExit(str(exc)) from exc
+        return cls(environ=environ, isolated=isolated, shared=shared, file=file)
 
     def for_workspace(self, workspace_id: object) -> SecretStore:
         """This store as one workspace's connections see it."""
         return SecretStore(
-            self._values,
+            self._fixed.top,
             self._environ,
-            self._workspaces,
+            self._fixed.workspaces,
             isolated=self._isolated,
             shared=self._shared,
             scope=str(workspace_id),
+            file=self._file,
         )
 
     def lookup(self, name: str) -> str:
-        scoped = self._workspaces.get(self._scope or "", {})
+        content = self._file.content() if self._file else self._fixed
+        scoped = content.workspaces.get(self._scope or "", {})
         if name in scoped:
             return scoped[name]
         if self._isolated and name not in self._shared:
-            where = f"workspaces.{self._scope}" if self._scope else "a workspace section"
-            raise ConfigError(
-                f"secret {name!r} is not among this workspace's cloud secrets: the operator "
-                f"adds it under {where} in the server's secrets file"
-            )
-        if name in self._values:
-            return self._values[name]
+            raise ConfigError(self._not_in_workspace(name))
+        if name in content.top:
+            return content.top[name]
         value = self._environ.get(ENV_PREFIX + name)
         if value is None:
+            where = f"the secrets file {self._file.path}" if self._file else "a secrets file"
             raise ConfigError(
-                f"secret {name!r} is not in this runtime's secret store: add it to the "
-                f"secrets file or set {ENV_PREFIX}{name}"
+                f"secret {name!r} is not in this runtime's secret store: add it to "
+                f"{where} or set {ENV_PREFIX}{name}"
             )
         return value
+
+    def _not_in_workspace(self, name: str) -> str:
+        """What to run, exactly: `setu dev` serves its one workspace from a
+        file this command writes; any other server's operator edits the file
+        (re-read on change, no restart)."""
+        section = f"workspaces.{self._scope}" if self._scope else "the workspace's section"
+        where = (
+            f"in {self._file.path}"
+            if self._file
+            else "in the server's secrets file (SETU_SECRETS_FILE)"
+        )
+        return (
+            f"secret {name!r} is not in this workspace's cloud secrets: run "
+            f"`setu dev secret set {name}` (dev server), or add it under {section} {where}"
+        )
 
     def resolve(self, config: Any, seen: set[str] | None = None) -> Any:
         """A copy of config with every reference replaced by its value; each

@@ -216,7 +216,7 @@ async def test_a_workspace_secret_serves_only_its_workspace_in_the_cloud(
 
     assert answers[0].ok, answers[0].message
     assert not answers[1].ok
-    assert "secret 'PG_USER' is not among this workspace's cloud secrets" in answers[1].message
+    assert "secret 'PG_USER' is not in this workspace's cloud secrets" in answers[1].message
     assert f"workspaces.{other.workspace_id}" in answers[1].message
 
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
+import stat
 from pathlib import Path
 
 import pytest
 
 from setu_agent.engine.providers.base import ConfigError
 from setu_agent.engine.secrets import SecretStore, references
+from setu_agent.engine.secrets_file import ensure_file, ensure_section, set_secret
 
 WS_A = "0b6f3a1e-0000-4000-8000-00000000000a"
 WS_B = "0b6f3a1e-0000-4000-8000-00000000000b"
@@ -81,3 +84,71 @@ def test_the_environment_only_serves_prefixed_names() -> None:
     assert secrets.lookup("OK") == "yes"
     with pytest.raises(ConfigError):
         secrets.lookup("SETU_AGENT_TOKEN")
+
+
+def test_a_changed_file_serves_its_new_values_at_the_next_lookup(tmp_path: Path) -> None:
+    path = tmp_path / "secrets.json"
+    path.write_text(json.dumps({"workspaces": {WS_A: {}}}))
+    cloud = SecretStore.from_file(path, {}, isolated=True)
+    a = cloud.for_workspace(WS_A)
+    with pytest.raises(ConfigError, match="'PW' is not in this workspace's cloud secrets"):
+        a.lookup("PW")
+
+    set_secret(path, WS_A, "PW", "first")
+    assert a.lookup("PW") == "first"
+    # A store made before the change (each task makes its own view) sees it too.
+    set_secret(path, WS_A, "PW", "second-value")
+    assert (a.lookup("PW"), cloud.for_workspace(WS_A).lookup("PW")) == ("second-value",) * 2
+
+
+def test_an_invalid_file_keeps_the_last_good_content_and_logs_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "secrets.json"
+    path.write_text(json.dumps({"workspaces": {WS_A: {"PW": "good"}}}))
+    a = SecretStore.from_file(path, {}, isolated=True).for_workspace(WS_A)
+    assert a.lookup("PW") == "good"
+
+    path.write_text('{"workspaces": {"' + WS_A + '": {"PW": "half-writ')
+    with caplog.at_level(logging.ERROR):
+        assert [a.lookup("PW") for _ in range(3)] == ["good"] * 3
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [r.getMessage() for r in errors] == [
+        "secrets file is invalid; keeping its last good content"
+    ]
+    assert "half-writ" not in str(errors[0].__dict__)
+
+    path.unlink()
+    assert a.lookup("PW") == "good"
+    set_secret(path, WS_A, "PW", "fixed")
+    assert a.lookup("PW") == "fixed"
+
+
+def test_the_cloud_error_names_the_command_the_section_and_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "secrets.json"
+    set_secret(path, WS_A, "OTHER", "do-not-quote")
+    b = SecretStore.from_file(path, {}, isolated=True).for_workspace(WS_B)
+    with pytest.raises(ConfigError) as caught:
+        b.lookup("WH_PASSWORD")
+    assert str(caught.value) == (
+        "secret 'WH_PASSWORD' is not in this workspace's cloud secrets: run "
+        f"`setu dev secret set WH_PASSWORD` (dev server), or add it under workspaces.{WS_B} "
+        f"in {path}"
+    )
+
+
+def test_secrets_are_written_atomically_private_and_beside_what_was_there(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "dev" / "secrets.json"
+    ensure_file(path)
+    assert json.loads(path.read_text()) == {"workspaces": {}}
+    path.write_text(json.dumps({"OPS": "x", "workspaces": {WS_B: {"K": "b"}}}))
+    ensure_section(path, WS_A)
+    set_secret(path, WS_A, "PW", "p")
+    assert json.loads(path.read_text()) == {
+        "OPS": "x",
+        "workspaces": {WS_B: {"K": "b"}, WS_A: {"PW": "p"}},
+    }
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in path.parent.iterdir()] == ["secrets.json"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -86,18 +87,26 @@ _TRANSIENT = frozenset(
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Jittered exponential backoff for transient failures.
+    """Jittered exponential backoff for transient failures (UNAVAILABLE,
+    DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, a CANCELLED the caller did not ask
+    for).
 
-    `budget_seconds` bounds a run of consecutive failures, not the whole
-    wait: every good answer starts a fresh budget. Long-polls (`wait_for_job`,
-    `watch_job`) back off no further than `long_poll_max_seconds`, so a waiter
-    learns of its job's end within about that long once an outage is over.
+    A short call (get_job, list_*, cancel_job, …) is retried for at most
+    `budget_seconds` (15 s), so a call to a server that is down fails in
+    seconds with Unavailable; delays start at `initial_seconds` and double
+    up to `max_seconds`. Long-polls (`wait_for_job`, `watch_job`) are meant
+    to outlast a server restart: they retry for `long_poll_budget_seconds`
+    (5 min) and back off no further than `long_poll_max_seconds`, so a
+    waiter learns of its job's end within about that long once an outage is
+    over. Either budget bounds a run of consecutive failures, not the whole
+    wait: every good answer starts a fresh one.
     """
 
     initial_seconds: float = 0.1
-    max_seconds: float = 10.0
-    budget_seconds: float = 300.0
+    max_seconds: float = 5.0
+    budget_seconds: float = 15.0
     long_poll_max_seconds: float = 2.0
+    long_poll_budget_seconds: float = 300.0
 
 
 class _LoopTimeBudget(stop_base):
@@ -115,8 +124,8 @@ class _LoopTimeBudget(stop_base):
 
 
 class _Backoff:
-    """RetryPolicy's jittered exponential delays for a loop that retries by
-    hand (a stream); `reset()` after a good answer starts a fresh budget."""
+    """RetryPolicy's jittered exponential delays for a long-poll that retries
+    by hand (a stream); `reset()` after a good answer starts a fresh budget."""
 
     def __init__(self, policy: RetryPolicy, cap: float) -> None:
         self._policy = policy
@@ -132,7 +141,7 @@ class _Backoff:
         """Sleep before the next attempt, or raise `error` once the budget is spent."""
         loop = asyncio.get_running_loop()
         if self._deadline is None:
-            self._deadline = loop.time() + self._policy.budget_seconds
+            self._deadline = loop.time() + self._policy.long_poll_budget_seconds
         elif loop.time() >= self._deadline:
             raise error
         ceiling = min(self._cap, self._policy.initial_seconds * 2**self._failures)
@@ -146,6 +155,10 @@ class SetuClient:
     Use as `async with SetuClient(target, api_key) as client: ...`, or call
     `close()`. Errors are the classes of `setu_client.errors`; jobs come back
     as `Job` values, connections and pipelines as `setu_client.messages`.
+    The list calls (`list_jobs`, `list_connections`, `list_pipelines`,
+    `job_events`) and `watch_job` are async iterators, read with `async for`;
+    the rest are awaited. Short calls retry for 15 s, long-polls for 5 min
+    (`RetryPolicy`).
     """
 
     def __init__(
@@ -238,7 +251,10 @@ class SetuClient:
         pipeline_id: str = "",
         page_size: int = 100,
     ) -> AsyncIterator[Job]:
-        """Every matching job, newest first, fetched a page at a time."""
+        """Every matching job, newest first, fetched a page at a time.
+
+        An async iterator, not a coroutine: `async for job in
+        client.list_jobs(...)`, or `[j async for j in client.list_jobs()]`."""
         token = ""
         while True:
             request = jobs_pb2.ListJobsRequest(
@@ -256,7 +272,7 @@ class SetuClient:
                 return
 
     async def job_events(self, job_id: str, *, after_sequence: int = 0) -> AsyncIterator[JobEvent]:
-        """The job's timeline, oldest first."""
+        """The job's timeline, oldest first; an async iterator (`async for`)."""
         token = ""
         while True:
             request = jobs_pb2.ListJobEventsRequest(
@@ -289,7 +305,10 @@ class SetuClient:
         async with asyncio.timeout(timeout):
             while True:
                 answer: jobs_pb2.WaitJobResponse = await self._retrying(
-                    self._wait_once, job_id, cap=self.retry.long_poll_max_seconds
+                    self._wait_once,
+                    job_id,
+                    cap=self.retry.long_poll_max_seconds,
+                    budget=self.retry.long_poll_budget_seconds,
                 )
                 if answer.terminal:
                     return outcome_from_message(answer)
@@ -382,9 +401,12 @@ class SetuClient:
             error.job_id = job_id
         return error
 
-    async def _retrying(self, call: Any, *args: Any, cap: float | None = None) -> Any:
-        """One logical call, retried through transient failures within the
-        budget; `cap` bounds the delay (RetryPolicy.max_seconds unless given)."""
+    async def _retrying(
+        self, call: Any, *args: Any, cap: float | None = None, budget: float | None = None
+    ) -> Any:
+        """One logical call, retried through transient failures within
+        `budget` (RetryPolicy.budget_seconds unless given); `cap` bounds the
+        delay (RetryPolicy.max_seconds unless given)."""
         retrying = AsyncRetrying(
             retry=retry_if_exception(
                 lambda e: isinstance(e, SetuError) and e.code in _TRANSIENT and not self._closed
@@ -392,7 +414,7 @@ class SetuClient:
             wait=wait_random_exponential(
                 multiplier=self.retry.initial_seconds, max=cap or self.retry.max_seconds
             ),
-            stop=_LoopTimeBudget(self.retry.budget_seconds),
+            stop=_LoopTimeBudget(budget or self.retry.budget_seconds),
             reraise=True,
         )
         async for attempt in retrying:
@@ -443,7 +465,7 @@ class SetuClient:
         self, *, provider: str = "", page_size: int = 100
     ) -> AsyncIterator[Connection]:
         """Every connection of the workspace (of one provider, if given), by
-        name, fetched a page at a time."""
+        name, fetched a page at a time; an async iterator (`async for`)."""
         token = ""
         while True:
             request = connections_pb2.ListConnectionsRequest(
@@ -569,7 +591,8 @@ class SetuClient:
         return answer
 
     async def list_pipelines(self, *, page_size: int = 100) -> AsyncIterator[Pipeline]:
-        """Every pipeline of the workspace, by name, fetched a page at a time."""
+        """Every pipeline of the workspace, by name, fetched a page at a time;
+        an async iterator: `async for p in client.list_pipelines()`."""
         token = ""
         while True:
             request = pipelines_pb2.ListPipelinesRequest(page_size=page_size, page_token=token)
@@ -607,6 +630,12 @@ class SetuClient:
         )
         return answer
 
+    async def _pipeline_named(self, name: str) -> Pipeline:
+        async for found in self.list_pipelines():
+            if found.name == name:
+                return found
+        raise NotFound(f"no pipeline named {name!r}")
+
     async def delete_pipeline(self, pipeline_id: str) -> None:
         """Its runs remain. Raises FailedPrecondition while a run is active."""
         request = pipelines_pb2.DeletePipelineRequest(pipeline_id=pipeline_id)
@@ -614,14 +643,17 @@ class SetuClient:
 
     async def submit_run(
         self,
-        pipeline_id: str,
+        pipeline: str,
         start: bool = True,
         dry_run: bool = False,
         idempotency_key: str = "",
     ) -> Job:
-        """A new run of the pipeline: PENDING, or READY for start_job when
-        `start` is false. With an `idempotency_key`, a repeated submit answers
-        the first job, so only then is the call retried."""
+        """A new run of the pipeline, given by its id or its name: PENDING, or
+        READY for start_job when `start` is false. The job's `id` is what
+        wait_for_job, watch_job and job_outputs take. With an
+        `idempotency_key`, a repeated submit answers the first job, so only
+        then is the call retried. Raises NotFound for an unknown pipeline."""
+        pipeline_id = pipeline if _is_uuid(pipeline) else (await self._pipeline_named(pipeline)).id
         request = jobs_pb2.SubmitRunRequest(
             pipeline_id=pipeline_id, start=start, dry_run=dry_run, idempotency_key=idempotency_key
         )
@@ -659,6 +691,14 @@ _DEFAULT_BLOCKING_SECONDS = 30
 
 def _blocking(timeout_seconds: int) -> float:
     return (timeout_seconds or _DEFAULT_BLOCKING_SECONDS) + LONG_POLL_MARGIN_SECONDS
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _struct(values: Mapping[str, Any]) -> struct_pb2.Struct:

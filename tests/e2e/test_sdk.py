@@ -4,8 +4,11 @@ public values it hands back, on the test server that ships with setu-server."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import signal
 import sqlite3
+import sys
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +24,7 @@ from setu_client import (
     JobNotStarted,
     JobOutcome,
     JobState,
+    NotFound,
     Phase,
     RetryPolicy,
     SetuClient,
@@ -62,12 +66,30 @@ async def test_wait_for_job_rides_out_a_server_restart(
 async def test_an_unreachable_server_exhausts_the_retry_budget() -> None:
     loop = asyncio.get_running_loop()
     port = free_port()  # nothing listens here
-    policy = RetryPolicy(initial_seconds=0.5, max_seconds=5, budget_seconds=120)
+    policy = RetryPolicy(initial_seconds=0.5, max_seconds=5, long_poll_budget_seconds=120)
     async with SetuClient(f"127.0.0.1:{port}", "setu_ak_x", retry=policy) as client:
         started = loop.time()
         with pytest.raises(Unavailable):
             await client.wait_for_job(str(uuid.uuid4()))
         assert loop.time() - started > 119.99
+
+
+@pytest.mark.looptime(noop_cycles=5000)
+async def test_by_default_a_short_call_gives_up_in_seconds_and_a_long_poll_keeps_trying() -> None:
+    loop = asyncio.get_running_loop()
+    port = free_port()  # nothing listens here
+    async with SetuClient(f"127.0.0.1:{port}", "setu_ak_x") as client:
+        policy = client.retry
+        started = loop.time()
+        with pytest.raises(Unavailable):
+            await client.get_job(str(uuid.uuid4()))
+        took = loop.time() - started
+        # Past the 15 s budget by at most one last backoff.
+        assert policy.budget_seconds == 15.0
+        assert policy.budget_seconds <= took <= policy.budget_seconds + policy.max_seconds
+        # A long-poll rides out the same outage far longer than a short call.
+        with pytest.raises(TimeoutError):
+            await client.wait_for_job(str(uuid.uuid4()), timeout=120)
 
 
 async def test_closing_the_client_ends_parked_waits_cleanly(
@@ -121,6 +143,13 @@ async def test_a_run_on_the_shipped_test_server_reads_back_as_public_values(
         outcome = await client.wait_for_job(ready.id)
         job = await client.get_job(ready.id)
 
+        # A pipeline's name does as well as its id.
+        named = await client.submit_run("copy", start=False)
+        assert named.pipeline_id == pipeline.id and named.state is JobState.READY
+        await client.cancel_job(named.id)
+        with pytest.raises(NotFound, match="no pipeline named 'nope'"):
+            await client.submit_run("nope")
+
         other = await server.new_workspace()
         async with SetuClient(server.address, other.api_key) as stranger:
             with pytest.raises(JobNotFound) as not_found:
@@ -139,3 +168,40 @@ async def test_a_run_on_the_shipped_test_server_reads_back_as_public_values(
     assert job.version == outcome.version
     assert not_started.value.job_id == ready.id and not_found.value.job_id == ready.id
     assert not_found.value.status is grpc.StatusCode.NOT_FOUND
+
+
+def readme_sdk_example() -> str:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("\n## The SDK\n", 1)[1].split("\n## ", 1)[0]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+async def test_the_readme_sdk_example_runs_as_written(
+    database_url: str, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    # The layout `make run` leaves in a clone: .setu/dev with its credentials,
+    # the server's files under .setu/dev/files/<workspace id>.
+    dev = tmp_path / ".setu" / "dev"
+    tenant = await make_tenant(pool)
+    dev.mkdir(parents=True)
+    credentials = {"workspace_id": str(tenant.workspace_id), "api_key": tenant.api_key}
+    (dev / "credentials.json").write_text(json.dumps(credentials))
+    async with in_process(
+        database_url, data_dir=dev, local_files_root=str(dev / "files")
+    ) as server:
+        env = os.environ | {"SETU_SERVER": f"127.0.0.1:{server.port}"}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            readme_sdk_example(),
+            cwd=tmp_path,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    lines = out.decode().splitlines()
+    assert lines[0].startswith("job ") and len(lines[0].split()[1]) == 36
+    assert lines[1] == "JobState.SUCCEEDED"
+    assert lines[2:] == ["SUCCEEDED 2", "items 2", "shop-to-copy"]

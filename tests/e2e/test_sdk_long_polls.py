@@ -112,7 +112,10 @@ async def test_the_retry_budget_starts_afresh_after_every_good_answer(
 
     quiet_server.jobs.hooks.after_subscribe = outages
     policy = RetryPolicy(
-        initial_seconds=1.0, max_seconds=5.0, budget_seconds=100.0, long_poll_max_seconds=5.0
+        initial_seconds=1.0,
+        max_seconds=5.0,
+        long_poll_budget_seconds=100.0,
+        long_poll_max_seconds=5.0,
     )
     async with SetuClient(
         f"127.0.0.1:{quiet_server.port}", tenant_of.api_key, retry=policy

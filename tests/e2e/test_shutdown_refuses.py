@@ -83,7 +83,7 @@ async def test_a_new_wait_job_is_refused_and_the_sdk_backs_off_instead_of_spinni
     # (0.1 s, doubling) fits a handful of calls in it, then gives up. A
     # server answering non-terminal at once instead resets the budget with
     # every answer, and the SDK would re-issue without pause until timeout.
-    policy = RetryPolicy(initial_seconds=0.1, max_seconds=0.5, budget_seconds=1.0)
+    policy = RetryPolicy(initial_seconds=0.1, max_seconds=0.5, long_poll_budget_seconds=1.0)
     calls_before = len(closing.waits)
     async with SetuClient(address, closing.tenant.api_key, retry=policy) as client:
         with pytest.raises(Unavailable):

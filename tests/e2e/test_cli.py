@@ -53,7 +53,8 @@ def _commands(help_text: str) -> set[str]:
 async def test_setu_offers_every_command_and_setu_cli_the_clients_alone() -> None:
     code, out, _ = await _setu("--help")
     assert code == 0
-    assert _commands(out) == {"dev", "admin", "connections", "pipelines", "run", "jobs"}
+    client = {"connections", "pipelines", "run", "jobs", "apply", "delete", "export"}
+    assert _commands(out) == {"dev", "admin", *client}
     code, out, _ = await _setu("--help", module="setu_cli")
     assert code == 0
-    assert _commands(out) == {"connections", "pipelines", "run", "jobs"}
+    assert _commands(out) == client

@@ -1,0 +1,436 @@
+"""`setu apply|delete -f FILE` and `setu export`: connections and pipelines as code.
+
+A file (or each .yaml/.yml/.json file of a folder) holds documents of
+`connections: [...]` and/or `pipelines: [...]`; a bare list of connections
+or a single pipeline (the README's two examples) is read the same way.
+Objects are matched by name within the workspace. The work is split so the
+decisions can be tested without a server: `load` turns files into
+`Declared` values, `plan` compares them with the workspace's `Current`
+values and returns `Change`s, and only `execute` and the handlers call it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from setu_cli.commands import CliError, Session, read_documents
+from setu_cli.render import enum_name
+from setu_client import (
+    NotFound,
+    Placement,
+    SetuClient,
+    SetuError,
+    Unavailable,
+    WriteMode,
+    struct_to_dict,
+)
+
+_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+_PLACEMENTS = ("cloud", "agent")
+_WRITE_MODES = ("append", "overwrite", "upsert", "merge")
+_CONNECTION_KEYS = ("name", "provider", "config", "placement", "agent_id")
+_PIPELINE_KEYS = (
+    "name",
+    "source",
+    "destination",
+    "streams",
+    "spec",
+    "write_mode",
+    "schedule",
+    "paused",
+)
+# A field left out of a file means its default, so removing a line undoes it.
+_CONNECTION_DEFAULTS: dict[str, Any] = {"config": {}, "placement": "cloud", "agent_id": ""}
+_PIPELINE_DEFAULTS: dict[str, Any] = {
+    "streams": [],
+    "spec": {},
+    "write_mode": "append",
+    "schedule": "",
+    "paused": False,
+}
+
+Kind = Literal["connection", "pipeline"]
+Action = Literal["create", "update", "unchanged"]
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One object of a file: its fields with defaults filled in; `where`
+    names the file and the entry, for errors."""
+
+    kind: Kind
+    name: str
+    fields: dict[str, Any]
+    where: str
+
+
+@dataclass(frozen=True)
+class Current:
+    """One object of the workspace, in the same shape as a `Declared` one
+    (a pipeline's source and destination by connection name)."""
+
+    kind: Kind
+    name: str
+    id: str
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Change:
+    kind: Kind
+    name: str
+    action: Action
+    # field → (current value, declared value); dotted for a config or spec key
+    diffs: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
+    id: str = ""
+    where: str = ""
+
+    def line(self) -> str:
+        if self.action == "create":
+            return f"+ {self.kind} {self.name}"
+        if self.action == "unchanged":
+            return f"= {self.kind} {self.name} (unchanged)"
+        shown = "; ".join(f"{k}: {_show(a)} → {_show(b)}" for k, (a, b) in self.diffs.items())
+        return f"~ {self.kind} {self.name}: {shown}"
+
+    def as_json(self) -> dict[str, Any]:
+        diffs = {k: {"from": a, "to": b} for k, (a, b) in self.diffs.items()}
+        return {"kind": self.kind, "name": self.name, "action": self.action, "changes": diffs}
+
+
+_ABSENT = "(none)"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str) and value and value.strip() == value and " " not in value:
+        return value
+    return _ABSENT if value is None else json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def files_of(path: str) -> list[str]:
+    """The file itself, or a folder's .yaml/.yml/.json files in name order."""
+    folder = Path(path)
+    if path != "-" and folder.is_dir():
+        found = sorted(str(p) for p in folder.iterdir() if p.suffix.lower() in _FILE_SUFFIXES)
+        if not found:
+            raise CliError(f"{path}: no .yaml, .yml or .json files in this folder")
+        return found
+    return [path]
+
+
+def parse(source: str, items: Sequence[dict[str, Any]]) -> list[Declared]:
+    """The objects of one file's documents, checked one by one."""
+    declared: list[Declared] = []
+    for n, item in enumerate(items, 1):
+        if "connections" in item or "pipelines" in item:
+            unknown = sorted(set(item) - {"connections", "pipelines"})
+            if unknown:
+                raise CliError(
+                    f"{source}: document {n}: unknown key(s) {', '.join(map(str, unknown))}; "
+                    "a document holds connections and pipelines"
+                )
+            for kind in ("connection", "pipeline"):
+                entries = item.get(f"{kind}s") or []
+                if not isinstance(entries, list):
+                    raise CliError(f"{source}: {kind}s must be a list")
+                declared += [_entry(source, kind, e, i) for i, e in enumerate(entries, 1)]
+        elif "provider" in item:
+            declared.append(_entry(source, "connection", item, n))
+        elif "source" in item or "destination" in item:
+            declared.append(_entry(source, "pipeline", item, n))
+        else:
+            raise CliError(
+                f"{source}: entry {n} is neither a connection (provider) nor a pipeline "
+                "(source, destination), nor a document of connections and pipelines"
+            )
+    return declared
+
+
+def _entry(source: str, kind: Kind, item: Any, n: int) -> Declared:
+    where = f"{source}: {kind} {n}"
+    if not isinstance(item, dict):
+        raise CliError(f"{where}: expected an object")
+    if isinstance(item.get("name"), str) and item["name"]:
+        where = f"{source}: {kind} {item['name']}"
+    keys, required = (
+        (_CONNECTION_KEYS, ("name", "provider"))
+        if kind == "connection"
+        else (_PIPELINE_KEYS, ("name", "source", "destination"))
+    )
+    unknown = sorted(set(item) - set(keys))
+    if unknown:
+        raise CliError(
+            f"{where}: unknown key(s) {', '.join(map(str, unknown))}; it takes {', '.join(keys)}"
+        )
+    missing = [k for k in required if not item.get(k)]
+    if missing:
+        raise CliError(f"{where}: missing {', '.join(missing)}")
+    defaults = _CONNECTION_DEFAULTS if kind == "connection" else _PIPELINE_DEFAULTS
+    fields = {k: item[k] for k in keys if k != "name" and k in item and item[k] is not None}
+    fields = defaults | {k: str(v) if k in required else v for k, v in fields.items()}
+    _check_values(where, fields)
+    return Declared(kind, str(item["name"]), fields, where)
+
+
+def _check_values(where: str, fields: dict[str, Any]) -> None:
+    def expect(ok: bool, message: str) -> None:
+        if not ok:
+            raise CliError(f"{where}: {message}")
+
+    for key in ("config", "spec"):
+        expect(isinstance(fields.get(key, {}), dict), f"{key} must be an object")
+    if "placement" in fields:
+        expect(fields["placement"] in _PLACEMENTS, f"placement must be one of {_PLACEMENTS}")
+        agent = fields["placement"] == "agent"
+        expect(agent == bool(fields["agent_id"]), "agent_id is needed with, and only with, agent")
+        fields["agent_id"] = str(fields["agent_id"])
+    if "write_mode" in fields:
+        expect(fields["write_mode"] in _WRITE_MODES, f"write_mode must be one of {_WRITE_MODES}")
+        streams = fields["streams"]
+        expect(
+            isinstance(streams, list) and all(isinstance(s, str) for s in streams),
+            "streams must be a list of names",
+        )
+        expect(isinstance(fields["schedule"], str), "schedule must be a string")
+        expect(isinstance(fields["paused"], bool), "paused must be true or false")
+
+
+def load(path: str) -> list[Declared]:
+    """Every object the file or folder declares; a name declared twice is an error."""
+    declared = [d for f in files_of(path) for d in parse(f, read_documents(f))]
+    seen: dict[tuple[str, str], Declared] = {}
+    for d in declared:
+        if (d.kind, d.name) in seen:
+            raise CliError(f"{d.where}: declared again (first at {seen[d.kind, d.name].where})")
+        seen[d.kind, d.name] = d
+    return declared
+
+
+# ---------------------------------------------------------------- planning
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _diff(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Changed fields; for config and spec, the changed top-level keys."""
+    diffs: dict[str, tuple[Any, Any]] = {}
+    for key, new in wanted.items():
+        old = current.get(key)
+        if old == new:
+            continue
+        if key in ("config", "spec") and isinstance(old, dict) and isinstance(new, dict):
+            for sub in sorted(set(old) | set(new)):
+                if old.get(sub) != new.get(sub):
+                    diffs[f"{key}.{sub}"] = (old.get(sub), new.get(sub))
+        else:
+            diffs[key] = (old, new)
+    return diffs
+
+
+def plan(declared: Sequence[Declared], current: Sequence[Current]) -> list[Change]:
+    """What applying `declared` to a workspace holding `current` changes:
+    connections first, then pipelines, each in the file's order. A pipeline's
+    source and destination are connection names (declared or existing) or
+    ids of existing connections; any other is an error naming the entry."""
+    existing = {(c.kind, c.name): c for c in current}
+    names_by_id = {c.id: c.name for c in current if c.kind == "connection"}
+    declared_connections = {d.name for d in declared if d.kind == "connection"}
+    changes: list[Change] = []
+    for kind in ("connection", "pipeline"):
+        for d in (d for d in declared if d.kind == kind):
+            wanted = dict(d.fields)
+            if kind == "pipeline":
+                for end in ("source", "destination"):
+                    ref = wanted[end]
+                    if _is_uuid(ref) and ref in names_by_id:
+                        wanted[end] = names_by_id[ref]
+                    elif ref not in declared_connections and ("connection", ref) not in existing:
+                        raise CliError(
+                            f"{d.where}: {end} {ref!r} is no connection of this workspace "
+                            "or of the file"
+                        )
+            now = existing.get((kind, d.name))
+            if now is None:
+                changes.append(Change(d.kind, d.name, "create", fields=wanted, where=d.where))
+                continue
+            diffs = _diff(now.fields, wanted)
+            action: Action = "update" if diffs else "unchanged"
+            changes.append(Change(d.kind, d.name, action, diffs, wanted, now.id, d.where))
+    return changes
+
+
+def exported(current: Iterable[Current]) -> dict[str, list[dict[str, Any]]]:
+    """The workspace as a document `load` reads back unchanged: each object's
+    name and the fields that differ from their defaults."""
+    document: dict[str, list[dict[str, Any]]] = {"connections": [], "pipelines": []}
+    for c in current:
+        defaults = _CONNECTION_DEFAULTS if c.kind == "connection" else _PIPELINE_DEFAULTS
+        fields = {k: v for k, v in c.fields.items() if defaults.get(k) != v}
+        document[f"{c.kind}s"].append({"name": c.name, **fields})
+    return document
+
+
+# ---------------------------------------------------------------- the workspace
+
+
+async def fetch(client: SetuClient) -> list[Current]:
+    """The workspace's connections and pipelines as `Current` values."""
+    found: list[Current] = []
+    async for c in client.list_connections():
+        fields: dict[str, Any] = {
+            "provider": c.provider,
+            "config": struct_to_dict(c.config),
+            "placement": enum_name(Placement(c.placement)),
+            "agent_id": c.agent_id,
+        }
+        found.append(Current("connection", c.name, c.id, fields))
+    names = {c.id: c.name for c in found}
+    async for p in client.list_pipelines():
+        fields = {
+            "source": names.get(p.source_connection_id, p.source_connection_id),
+            "destination": names.get(p.destination_connection_id, p.destination_connection_id),
+            "streams": list(p.streams),
+            "spec": struct_to_dict(p.spec),
+            "write_mode": enum_name(WriteMode(p.write_mode)),
+            "schedule": p.schedule,
+            "paused": p.paused,
+        }
+        found.append(Current("pipeline", p.name, p.id, fields))
+    return found
+
+
+async def execute(
+    client: SetuClient, changes: Sequence[Change], current: Sequence[Current]
+) -> None:
+    """Makes the planned changes, in order (connections before pipelines); a
+    refusal names the entry it was for and stops there."""
+    ids = {c.name: c.id for c in current if c.kind == "connection"}
+    for change in changes:
+        try:
+            await _make(client, change, ids)
+        except Unavailable:
+            raise
+        except SetuError as exc:
+            raise CliError(f"{change.where}: {exc.message}") from exc
+
+
+async def _make(client: SetuClient, change: Change, ids: dict[str, str]) -> None:
+    f = change.fields
+    changed = {k.split(".")[0] for k in change.diffs}
+    if change.kind == "connection" and change.action == "create":
+        made = await client.create_connection(
+            change.name, f["provider"], f["config"], f["placement"], f["agent_id"] or None
+        )
+        ids[change.name] = made.id
+    elif change.kind == "connection" and change.action == "update":
+        if changed & {"placement", "agent_id"}:
+            changed |= {"placement", "agent_id"}  # the server checks the pair together
+        await client.update_connection(change.id, **{k: f[k] for k in changed})
+    elif change.kind == "pipeline" and change.action == "create":
+        await client.create_pipeline(
+            change.name,
+            ids.get(f["source"], f["source"]),
+            ids.get(f["destination"], f["destination"]),
+            streams=f["streams"],
+            spec=f["spec"],
+            write_mode=f["write_mode"],
+            schedule=f["schedule"],
+            paused=f["paused"],
+        )
+    elif change.kind == "pipeline" and change.action == "update":
+        updates = {k: f[k] for k in changed - {"source", "destination"}}
+        for end in changed & {"source", "destination"}:
+            updates[f"{end}_connection_id"] = ids.get(f[end], f[end])
+        await client.update_pipeline(change.id, **updates)
+
+
+# ---------------------------------------------------------------- commands
+
+
+def _report(args: argparse.Namespace, lines: list[str], document: dict[str, Any]) -> None:
+    print(json.dumps(document, indent=2, ensure_ascii=False) if args.json else "\n".join(lines))
+
+
+async def apply_command(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    declared = load(args.file)
+    current = await fetch(client)
+    changes = plan(declared, current)
+    pending = any(c.action != "unchanged" for c in changes)
+    if not args.json:
+        print("\n".join(c.line() for c in changes), flush=True)
+    if pending and not args.dry_run:
+        await execute(client, changes, current)
+    if args.json:
+        applied = pending and not args.dry_run
+        _report(args, [], {"changes": [c.as_json() for c in changes], "applied": applied})
+    elif args.dry_run and pending:
+        print("dry run: nothing changed")
+    return 0
+
+
+async def delete_command(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    declared = load(args.file)
+    existing = {(c.kind, c.name): c for c in await fetch(client)}
+    lines: list[str] = []
+    results: list[dict[str, Any]] = []
+    for kind in ("pipeline", "connection"):  # a connection in use cannot go first
+        for d in (d for d in declared if d.kind == kind):
+            found = existing.get((kind, d.name))
+            if found and not args.dry_run:
+                try:
+                    if kind == "pipeline":
+                        await client.delete_pipeline(found.id)
+                    else:
+                        await client.delete_connection(found.id)
+                except NotFound:
+                    found = None  # gone meanwhile: the outcome asked for
+            lines.append(f"- {kind} {d.name}" if found else f"= {kind} {d.name} (not found)")
+            results.append({"kind": kind, "name": d.name, "deleted": bool(found)})
+    if args.dry_run and not args.json:
+        lines.append("dry run: nothing deleted")
+    _report(args, lines, {"deleted": results, "dry_run": args.dry_run})
+    return 0
+
+
+async def export_command(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    document = exported(await fetch(client))
+    if args.json:
+        print(json.dumps(document, indent=2, ensure_ascii=False))
+    else:
+        print(yaml.safe_dump(document, sort_keys=False, allow_unicode=True), end="")
+    return 0
+
+
+def add_apply_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Registers apply, delete and export on `setu`'s subparsers."""
+    file_help = "a YAML or JSON file, or a folder of them; - for stdin"
+    for name, handler, help in (
+        ("apply", apply_command, "create or update the connections and pipelines a file declares"),
+        ("delete", delete_command, "delete the pipelines and connections a file declares"),
+    ):
+        parser = sub.add_parser(name, help=help, description=help, parents=[common])
+        parser.set_defaults(handler=handler)
+        parser.add_argument("-f", "--file", required=True, metavar="FILE", help=file_help)
+        parser.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    help = "print the workspace's connections and pipelines as a file apply reads"
+    sub.add_parser("export", help=help, description=help, parents=[common]).set_defaults(
+        handler=export_command
+    )

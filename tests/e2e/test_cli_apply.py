@@ -1,0 +1,227 @@
+"""`setu apply|delete -f` and `setu export`, run as real processes against an
+in-process server: create, a second apply that changes nothing, updates,
+dry runs, deletes, an export applied back, and bad files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+import yaml
+
+from setu_server.server import Running
+from tests.factories import make_tenant
+
+
+async def setu(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "setu_server.cli",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    assert b"Traceback" not in err, err.decode()
+    return proc.returncode, out.decode(), err.decode()
+
+
+@pytest.fixture
+async def env(server: Running, pool: asyncpg.Pool) -> dict[str, str]:
+    tenant = await make_tenant(pool)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SETU_")}
+    return base | {"SETU_SERVER": f"127.0.0.1:{server.port}", "SETU_API_KEY": tenant.api_key}
+
+
+def declared(tmp_path: Path) -> dict[str, Any]:
+    return {
+        "connections": [
+            {"name": "crm", "provider": "sqlite", "config": {"path": str(tmp_path / "crm.db")}},
+            {
+                "name": "warehouse",
+                "provider": "sqlite",
+                "config": {"path": str(tmp_path / "dw.db"), "create": True},
+            },
+        ],
+        "pipelines": [
+            {
+                "name": "crm-to-warehouse",
+                "source": "crm",
+                "destination": "warehouse",
+                "streams": ["customers"],
+            }
+        ],
+    }
+
+
+def write(path: Path, document: Any) -> str:
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
+async def pipeline(env: dict[str, str]) -> dict[str, Any]:
+    code, out, _ = await setu("pipelines", "get", "crm-to-warehouse", "--json", env=env)
+    assert code == 0
+    found: dict[str, Any] = json.loads(out)
+    return found
+
+
+async def test_apply_creates_then_a_second_apply_changes_nothing(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    # A folder holding the README's two shapes: a list of connections, one pipeline.
+    folder = tmp_path / "setu"
+    folder.mkdir()
+    document = declared(tmp_path)
+    write(folder / "connections.yaml", document["connections"])
+    (folder / "pipeline.json").write_text(json.dumps(document["pipelines"][0]))
+
+    code, out, err = await setu("apply", "-f", str(folder), env=env)
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        "+ connection crm",
+        "+ connection warehouse",
+        "+ pipeline crm-to-warehouse",
+    ]
+    made = await pipeline(env)
+    assert made["streams"] == ["customers"] and made["write_mode"] == "WRITE_MODE_APPEND"
+
+    code, out, _ = await setu("apply", "-f", str(folder), "--json", env=env)
+    assert code == 0
+    plan = json.loads(out)
+    assert plan["applied"] is False
+    assert {c["action"] for c in plan["changes"]} == {"unchanged"}
+    assert (await pipeline(env))["updated_at"] == made["updated_at"]
+
+
+async def test_apply_updates_what_changed_and_a_dry_run_changes_nothing(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    document = declared(tmp_path)
+    path = write(tmp_path / "setu.yaml", document)
+    assert (await setu("apply", "-f", path, env=env))[0] == 0
+
+    document["connections"][1]["config"]["create"] = False
+    document["pipelines"][0]["write_mode"] = "upsert"
+    document["pipelines"][0]["spec"] = {"primary_key": {"customers": ["id"]}}
+    write(tmp_path / "setu.yaml", document)
+    expected = [
+        "= connection crm (unchanged)",
+        "~ connection warehouse: config.create: true → false",
+        "~ pipeline crm-to-warehouse: spec.primary_key: (none) → "
+        '{"customers": ["id"]}; write_mode: append → upsert',
+    ]
+
+    code, out, _ = await setu("apply", "-f", path, "--dry-run", env=env)
+    assert code == 0 and out.splitlines() == [*expected, "dry run: nothing changed"]
+    assert (await pipeline(env))["write_mode"] == "WRITE_MODE_APPEND"
+
+    code, out, _ = await setu("apply", "-f", path, env=env)
+    assert code == 0 and out.splitlines() == expected
+    after = await pipeline(env)
+    assert after["write_mode"] == "WRITE_MODE_UPSERT"
+    assert after["spec"] == {"primary_key": {"customers": ["id"]}}
+    code, out, _ = await setu("connections", "get", "warehouse", "--json", env=env)
+    assert json.loads(out)["config"]["create"] is False
+
+    code, out, _ = await setu("apply", "-f", path, env=env)
+    assert {line[0] for line in out.splitlines()} == {"="}
+
+
+async def test_delete_removes_what_the_file_declares_then_reports_it_missing(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    path = write(tmp_path / "setu.yaml", declared(tmp_path))
+    assert (await setu("apply", "-f", path, env=env))[0] == 0
+
+    code, out, _ = await setu("delete", "-f", path, "--dry-run", env=env)
+    assert code == 0 and out.splitlines()[-1] == "dry run: nothing deleted"
+    assert (await pipeline(env))["name"] == "crm-to-warehouse"
+
+    code, out, _ = await setu("delete", "-f", path, env=env)
+    assert code == 0
+    # The pipeline first: a connection a pipeline uses cannot be deleted.
+    assert out.splitlines() == [
+        "- pipeline crm-to-warehouse",
+        "- connection crm",
+        "- connection warehouse",
+    ]
+    code, out, _ = await setu("connections", "list", "--json", env=env)
+    assert json.loads(out)["connections"] == []
+
+    code, out, _ = await setu("delete", "-f", path, env=env)
+    assert code == 0
+    assert out.splitlines() == [
+        "= pipeline crm-to-warehouse (not found)",
+        "= connection crm (not found)",
+        "= connection warehouse (not found)",
+    ]
+
+
+async def test_export_then_apply_is_a_no_op(env: dict[str, str], tmp_path: Path) -> None:
+    document = declared(tmp_path)
+    document["connections"].append(
+        {
+            "name": "billing",
+            "provider": "postgres",
+            "config": {
+                "host": "db.internal",
+                "database": "billing",
+                "user": "loader",
+                "password": {"$secret": "BILLING_PASSWORD"},
+            },
+        }
+    )
+    document["pipelines"][0] |= {"write_mode": "merge", "paused": True, "schedule": "0 * * * *"}
+    code, _, err = await setu("apply", "-f", write(tmp_path / "setu.yaml", document), env=env)
+    assert code == 0, err
+
+    code, out, _ = await setu("export", env=env)
+    assert code == 0
+    exported = yaml.safe_load(out)
+    # By name, as the workspace lists them; references stay references; no ids or timestamps.
+    document["connections"].sort(key=lambda c: c["name"])
+    assert exported == document
+    (tmp_path / "x.yaml").write_text(out)
+    code, out, _ = await setu("apply", "-f", str(tmp_path / "x.yaml"), env=env)
+    assert code == 0 and {line[0] for line in out.splitlines()} == {"="}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda d: d["connections"][0].update(host="x"),
+            "setu.yaml: connection crm: unknown key(s) host",
+        ),
+        (  # refused by the server, still named by the entry
+            lambda d: d["connections"][0]["config"].update(hosts="x"),
+            "setu.yaml: connection crm: config: unknown key(s) hosts",
+        ),
+        (
+            lambda d: d["pipelines"][0].update(source="crmm"),
+            "setu.yaml: pipeline crm-to-warehouse: source 'crmm' is no connection",
+        ),
+    ],
+)
+async def test_a_bad_file_fails_in_one_line_naming_the_file_and_the_entry(
+    env: dict[str, str], tmp_path: Path, change: Any, message: str
+) -> None:
+    document = declared(tmp_path)
+    change(document)
+    path = write(tmp_path / "setu.yaml", document)
+    code, _, err = await setu("apply", "-f", path, env=env)
+    assert code == 2
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"error: {tmp_path / message}")
+    code, out, _ = await setu("connections", "list", "--json", env=env)
+    assert json.loads(out)["connections"] == []  # nothing was applied

@@ -474,12 +474,17 @@ class _Commands:
 
 
 def _object_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    from setu_cli.changes import add_change_commands  # here: changes.py imports this module
+
+    by_noun: dict[str, _Commands] = {}
     for noun, create, listing, get, delete in (
         ("connections", connections_create, connections_list, connections_get, connections_delete),
         ("pipelines", pipelines_create, pipelines_list, pipelines_get, pipelines_delete),
     ):
-        parser = sub.add_parser(noun, help=f"create, list, show and delete {noun}")
-        leaves = _Commands(parser.add_subparsers(dest="action", required=True), common)
+        parser = sub.add_parser(noun, help=f"create, list, show, change and delete {noun}")
+        leaves = by_noun[noun] = _Commands(
+            parser.add_subparsers(dest="action", required=True), common
+        )
         leaves.add("create", create, f"create {noun} from a file").add_argument(
             "-f", "--file", required=True, metavar="FILE", help=_FILE_HELP
         )
@@ -488,6 +493,7 @@ def _object_commands(sub: Any, common: argparse.ArgumentParser) -> None:
             made.add_argument("--provider", default="", help="only this provider's")
         leaves.add("get", get, f"show one of the {noun}", "NAME_OR_ID")
         leaves.add("delete", delete, f"delete one of the {noun}", "NAME_OR_ID")
+    add_change_commands(by_noun)
 
 
 def _job_commands(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -532,9 +538,6 @@ def add_client_commands(sub: Any) -> None:
     common = _common_options()
     _object_commands(sub, common)
     _job_commands(sub, common)
-    from setu_cli.apply import add_apply_commands  # here: apply.py imports this module
-
-    add_apply_commands(sub, common)
 
 
 async def _dispatch(args: argparse.Namespace, session: Session) -> int:

@@ -538,6 +538,9 @@ def add_client_commands(sub: Any) -> None:
     common = _common_options()
     _object_commands(sub, common)
     _job_commands(sub, common)
+    from setu_cli.apply import add_apply_commands  # here: apply.py imports this module
+
+    add_apply_commands(sub, common)
 
 
 async def _dispatch(args: argparse.Namespace, session: Session) -> int:

@@ -207,9 +207,26 @@ def _check_values(where: str, fields: dict[str, Any]) -> None:
         expect(isinstance(fields["paused"], bool), "paused must be true or false")
 
 
+def read(source: str) -> list[dict[str, Any]]:
+    """The objects of a file; unlike `read_documents`, a YAML file may hold
+    several documents (`---`), and a YAML error is told on one line."""
+    if source == "-" or Path(source).suffix.lower() not in (".yaml", ".yml"):
+        return read_documents(source)
+    try:
+        documents = list(yaml.safe_load_all(Path(source).read_text()))
+    except OSError as exc:
+        raise CliError(f"{source}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise CliError(f"{source}: not valid YAML: {' '.join(str(exc).split())}") from exc
+    items = [i for d in documents if d is not None for i in (d if isinstance(d, list) else [d])]
+    if not items or not all(isinstance(i, dict) for i in items):
+        raise CliError(f"{source}: expected objects, or lists of objects")
+    return items
+
+
 def load(path: str) -> list[Declared]:
     """Every object the file or folder declares; a name declared twice is an error."""
-    declared = [d for f in files_of(path) for d in parse(f, read_documents(f))]
+    declared = [d for f in files_of(path) for d in parse(f, read(f))]
     seen: dict[tuple[str, str], Declared] = {}
     for d in declared:
         if (d.kind, d.name) in seen:

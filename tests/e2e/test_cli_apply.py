@@ -63,8 +63,8 @@ def declared(tmp_path: Path) -> dict[str, Any]:
     }
 
 
-def write(path: Path, document: Any) -> str:
-    path.write_text(yaml.safe_dump(document))
+def write(path: Path, *documents: Any) -> str:
+    path.write_text(yaml.safe_dump_all(documents))
     return str(path)
 
 
@@ -140,8 +140,13 @@ async def test_apply_updates_what_changed_and_a_dry_run_changes_nothing(
 async def test_delete_removes_what_the_file_declares_then_reports_it_missing(
     env: dict[str, str], tmp_path: Path
 ) -> None:
-    path = write(tmp_path / "setu.yaml", declared(tmp_path))
-    assert (await setu("apply", "-f", path, env=env))[0] == 0
+    # Two YAML documents in one file.
+    document = declared(tmp_path)
+    path = write(
+        tmp_path / "setu.yaml", {"pipelines": document["pipelines"]}, document["connections"]
+    )
+    code, out, _ = await setu("apply", "-f", path, env=env)
+    assert code == 0 and len(out.splitlines()) == 3
 
     code, out, _ = await setu("delete", "-f", path, "--dry-run", env=env)
     assert code == 0 and out.splitlines()[-1] == "dry run: nothing deleted"
@@ -225,3 +230,13 @@ async def test_a_bad_file_fails_in_one_line_naming_the_file_and_the_entry(
     assert err.startswith(f"error: {tmp_path / message}")
     code, out, _ = await setu("connections", "list", "--json", env=env)
     assert json.loads(out)["connections"] == []  # nothing was applied
+
+
+async def test_a_file_that_is_not_yaml_fails_in_one_line(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    path = tmp_path / "setu.yaml"
+    path.write_text("connections:\n  - name: crm\n   provider: [sqlite\n")
+    code, out, err = await setu("apply", "-f", str(path), env=env)
+    assert (code, out) == (2, "")
+    assert len(err.splitlines()) == 1 and err.startswith(f"error: {path}: not valid YAML")

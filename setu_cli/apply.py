@@ -392,7 +392,7 @@ async def apply_command(client: SetuClient, args: argparse.Namespace, _: Session
     changes = plan(declared, current)
     pending = any(c.action != "unchanged" for c in changes)
     if not args.json:
-        print("\n".join(c.line() for c in changes), flush=True)
+        print("\n".join(c.line() for c in changes) or "nothing declared", flush=True)
     if pending and not args.dry_run:
         await execute(client, changes, current)
     if args.json:
@@ -420,10 +420,10 @@ async def delete_command(client: SetuClient, args: argparse.Namespace, _: Sessio
                 except NotFound:
                     found = None  # gone meanwhile: the outcome asked for
             lines.append(f"- {kind} {d.name}" if found else f"= {kind} {d.name} (not found)")
-            results.append({"kind": kind, "name": d.name, "deleted": bool(found)})
+            results.append({"kind": kind, "name": d.name, "found": bool(found)})
     if args.dry_run and not args.json:
         lines.append("dry run: nothing deleted")
-    _report(args, lines, {"deleted": results, "dry_run": args.dry_run})
+    _report(args, lines, {"objects": results, "deleted": not args.dry_run})
     return 0
 
 

@@ -150,6 +150,9 @@ async def test_delete_removes_what_the_file_declares_then_reports_it_missing(
 
     code, out, _ = await setu("delete", "-f", path, "--dry-run", env=env)
     assert code == 0 and out.splitlines()[-1] == "dry run: nothing deleted"
+    code, out, _ = await setu("delete", "-f", path, "--dry-run", "--json", env=env)
+    dry = json.loads(out)
+    assert dry["deleted"] is False and {o["found"] for o in dry["objects"]} == {True}
     assert (await pipeline(env))["name"] == "crm-to-warehouse"
 
     code, out, _ = await setu("delete", "-f", path, env=env)

@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
 from setu_cli.commands import add_client_commands, run_client_command
 from setu_client import admin as apb
-from setu_client import logs
+from setu_client import logs, message_to_dict
 from setu_client.channel import open_channel
 from setu_client.errors import SetuError, from_rpc_error
 from setu_server import dev_secrets
@@ -140,7 +139,8 @@ async def _dev(args: argparse.Namespace, data_dir: Path) -> None:
 
 
 def _print(message: Message) -> None:
-    print(json.dumps(MessageToDict(message), indent=2))
+    # The field names of the .proto, as the client commands print them.
+    print(json.dumps(message_to_dict(message), indent=2))
 
 
 async def _admin_call(
@@ -149,13 +149,18 @@ async def _admin_call(
 ) -> None:
     token = args.admin_token or os.environ.get("SETU_ADMIN_TOKEN", "")
     if not token:
-        raise SystemExit("an admin token is required (--admin-token or SETU_ADMIN_TOKEN)")
+        raise _AdminError("an admin token is required (--admin-token or SETU_ADMIN_TOKEN)")
     async with open_channel(args.server, token, tls=args.tls) as channel:
         try:
             _print(await call(apb.AdminServiceStub(channel)))
         except grpc.aio.AioRpcError as exc:
             error = from_rpc_error(exc)
-            raise SystemExit(f"error: {error.code.name}: {error.message}") from None
+            where = f"cannot reach {args.server}: " if error.code.name == "UNAVAILABLE" else ""
+            raise _AdminError(f"{where}{error.code.name}: {error.message}") from None
+
+
+class _AdminError(Exception):
+    """A refused admin call or bad input: one line on stderr, exit 2."""
 
 
 _ADMIN_ACTIONS: dict[tuple[str, str], Callable[[Any, argparse.Namespace], Awaitable[Message]]] = {
@@ -180,23 +185,47 @@ _ADMIN_ACTIONS: dict[tuple[str, str], Callable[[Any, argparse.Namespace], Awaita
 }
 
 
+def _admin_options(anywhere: bool) -> argparse.ArgumentParser:
+    """The server options, on `admin` and again on every leaf, so they may
+    come before or after the subcommand. A leaf's copies default to
+    SUPPRESS: absent there, they leave what `admin` parsed alone."""
+    options = argparse.ArgumentParser(add_help=False)
+    group = options.add_argument_group("server options")
+
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if anywhere else value
+
+    group.add_argument(
+        "--server",
+        default=default(os.environ.get("SETU_SERVER", "127.0.0.1:50051")),
+        help="host:port of setu-server (env SETU_SERVER; default 127.0.0.1:50051)",
+    )
+    group.add_argument("--admin-token", default=default(""), help="(env SETU_ADMIN_TOKEN)")
+    group.add_argument("--tls", action="store_true", default=default(False), help="use TLS")
+    return options
+
+
 def _admin_parser(sub: Any) -> None:
-    admin = sub.add_parser("admin", help="manage workspaces, API keys and agents")
-    admin.add_argument("--server", default=os.environ.get("SETU_SERVER", "127.0.0.1:50051"))
-    admin.add_argument("--admin-token", default="")
-    admin.add_argument("--tls", action="store_true")
+    admin = sub.add_parser(
+        "admin",
+        help="manage workspaces, API keys and agents",
+        description="Manage workspaces, API keys and agents. Prints the answer as JSON; "
+        "an error is one line on stderr and exits 2.",
+        parents=[_admin_options(anywhere=False)],
+    )
+    leaf = {"parents": [_admin_options(anywhere=True)]}
     objects = admin.add_subparsers(dest="object", required=True)
     ws = objects.add_parser("workspace").add_subparsers(dest="action", required=True)
-    ws.add_parser("create").add_argument("name")
-    ws.add_parser("list")
+    ws.add_parser("create", **leaf).add_argument("name")
+    ws.add_parser("list", **leaf)
     for name in ("api-key", "agent"):
         actions = objects.add_parser(name).add_subparsers(dest="action", required=True)
-        create = actions.add_parser("create")
+        create = actions.add_parser("create", **leaf)
         create.add_argument("--workspace", required=True, help="workspace id")
         create.add_argument("name")
-        actions.add_parser("list").add_argument("--workspace", required=True)
+        actions.add_parser("list", **leaf).add_argument("--workspace", required=True)
         verb = "revoke" if name == "api-key" else "deactivate"
-        actions.add_parser(verb).add_argument("id")
+        actions.add_parser(verb, **leaf).add_argument("id")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -220,6 +249,9 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "admin":
             action = _ADMIN_ACTIONS[(args.object, args.action)]
             asyncio.run(_admin_call(args, lambda stub: action(stub, args)))
+    except _AdminError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
     except SetuError as exc:
         sys.exit(f"error: {exc.code.name}: {exc.message}")
 

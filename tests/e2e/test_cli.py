@@ -39,10 +39,63 @@ async def test_admin_commands_create_and_list(database_url: str) -> None:
         assert [a["name"] for a in json.loads(out)["agents"]] == ["e1"]
 
         code, _, err = await _setu(*common, "workspace", "create", "acme")
-        assert code == 1 and "ALREADY_EXISTS" in err
+        assert code == 2 and err.startswith("error: ") and "ALREADY_EXISTS" in err
 
         code, _, err = await _setu(*common, "api-key", "create", "--workspace", "nope", "k")
-        assert code == 1 and "INVALID_ARGUMENT: workspace_id: must be a UUID" in err
+        assert code == 2 and "INVALID_ARGUMENT: workspace_id: must be a UUID" in err
+        assert len(err.splitlines()) == 1
+
+
+async def test_admin_flags_go_anywhere_and_it_prints_field_names_as_the_client_does(
+    database_url: str,
+) -> None:
+    async with in_process(database_url) as server:
+        address = f"127.0.0.1:{server.port}"
+        code, out, err = await _setu(
+            "admin", "workspace", "list", "--server", address, "--admin-token", ADMIN_TOKEN
+        )
+        assert code == 0, err
+        code, out, err = await _setu(
+            "admin",
+            "--server",
+            address,
+            "workspace",
+            "create",
+            "acme",
+            "--admin-token",
+            ADMIN_TOKEN,
+        )
+        assert code == 0, err
+        workspace = json.loads(out)
+        assert "created_at" in workspace and "createdAt" not in workspace
+        code, out, _ = await _setu(
+            "admin",
+            "api-key",
+            "list",
+            "--workspace",
+            workspace["id"],
+            "--server",
+            address,
+            "--admin-token",
+            ADMIN_TOKEN,
+        )
+        assert code == 0 and json.loads(out) == {"api_keys": []}
+
+        code, _, err = await _setu("admin", "workspace", "list", "--server", address)
+        assert (
+            code == 2
+            and err == "error: an admin token is required (--admin-token or SETU_ADMIN_TOKEN)\n"
+        )
+        code, _, err = await _setu(
+            "admin",
+            "workspace",
+            "list",
+            "--admin-token",
+            "wrong-token-of-16+chars",
+            "--server",
+            address,
+        )
+        assert code == 2 and err.startswith("error: UNAUTHENTICATED") and len(err.splitlines()) == 1
 
 
 def _commands(help_text: str) -> set[str]:

@@ -1,7 +1,9 @@
 """setu-agent: the edge runtime. It opens no ports: it asks setu-server for
 work (LeaseTask), runs it inside the private network, and reports back.
 
-Configured by flags or environment (SETU_*); see `setu-agent --help`.
+Configured by flags or environment (SETU_*), listed by `setu-agent --help`.
+A credential the server refuses, or a file that cannot be read, ends it with
+one line on stderr and exit code 2; an unreachable server is waited for.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import logging
 import os
 import platform
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from setu_agent.runtime.grpc_source import GrpcTaskSource
 from setu_agent.runtime.loop import backoff
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client.channel import open_channel
+from setu_client.errors import PermissionDenied, SetuError, Unauthenticated
 
 VERSION = "0.1.0"
 log = logging.getLogger("setu.agent")
@@ -32,8 +36,16 @@ def _env(name: str, default: str = "") -> str:
     return os.environ.get(f"SETU_{name}", default)
 
 
+DESCRIPTION = """The edge runtime: it opens no ports, asks setu-server for work
+(LeaseTask), runs it inside this network, and reports back. Each flag has an
+environment variable. Exit codes: 0 stopped by SIGINT/SIGTERM; 2 a refused
+token, or a bad flag or file."""
+
+EXIT_REFUSED = 2
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="setu-agent", description=__doc__)
+    p = argparse.ArgumentParser(prog="setu-agent", description=DESCRIPTION)
     p.add_argument(
         "--server",
         default=_env("SERVER", "127.0.0.1:50051"),
@@ -169,8 +181,25 @@ def main(argv: list[str] | None = None) -> None:
     from setu_client import logs  # the same structured log lines as the server
 
     logs.configure(args.log_level, "json")
-    args.root_cert_pem = Path(args.root_cert).read_bytes() if args.root_cert else None
-    asyncio.run(run(args))
+    try:
+        args.root_cert_pem = Path(args.root_cert).read_bytes() if args.root_cert else None
+        asyncio.run(run(args))
+    except OSError as exc:  # the root certificate, the secrets file
+        sys.exit(_one_line(f"cannot read {exc.filename}: {exc.strerror or exc}"))
+    except (Unauthenticated, PermissionDenied) as exc:
+        sys.exit(
+            _one_line(
+                f"{args.server} refused the agent token: {exc.message}; pass the token "
+                "`setu admin agent create` printed, with --token or SETU_AGENT_TOKEN"
+            )
+        )
+    except SetuError as exc:
+        sys.exit(_one_line(f"{args.server} answered {exc.code.name}: {exc.message}"))
+
+
+def _one_line(message: str) -> int:
+    print(f"setu-agent: error: {message}", file=sys.stderr)
+    return EXIT_REFUSED
 
 
 if __name__ == "__main__":

@@ -111,3 +111,27 @@ async def test_setu_offers_every_command_and_setu_cli_the_clients_alone() -> Non
     code, out, _ = await _setu("--help", module="setu_cli")
     assert code == 0
     assert _commands(out) == client
+
+
+async def test_setu_agent_with_a_refused_token_says_so_in_one_line(database_url: str) -> None:
+    async with in_process(database_url) as server:
+        code, out, err = await _setu(
+            "--server",
+            f"127.0.0.1:{server.port}",
+            "--token",
+            "setu_ag_not-a-real-token",
+            module="setu_agent.main",
+        )
+    assert code == 2 and out == ""
+    assert err.splitlines() == [
+        f"setu-agent: error: 127.0.0.1:{server.port} refused the agent token: this agent "
+        "token is unknown or has been revoked; pass the token `setu admin agent create` "
+        "printed, with --token or SETU_AGENT_TOKEN"
+    ]
+
+
+async def test_setu_agent_help_describes_it_rather_than_pointing_at_itself() -> None:
+    code, out, _ = await _setu("--help", module="setu_agent.main")
+    assert code == 0
+    assert "setu-agent --help" not in out
+    assert "Exit codes: 0 stopped by SIGINT/SIGTERM; 2 a refused token" in " ".join(out.split())

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
+
+import pytest
 
 from tests.servers import ADMIN_TOKEN, in_process
 
@@ -135,3 +138,40 @@ async def test_setu_agent_help_describes_it_rather_than_pointing_at_itself() -> 
     assert code == 0
     assert "setu-agent --help" not in out
     assert "Exit codes: 0 stopped by SIGINT/SIGTERM; 2 a refused token" in " ".join(out.split())
+
+
+_FORK_WITH_GRPC_RUNNING = """
+import asyncio, os, sys
+import {package}
+import grpc
+
+async def main():
+    async with grpc.aio.insecure_channel("127.0.0.1:1") as channel:
+        try:
+            await asyncio.wait_for(channel.channel_ready(), 0.3)
+        except TimeoutError:
+            pass
+        pid = os.fork()  # as pg_ctl's start or a worker's start does
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("package", ["setu_server", "setu_cli"])
+async def test_a_fork_while_grpc_runs_prints_no_fork_posix_line(package: str) -> None:
+    # The test process imported setu_server itself: its setting must not leak in.
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _FORK_WITH_GRPC_RUNNING.format(package=package),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    assert "fork_posix" not in err.decode()

@@ -39,6 +39,7 @@ from setu_cli.render import (
 )
 from setu_client import (
     Job,
+    JobNotStarted,
     JobState,
     NotFound,
     Placement,
@@ -359,7 +360,13 @@ async def jobs_wait(client: SetuClient, args: argparse.Namespace, session: Sessi
     session.watching = args.id
     # On timeout _report_end shows the state the job is still in, and exits 4.
     with contextlib.suppress(TimeoutError):
-        await client.wait_for_job(args.id, timeout=args.timeout)
+        try:
+            await client.wait_for_job(args.id, timeout=args.timeout)
+        except JobNotStarted:
+            raise CliError(
+                f"job {args.id} is READY and would never end: start it with "
+                f"`setu jobs start {args.id}`"
+            ) from None
     session.watching = ""
     return await _report_end(client, await client.get_job(args.id), args)
 

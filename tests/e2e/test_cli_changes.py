@@ -151,3 +151,19 @@ async def test_an_update_file_is_read_as_create_reads_it(
     assert updated["config"] == {"path": str(moved)}
     code, out, _ = await setu("connections", "discover", "crm", env=env)
     assert code == 0 and [line.split()[0] for line in out.splitlines()[1:]] == ["t"]
+
+
+async def test_waiting_on_a_ready_job_names_the_command_that_starts_it(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    await setu("connections", "create", "-f", str(connections_yaml(tmp_path)), env=env)
+    pipeline = {"name": "users-sync", "source": "crm", "destination": "warehouse"}
+    await setu("pipelines", "create", "-f", "-", env=env, stdin=json.dumps(pipeline))
+    code, out, _ = await setu("run", "users-sync", "--no-start", env=env)
+    ready = out.strip()
+    assert code == 0
+    code, _, err = await setu("jobs", "wait", ready, env=env)
+    assert code == 2
+    assert err.splitlines() == [
+        f"error: job {ready} is READY and would never end: start it with `setu jobs start {ready}`"
+    ]

@@ -60,7 +60,7 @@ EXIT_INTERRUPTED = 130
 
 EXIT_CODES_HELP = """exit codes:
   0  the job succeeded
-  1  the job failed
+  1  the job failed (connections test: the test ran and failed)
   2  the command itself failed (bad input, refused call, server unreachable)
   3  the job was cancelled
   4  (jobs wait --timeout) the job had not ended in time
@@ -444,22 +444,41 @@ _STATES = ("ready", "pending", "running", "succeeded", "failed", "cancelled")
 _FILE_HELP = "YAML or JSON (by extension, else by content): one object or a list; - for stdin"
 
 
-def _common_options() -> argparse.ArgumentParser:
+def _option_defaults() -> dict[str, Any]:
+    return {
+        "server": os.environ.get("SETU_SERVER", "127.0.0.1:50051"),
+        "api_key": os.environ.get("SETU_API_KEY", ""),
+        "tls": False,
+        "root_cert": None,
+        "json": False,
+    }
+
+
+def client_options() -> argparse.ArgumentParser:
+    """The server options and --json, for every level of the command line
+    (`setu --json jobs get ID`, `setu jobs get ID --json`). Their defaults
+    are SUPPRESS, so a level that does not see one leaves what another level
+    parsed; run_client_command fills in the rest."""
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("server options")
+    hidden = argparse.SUPPRESS
     group.add_argument(
         "--server",
-        default=os.environ.get("SETU_SERVER", "127.0.0.1:50051"),
+        default=hidden,
         help="host:port of setu-server (env SETU_SERVER; default 127.0.0.1:50051)",
     )
+    group.add_argument("--api-key", default=hidden, help="required (env SETU_API_KEY)")
+    group.add_argument("--tls", action="store_true", default=hidden, help="connect with TLS")
     group.add_argument(
-        "--api-key", default=os.environ.get("SETU_API_KEY", ""), help="required (env SETU_API_KEY)"
+        "--root-cert",
+        metavar="FILE",
+        type=Path,
+        default=hidden,
+        help="PEM roots to trust (implies --tls)",
     )
-    group.add_argument("--tls", action="store_true", help="connect with TLS")
     group.add_argument(
-        "--root-cert", metavar="FILE", type=Path, help="PEM roots to trust (implies --tls)"
+        "--json", action="store_true", default=hidden, help="print one JSON document"
     )
-    group.add_argument("--json", action="store_true", help="print one JSON document")
     return common
 
 
@@ -488,7 +507,9 @@ def _object_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         ("connections", connections_create, connections_list, connections_get, connections_delete),
         ("pipelines", pipelines_create, pipelines_list, pipelines_get, pipelines_delete),
     ):
-        parser = sub.add_parser(noun, help=f"create, list, show, change and delete {noun}")
+        parser = sub.add_parser(
+            noun, help=f"create, list, show, change and delete {noun}", parents=[common]
+        )
         leaves = by_noun[noun] = _Commands(
             parser.add_subparsers(dest="action", required=True), common
         )
@@ -513,7 +534,7 @@ def _job_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     runner.add_argument("--dry-run", action="store_true", help="validate and plan, move no data")
     runner.add_argument("--idempotency-key", default="", metavar="K", help="submit at most once")
 
-    jobs = sub.add_parser("jobs", help="inspect, wait for and cancel jobs")
+    jobs = sub.add_parser("jobs", help="inspect, wait for and cancel jobs", parents=[common])
     leaves = _Commands(jobs.add_subparsers(dest="action", required=True), common)
     leaves.add("get", jobs_get, "show a job", "ID")
     leaves.add("start", jobs_start, "start a READY job", "ID")
@@ -542,7 +563,7 @@ def _job_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def add_client_commands(sub: Any) -> None:
     """Registers connections, pipelines, run and jobs on `setu`'s subparsers."""
-    common = _common_options()
+    common = client_options()
     _object_commands(sub, common)
     _job_commands(sub, common)
     from setu_cli.apply import add_apply_commands  # here: apply.py imports this module
@@ -568,6 +589,9 @@ async def _dispatch(args: argparse.Namespace, session: Session) -> int:
 
 def run_client_command(args: argparse.Namespace) -> int:
     """Runs the parsed command; returns the process's exit code."""
+    for name, value in _option_defaults().items():
+        if not hasattr(args, name):
+            setattr(args, name, value)
     session = Session()
     try:
         return asyncio.run(_dispatch(args, session))

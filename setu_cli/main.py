@@ -7,11 +7,22 @@ from __future__ import annotations
 import argparse
 import sys
 
-from setu_cli.commands import add_client_commands, run_client_command
+from setu_cli.commands import (
+    EXIT_CODES_HELP,
+    add_client_commands,
+    client_options,
+    run_client_command,
+)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="setu", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="setu",
+        description=__doc__,
+        parents=[client_options()],
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_client_commands(parser.add_subparsers(dest="command", required=True))
     sys.exit(run_client_command(parser.parse_args(argv)))
 

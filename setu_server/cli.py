@@ -19,7 +19,12 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
-from setu_cli.commands import add_client_commands, run_client_command
+from setu_cli.commands import (
+    EXIT_CODES_HELP,
+    add_client_commands,
+    client_options,
+    run_client_command,
+)
 from setu_client import admin as apb
 from setu_client import logs, message_to_dict
 from setu_client.channel import open_channel
@@ -185,24 +190,33 @@ _ADMIN_ACTIONS: dict[tuple[str, str], Callable[[Any, argparse.Namespace], Awaita
 }
 
 
-def _admin_options(anywhere: bool) -> argparse.ArgumentParser:
+def _admin_options() -> argparse.ArgumentParser:
     """The server options, on `admin` and again on every leaf, so they may
-    come before or after the subcommand. A leaf's copies default to
-    SUPPRESS: absent there, they leave what `admin` parsed alone."""
+    come before or after the subcommand (or before `admin`: `setu --server`).
+    Their defaults are SUPPRESS, so a level that does not see one leaves what
+    another parsed; _admin_defaults fills in the rest."""
     options = argparse.ArgumentParser(add_help=False)
     group = options.add_argument_group("server options")
-
-    def default(value: object) -> object:
-        return argparse.SUPPRESS if anywhere else value
-
+    hidden = argparse.SUPPRESS
     group.add_argument(
         "--server",
-        default=default(os.environ.get("SETU_SERVER", "127.0.0.1:50051")),
+        default=hidden,
         help="host:port of setu-server (env SETU_SERVER; default 127.0.0.1:50051)",
     )
-    group.add_argument("--admin-token", default=default(""), help="(env SETU_ADMIN_TOKEN)")
-    group.add_argument("--tls", action="store_true", default=default(False), help="use TLS")
+    group.add_argument("--admin-token", default=hidden, help="(env SETU_ADMIN_TOKEN)")
+    group.add_argument("--tls", action="store_true", default=hidden, help="use TLS")
     return options
+
+
+def _admin_defaults(args: argparse.Namespace) -> None:
+    defaults = {
+        "server": os.environ.get("SETU_SERVER", "127.0.0.1:50051"),
+        "admin_token": "",
+        "tls": False,
+    }
+    for name, value in defaults.items():
+        if not hasattr(args, name):
+            setattr(args, name, value)
 
 
 def _admin_parser(sub: Any) -> None:
@@ -211,9 +225,9 @@ def _admin_parser(sub: Any) -> None:
         help="manage workspaces, API keys and agents",
         description="Manage workspaces, API keys and agents. Prints the answer as JSON; "
         "an error is one line on stderr and exits 2.",
-        parents=[_admin_options(anywhere=False)],
+        parents=[_admin_options()],
     )
-    leaf = {"parents": [_admin_options(anywhere=True)]}
+    leaf = {"parents": [_admin_options()]}
     objects = admin.add_subparsers(dest="object", required=True)
     ws = objects.add_parser("workspace").add_subparsers(dest="action", required=True)
     ws.add_parser("create", **leaf).add_argument("name")
@@ -229,7 +243,13 @@ def _admin_parser(sub: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="setu", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="setu",
+        description=__doc__,
+        parents=[client_options()],
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     dev = sub.add_parser("dev", help="run a local server with dev credentials")
     dev.add_argument("--data-dir", default=os.environ.get("SETU_DATA_DIR", ".setu/dev"))
@@ -247,6 +267,7 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "dev":
             asyncio.run(_dev(args, Path(args.data_dir).resolve()))
         elif args.command == "admin":
+            _admin_defaults(args)
             action = _ADMIN_ACTIONS[(args.object, args.action)]
             asyncio.run(_admin_call(args, lambda stub: action(stub, args)))
     except _AdminError as exc:

@@ -84,6 +84,11 @@ async def test_admin_flags_go_anywhere_and_it_prints_field_names_as_the_client_d
         )
         assert code == 0 and json.loads(out) == {"api_keys": []}
 
+        code, out, err = await _setu(
+            "--server", address, "admin", "workspace", "list", "--admin-token", ADMIN_TOKEN
+        )
+        assert code == 0 and [w["name"] for w in json.loads(out)["workspaces"]] == ["acme"]
+
         code, _, err = await _setu("admin", "workspace", "list", "--server", address)
         assert (
             code == 2

@@ -167,3 +167,22 @@ async def test_waiting_on_a_ready_job_names_the_command_that_starts_it(
     assert err.splitlines() == [
         f"error: job {ready} is READY and would never end: start it with `setu jobs start {ready}`"
     ]
+
+
+async def test_server_options_and_json_are_taken_at_every_level(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    await setu("connections", "create", "-f", str(connections_yaml(tmp_path)), env=env)
+    bare = {k: v for k, v in env.items() if k not in ("SETU_SERVER", "SETU_API_KEY")}
+    where = ("--server", env["SETU_SERVER"], "--api-key", env["SETU_API_KEY"])
+    for args in (
+        (*where, "--json", "connections", "list"),
+        ("connections", *where, "--json", "list"),
+        ("connections", "list", *where, "--json"),
+        ("--json", "connections", *where, "list"),
+    ):
+        code, out, err = await setu(*args, env=bare)
+        assert code == 0, (args, err)
+        assert [c["name"] for c in json.loads(out)["connections"]] == ["crm", "warehouse"]
+    code, out, _ = await setu("connections", "list", *where, env=bare)
+    assert code == 0 and out.splitlines()[0].split()[0] == "NAME"  # no --json: a table

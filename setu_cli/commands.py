@@ -574,6 +574,9 @@ def add_client_commands(sub: Any) -> None:
 async def _dispatch(args: argparse.Namespace, session: Session) -> int:
     if not args.api_key:
         raise CliError("an API key is required (--api-key or SETU_API_KEY)")
+    if not (args.api_key.isascii() and args.api_key.isprintable()) or " " in args.api_key:
+        # grpc would refuse it as a header with a cryptic batch error.
+        raise CliError("the API key has characters a key never has (a stray space or newline?)")
     if getattr(args, "limit", 1) < 1:
         raise CliError("--limit must be at least 1")
     try:
@@ -609,4 +612,13 @@ def run_client_command(args: argparse.Namespace) -> int:
     except SetuError as exc:
         where = f"cannot reach {args.server}: " if isinstance(exc, Unavailable) else ""
         print(f"error: {where}{exc.message}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:
+        # A person reads this: one line that names the failure. A bug's
+        # traceback is one variable away.
+        if os.environ.get("SETU_DEBUG"):
+            raise
+        what = (str(exc).splitlines() or [""])[0][:200]
+        hint = "(SETU_DEBUG=1 shows the traceback)"
+        print(f"error: unexpected {type(exc).__name__}: {what} {hint}", file=sys.stderr)
         return EXIT_ERROR

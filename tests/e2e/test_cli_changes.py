@@ -186,3 +186,14 @@ async def test_server_options_and_json_are_taken_at_every_level(
         assert [c["name"] for c in json.loads(out)["connections"]] == ["crm", "warehouse"]
     code, out, _ = await setu("connections", "list", *where, env=bare)
     assert code == 0 and out.splitlines()[0].split()[0] == "NAME"  # no --json: a table
+
+
+async def test_an_api_key_with_a_stray_newline_is_one_line_not_a_grpc_batch_error(
+    env: dict[str, str],
+) -> None:
+    pasted = env | {"SETU_API_KEY": env["SETU_API_KEY"] + "\n"}
+    code, _, err = await setu("connections", "list", env=pasted)
+    assert code == 2
+    assert err.splitlines() == [
+        "error: the API key has characters a key never has (a stray space or newline?)"
+    ]

@@ -66,8 +66,8 @@ EXIT_CODES_HELP = """exit codes:
   4  (jobs wait --timeout) the job had not ended in time
   130  interrupted (Ctrl-C): the job keeps running; `setu jobs cancel ID` stops it"""
 
-# A CLI call should fail in seconds when the server is down, not after the
-# SDK's default five-minute retry budget.
+# A person at a prompt waits less than a program: 5 s of retries where the
+# SDK's short calls default to 15 s (its long-polls keep theirs).
 CLI_RETRY = RetryPolicy(initial_seconds=0.1, max_seconds=2.0, budget_seconds=5.0)
 
 T = TypeVar("T")

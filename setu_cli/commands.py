@@ -67,8 +67,11 @@ EXIT_CODES_HELP = """exit codes:
   130  interrupted (Ctrl-C): the job keeps running; `setu jobs cancel ID` stops it"""
 
 # A person at a prompt waits less than a program: 5 s of retries where the
-# SDK's short calls default to 15 s (its long-polls keep theirs).
-CLI_RETRY = RetryPolicy(initial_seconds=0.1, max_seconds=2.0, budget_seconds=5.0)
+# SDK's short calls default to 15 s, and its long-polls (jobs wait, watch,
+# run --wait) to 5 min; Ctrl-C is the only other way out of those.
+CLI_RETRY = RetryPolicy(
+    initial_seconds=0.1, max_seconds=2.0, budget_seconds=5.0, long_poll_budget_seconds=5.0
+)
 
 T = TypeVar("T")
 Handler = Callable[[SetuClient, argparse.Namespace, "Session"], Awaitable[int]]

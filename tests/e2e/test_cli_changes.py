@@ -15,6 +15,7 @@ import pytest
 from setu_server.server import Running
 from tests.e2e.test_cli_data import connections_yaml, setu
 from tests.factories import make_tenant
+from tests.servers import free_port
 
 
 @pytest.fixture
@@ -197,3 +198,14 @@ async def test_an_api_key_with_a_stray_newline_is_one_line_not_a_grpc_batch_erro
     assert err.splitlines() == [
         "error: the API key has characters a key never has (a stray space or newline?)"
     ]
+
+
+async def test_waiting_on_an_unreachable_server_gives_up_like_any_other_command(
+    env: dict[str, str],
+) -> None:
+    gone = env | {"SETU_SERVER": f"127.0.0.1:{free_port()}"}  # nothing listens here
+    job_id = "6f1f7c59-2c4f-4d0c-9a53-6fbb8f0e8d11"
+    for command in (("jobs", "wait", job_id), ("jobs", "get", job_id)):
+        code, _, err = await setu(*command, env=gone)
+        assert code == 2 and err.startswith(f"error: cannot reach {gone['SETU_SERVER']}: ")
+        assert len(err.splitlines()) == 1

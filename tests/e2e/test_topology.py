@@ -20,6 +20,7 @@ import pytest
 from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2
 from tests.databases import postgres_config, scratch_database
+from tests.e2e.test_edge_runs import fill, rows_of
 from tests.factories import Tenant, make_tenant
 from tests.s3server import S3Endpoint
 from tests.servers import checked_in_agent, checked_in_runtime, server_process, wait_healthy
@@ -29,27 +30,6 @@ pytestmark = pytest.mark.slow
 
 ROWS = 1_500
 WORKER_TOKEN = secrets.token_urlsafe(24)
-
-
-async def fill(url: str, rows: int) -> None:
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.execute(
-            "CREATE TABLE orders AS SELECT i AS id, md5(i::text) AS body "
-            "FROM generate_series(1, $1) i",
-            rows,
-        )
-        await conn.execute("ALTER TABLE orders ADD PRIMARY KEY (id)")
-    finally:
-        await conn.close()
-
-
-async def rows_of(url: str, table: str) -> list[tuple[Any, ...]]:
-    conn = await asyncpg.connect(url)
-    try:
-        return [tuple(r) for r in await conn.fetch(f"SELECT * FROM {table} ORDER BY id")]
-    finally:
-        await conn.close()
 
 
 def worker(port: int, s3: S3Endpoint, log: Path) -> contextlib.AbstractAsyncContextManager[Any]:
@@ -103,7 +83,7 @@ async def test_two_replicas_two_workers_and_an_agent_run_every_flow(
         SetuClient(f"127.0.0.1:{port_a}", tenant.api_key) as through_a,
         SetuClient(f"127.0.0.1:{port_b}", tenant.api_key) as through_b,
     ):
-        await fill(source, ROWS)
+        await fill(source, "orders", ROWS)
         expected = await rows_of(source, "orders")
         agent = str(tenant.agent_id)
         ends = {

@@ -94,6 +94,8 @@ GRPC_OPTIONS = (
     ("grpc.max_concurrent_streams", 2**31 - 1),
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 10_000),
+    # grpcio times a ping out at this (60 s by default), whatever the above says.
+    ("grpc.http2.ping_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
     ("grpc.http2.max_ping_strikes", 0),

@@ -20,6 +20,7 @@ run: $(STAMP)
 
 ## test: the whole suite (unit, integration on real PostgreSQL, e2e with real processes)
 test: $(STAMP)
+	scripts/ensure_browser.sh
 	$(PY) -m pytest
 
 lint: $(STAMP)

@@ -21,10 +21,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
-from setu_agent.engine import transfer
+from setu_agent.engine import dry_run, transfer
 from setu_agent.engine.blob import BlobSettings, BlobStore, open_blob
 from setu_agent.engine.markers import LoadIdentity
-from setu_agent.engine.operators import SpecError, parse_spec
+from setu_agent.engine.operators import PipelineSpec, SpecError, parse_spec
 from setu_agent.engine.providers import get_provider
 from setu_agent.engine.providers.base import (
     ConfigError,
@@ -36,17 +36,19 @@ from setu_agent.engine.providers.base import (
 from setu_agent.engine.s3 import S3Settings
 from setu_agent.engine.secrets import SecretStore, references
 from setu_agent.engine.staging import Manifest, read_manifest
+from setu_agent.engine.values import JSON_NULL, Infinite, nonfinite_text
 from setu_agent.results import (
     Artifact,
     DiscoverResult,
     ExtractResult,
     LoadResult,
+    PlannedStream,
     PreviewResult,
     TestResult,
 )
 from setu_agent.runtime import Handler, TaskContext
 from setu_agent.runtime.task import NonRetryable
-from setu_agent.specs import ConnectionSpec, SpecSource
+from setu_agent.specs import ConnectionSpec, LoadSpec, SpecSource
 
 PREVIEW_LIMIT = 20
 
@@ -82,6 +84,8 @@ class ContextReporter:
         self._ctx = ctx
         self.rows_read = 0
         self.rows_written = 0
+        # What a load changed ahead of its rows: job events, via the result.
+        self.notes: list[tuple[str, str]] = []
 
     async def extracted(self, stream: str, rows: int) -> None:
         self.rows_read += rows
@@ -93,11 +97,14 @@ class ContextReporter:
         self._ctx.report(rows_written=self.rows_written, stream=stream)
         self._ctx.check_cancelled()
 
+    async def note(self, stream: str, message: str) -> None:
+        self.notes.append((stream, message))
+
 
 def jsonable(value: Any) -> Any:
     """A neutral value as JSON for a preview: exact numbers as strings."""
     if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # NaN and the infinities have no JSON number
+        return nonfinite_text(value)  # NaN and the infinities have no JSON number
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, Decimal):
@@ -108,6 +115,10 @@ def jsonable(value: Any) -> Any:
         return base64.b64encode(value).decode()
     if isinstance(value, uuid.UUID):
         return str(value)
+    if isinstance(value, Infinite):
+        return value.text
+    if value is JSON_NULL:
+        return None
     return value  # json: already dicts, lists and scalars
 
 
@@ -190,6 +201,10 @@ class EngineHandlers:
             chain = parse_spec(spec.spec)
         except SpecError as exc:
             raise NonRetryable(str(exc)) from exc
+        handed = ctx.task.payload.get(dry_run.PLAN_PAYLOAD)
+        if handed is not None:
+            return await self._plan_load(ctx, spec, chain, dry_run.handed_plan(handed))
+        reporter = ContextReporter(ctx)
         async with self._blob(spec.blob) as blob:
             manifest = await read_manifest(blob, spec.blob_prefix)
             if spec.streams:  # one load task per stream
@@ -202,13 +217,30 @@ class EngineHandlers:
                     spec.blob_prefix,
                     chain,
                     spec.write_mode,
-                    ContextReporter(ctx),
+                    reporter,
                     identity=LoadIdentity(spec.job_id),
                 )
         return LoadResult(
             rows_loaded=sum(t.loaded for t in totals),
             rows_by_stream={t.stream: t.loaded for t in totals},
+            changes_by_stream={t.stream: t.changes for t in totals if t.changes is not None},
+            notes=tuple(reporter.notes),
         )
+
+    async def _plan_load(
+        self,
+        ctx: TaskContext,
+        spec: LoadSpec,
+        chain: PipelineSpec,
+        planned: tuple[PlannedStream, ...],
+    ) -> LoadResult:
+        """A dry run's load: the plan completed against this destination
+        (opened, so tested, and inspected); nothing is written."""
+        async with self._connected(ctx, spec.destination) as destination:
+            inspected = await dry_run.inspect_destination(
+                destination, planned, spec.write_mode, chain.schema_evolution
+            )
+        return LoadResult(rows_loaded=0, dry_run=True, planned=inspected)
 
     # -- plumbing
 

@@ -127,7 +127,13 @@ async def run(args: argparse.Namespace) -> None:
         handlers = engine.table()
         if args.extra_handlers:
             handlers |= load_extra(args.extra_handlers)
-        runtime = Runtime(source, handlers, name="setu-agent", concurrency=args.concurrency)
+        runtime = Runtime(
+            source,
+            handlers,
+            name="setu-agent",
+            concurrency=args.concurrency,
+            sign_off=source.sign_off,
+        )
         await serve(runtime, source, sorted(handlers), args.grace_seconds, args.server)
 
 

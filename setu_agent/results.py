@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from setu_agent.engine import sqltypes
+from setu_agent.engine.providers.base import RowChanges
 from setu_agent.engine.staging import MANIFEST, Manifest
 from setu_agent.engine.types import Column, Stream
 from setu_client.errors import InvalidArgument
@@ -118,27 +120,92 @@ class LoadResult:
     kind: ClassVar[str] = "load"
     rows_loaded: int
     rows_by_stream: Mapping[str, int] = field(default_factory=dict)
+    # Per stream, what its rows did, where the destination tells.
+    changes_by_stream: Mapping[str, RowChanges] = field(default_factory=dict)
+    # A dry run's load wrote nothing: `planned` is what it would do.
+    dry_run: bool = False
+    planned: tuple[PlannedStream, ...] = ()
+    # (stream, message): what the load changed ahead of its rows.
+    notes: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body = {
             "kind": self.kind,
             "rows_loaded": self.rows_loaded,
             "rows_by_stream": dict(self.rows_by_stream),
         }
+        if self.changes_by_stream:
+            body["changes_by_stream"] = {
+                stream: changes_json(c) for stream, c in self.changes_by_stream.items()
+            }
+        if self.dry_run:
+            body["dry_run"] = True
+            body["planned"] = [p.to_json() for p in self.planned]
+        if self.notes:
+            body["notes"] = [{"stream": s, "message": m} for s, m in self.notes]
+        return body
 
     def validate(self) -> None:
         _counted(self.rows_loaded, "load result: rows_loaded")
         for stream, rows in self.rows_by_stream.items():
             _present(stream, "load result: a stream's name")
             _counted(rows, f"load result: rows of {stream}")
+        for stream, changes in self.changes_by_stream.items():
+            if stream not in self.rows_by_stream:
+                raise MalformedResult(f"load result: changes of {stream!r}, which it did not load")
+            check_changes(changes, f"load result: changes of {stream}")
 
     @classmethod
     def from_json(cls, data: Any) -> LoadResult:
-        body = _fields(data, "load result", kind=str, rows_loaded=int, rows_by_stream=dict)
+        optional = {"changes_by_stream": dict, "dry_run": bool, "planned": list, "notes": list}
+        body = _fields(
+            data, "load result", optional, kind=str, rows_loaded=int, rows_by_stream=dict
+        )
         by_stream = body["rows_by_stream"]
         for stream, rows in by_stream.items():
             _check(rows, int, f"rows_by_stream[{stream!r}]")
-        return cls(body["rows_loaded"], dict(by_stream))
+        changes = {
+            stream: changes_from_json(c, f"changes_by_stream[{stream!r}]")
+            for stream, c in body.get("changes_by_stream", {}).items()
+        }
+        said = (_fields(i, "load note", stream=str, message=str) for i in body.get("notes", []))
+        notes = tuple((n["stream"], n["message"]) for n in said)
+        return cls(
+            body["rows_loaded"],
+            dict(by_stream),
+            changes,
+            body.get("dry_run", False),
+            plans_from_json(body.get("planned", []), "planned"),
+            notes,
+        )
+
+
+def changes_json(changes: RowChanges) -> dict[str, int]:
+    return {
+        "inserted": changes.inserted,
+        "updated": changes.updated,
+        "unchanged": changes.unchanged,
+    }
+
+
+def changes_from_json(data: Any, what: str) -> RowChanges:
+    body = _fields(data, what, inserted=int, updated=int, unchanged=int)
+    return RowChanges(body["inserted"], body["updated"], body["unchanged"])
+
+
+def changes_said(changes: RowChanges | None) -> str:
+    """A load's changes in a timeline's words: " (3 inserted, 1 updated, 96 unchanged)"."""
+    if changes is None:
+        return ""
+    return (
+        f" ({changes.inserted} inserted, {changes.updated} updated, {changes.unchanged} unchanged)"
+    )
+
+
+def check_changes(changes: RowChanges, what: str) -> None:
+    """RowChanges fit to record: no count negative."""
+    for name in ("inserted", "updated", "unchanged"):
+        _counted(getattr(changes, name), f"{what}: {name}")
 
 
 @dataclass(frozen=True)
@@ -241,14 +308,102 @@ class StreamCounts:
 
 
 @dataclass(frozen=True)
+class PlannedColumn:
+    """One column of a planned stream after the operator chain."""
+
+    column: str
+    type: str
+    # The source column it carries ("" where an operator computed it).
+    source: str = ""
+    # The existing destination column's type ("" where the load creates it).
+    destination_type: str = ""
+
+
+@dataclass(frozen=True)
 class PlannedStream:
-    """A dry run's plan for one stream: where it would land, and how."""
+    """A dry run's plan for one stream: where it would land, and how
+    (engine/dry_run.py). `actions` stay empty until the destination was
+    inspected; any `incompatibilities` fail the dry run."""
 
     stream: str
     destination: str
     rows_estimate: int
     columns: tuple[Column, ...]
     key: tuple[str, ...]
+    schema: str = ""
+    table: str = ""
+    actions: tuple[str, ...] = ()
+    incompatibilities: tuple[str, ...] = ()
+    mapping: tuple[PlannedColumn, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stream": self.stream,
+            "destination": self.destination,
+            "rows_estimate": self.rows_estimate,
+            "columns": [c.to_dict() for c in self.columns],
+            "key": list(self.key),
+            "schema": self.schema,
+            "table": self.table,
+            "actions": list(self.actions),
+            "incompatibilities": list(self.incompatibilities),
+            "mapping": [
+                {
+                    "column": m.column,
+                    "type": m.type,
+                    "source": m.source,
+                    "destination_type": m.destination_type,
+                }
+                for m in self.mapping
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> PlannedStream:
+        # The fields a plan gained with destination inspection are optional,
+        # so plans recorded before them still read.
+        optional = dict(schema=str, table=str, actions=list, incompatibilities=list, mapping=list)
+        p = _fields(
+            data,
+            "planned stream",
+            optional,
+            stream=str,
+            destination=str,
+            rows_estimate=int,
+            columns=list,
+            key=list,
+        )
+        mapping = []
+        for item in p.get("mapping", []):
+            m = _fields(
+                item, "planned column", column=str, type=str, source=str, destination_type=str
+            )
+            mapping.append(
+                PlannedColumn(m["column"], m["type"], m["source"], m["destination_type"])
+            )
+        return cls(
+            p["stream"],
+            p["destination"],
+            p["rows_estimate"],
+            _columns(p["columns"]),
+            _strings(p["key"], "key"),
+            p.get("schema", ""),
+            p.get("table", ""),
+            _strings(p.get("actions", []), "actions"),
+            _strings(p.get("incompatibilities", []), "incompatibilities"),
+            tuple(mapping),
+        )
+
+
+def plans_from_json(values: Any, what: str) -> tuple[PlannedStream, ...]:
+    if not isinstance(values, list):
+        raise MalformedResult(f"{what}: expected a list of planned streams")
+    return tuple(PlannedStream.from_json(item) for item in values)
+
+
+def incompatibilities(planned: tuple[PlannedStream, ...]) -> tuple[str, ...]:
+    """Every reason, over all streams, the real run would fail."""
+    return tuple(problem for p in planned for problem in p.incompatibilities)
 
 
 @dataclass(frozen=True)
@@ -281,16 +436,8 @@ class MigrateResult:
             return {
                 "kind": self.kind,
                 "dry_run": True,
-                "streams": [
-                    {
-                        "stream": p.stream,
-                        "destination": p.destination,
-                        "rows_estimate": p.rows_estimate,
-                        "columns": [c.to_dict() for c in p.columns],
-                        "key": list(p.key),
-                    }
-                    for p in self.planned
-                ],
+                "streams": [p.to_json() for p in self.planned],
+                "incompatibilities": list(incompatibilities(self.planned)),
             }
         return {
             "kind": self.kind,
@@ -317,28 +464,15 @@ class MigrateResult:
             body = _fields(data, "migrate result", kind=str, handoff=str, rows_extracted=int)
             return cls(MigrateMode.HANDOFF, rows_extracted=body["rows_extracted"])
         if "dry_run" in keys:
-            body = _fields(data, "migrate result", kind=str, dry_run=bool, streams=list)
-            planned = []
-            for item in body["streams"]:
-                p = _fields(
-                    item,
-                    "planned stream",
-                    stream=str,
-                    destination=str,
-                    rows_estimate=int,
-                    columns=list,
-                    key=list,
-                )
-                planned.append(
-                    PlannedStream(
-                        p["stream"],
-                        p["destination"],
-                        p["rows_estimate"],
-                        _columns(p["columns"]),
-                        _strings(p["key"], "key"),
-                    )
-                )
-            return cls(MigrateMode.DRY_RUN, planned=tuple(planned))
+            body = _fields(
+                data,
+                "migrate result",
+                {"incompatibilities": list},
+                kind=str,
+                dry_run=bool,
+                streams=list,
+            )
+            return cls(MigrateMode.DRY_RUN, planned=plans_from_json(body["streams"], "streams"))
         body = _fields(
             data,
             "migrate result",
@@ -432,10 +566,14 @@ def _check(value: Any, kind: type, what: str) -> None:
         raise MalformedResult(f"{what}: expected {kind.__name__}, got {type(value).__name__}")
 
 
-def _fields(data: Any, what: str, **types: type) -> dict[str, Any]:
-    """`data` as an object with exactly these fields, each of its type."""
+def _fields(
+    data: Any, what: str, optional: Mapping[str, type] | None = None, **types: type
+) -> dict[str, Any]:
+    """`data` as an object with exactly these fields (and any of the
+    `optional` ones), each of its type."""
     body = _fields_any(data, what)
-    unknown = sorted(set(body) - set(types))
+    optional = optional or {}
+    unknown = sorted(set(body) - set(types) - set(optional))
     missing = sorted(set(types) - set(body))
     if unknown or missing:
         problems = [f"unknown field(s) {', '.join(unknown)}"] if unknown else []
@@ -443,6 +581,9 @@ def _fields(data: Any, what: str, **types: type) -> dict[str, Any]:
         raise MalformedResult(f"{what}: {'; '.join(problems)}")
     for name, kind in types.items():
         _check(body[name], kind, f"{what}.{name}")
+    for name, kind in optional.items():
+        if name in body:
+            _check(body[name], kind, f"{what}.{name}")
     return body
 
 
@@ -461,6 +602,10 @@ def _strings(values: list[Any], what: str) -> tuple[str, ...]:
 def _columns(values: list[Any]) -> tuple[Column, ...]:
     columns = []
     for item in values:
-        c = _fields(item, "column", name=str, type=str, nullable=bool)
-        columns.append(Column(c["name"], c["type"], c["nullable"]))
+        c = _fields(item, "column", {"sql_type": str}, name=str, type=str, nullable=bool)
+        try:
+            sql_type = sqltypes.canonical(c.get("sql_type", ""))
+        except sqltypes.SqlTypeError as exc:
+            raise MalformedResult(f"column {c['name']}: {exc}") from None
+        columns.append(Column(c["name"], c["type"], c["nullable"], sql_type))
     return tuple(columns)

@@ -304,7 +304,8 @@ _EXIT_BY_STATE = {
 async def _report_end(client: SetuClient, job: Job, args: argparse.Namespace) -> int:
     """The job's final block and per-stream outputs; the exit code its state means."""
     outputs = await client.job_outputs(job.id)
-    human = f"{job_block(job)}\n\n{outputs_table(outputs)}"
+    # A dry run moved nothing: its plan (in the block) is what it has to show.
+    human = job_block(job) if job.plan else f"{job_block(job)}\n\n{outputs_table(outputs)}"
     emit(args, {"job": as_dict(job), "outputs": as_dict(outputs)}, human)
     return _EXIT_BY_STATE.get(job.state, EXIT_STILL_RUNNING)
 
@@ -339,7 +340,8 @@ async def run(client: SetuClient, args: argparse.Namespace, session: Session) ->
         dry_run=args.dry_run,
         idempotency_key=args.idempotency_key,
     )
-    if not args.wait:
+    # A plan is worth seeing: a dry run waits for it, and exits as it ended.
+    if not (args.wait or (args.dry_run and not args.no_start)):
         emit(args, as_dict(job), job.id)
         return 0
     if not args.json:
@@ -534,7 +536,12 @@ def _job_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     runner.add_argument("--wait", action="store_true", help="show progress until the run ends")
     runner.add_argument("--no-start", action="store_true", help="leave it READY (jobs start ID)")
-    runner.add_argument("--dry-run", action="store_true", help="validate and plan, move no data")
+    runner.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="plan the run against the source and destination, write nothing; print the plan "
+        "and exit non-zero when the real run would fail",
+    )
     runner.add_argument("--idempotency-key", default="", metavar="K", help="submit at most once")
 
     jobs = sub.add_parser("jobs", help="inspect, wait for and cancel jobs", parents=[common])
@@ -572,6 +579,9 @@ def add_client_commands(sub: Any) -> None:
     from setu_cli.apply import add_apply_commands  # here: apply.py imports this module
 
     add_apply_commands(sub, common)
+    from setu_cli.agents import add_agent_commands  # here: agents.py imports this module
+
+    add_agent_commands(sub, common)
 
 
 async def _dispatch(args: argparse.Namespace, session: Session) -> int:

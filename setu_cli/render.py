@@ -23,6 +23,7 @@ from google.protobuf import timestamp_pb2
 from google.protobuf.message import Message
 
 from setu_client import (
+    DryRunPlan,
     EventLevel,
     Job,
     JobKind,
@@ -30,6 +31,7 @@ from setu_client import (
     JobState,
     Phase,
     Placement,
+    PlannedStream,
     WriteMode,
     message_to_dict,
     struct_to_dict,
@@ -248,16 +250,62 @@ def job_block(j: Job) -> str:
     if j.started_at and j.finished_at:
         took = j.finished_at - j.started_at
         pairs.append(("duration", f"{took.total_seconds():.1f}s"))
-    if j.result:
+    plan = j.plan
+    if j.result and plan is None:
         pairs.append(("result", _json(j.result)))
-    if j.error_message:
+    if j.error_message and plan is None:
         pairs.append(("error", j.error_message))
-    return block(pairs)
+    return block(pairs) + (f"\n\n{plan_text(plan)}" if plan is not None else "")
+
+
+def plan_text(plan: DryRunPlan) -> str:
+    """A dry run's plan, stream by stream: where it lands and how, its
+    columns after the operator chain, and what would stop the run."""
+    parts = [_stream_plan(s) for s in plan.streams] or ["plan: the source offers no streams"]
+    problems = plan.incompatibilities
+    verdict = (
+        f"the run would fail ({len(problems)} incompatibilit{'y' if len(problems) == 1 else 'ies'})"
+        if problems
+        else "nothing would stop the run; nothing was written"
+    )
+    return "\n\n".join([*parts, f"dry run: {verdict}"])
+
+
+def _stream_plan(s: PlannedStream) -> str:
+    lines = [f"stream {s.stream} → {s.destination}  (about {s.rows_estimate:,} rows)"]
+    lines += [f"  {action}" for action in s.actions]
+    if s.key:
+        lines.append(f"  key: {', '.join(s.key)}")
+    if s.columns:
+        rows = [
+            (
+                f"    {c.source or '(computed)'}",
+                "→",
+                c.column,
+                c.type,
+                c.destination_type or "(new)",
+            )
+            for c in s.columns
+        ]
+        lines.append(table(("    SOURCE", "", "COLUMN", "TYPE", "DESTINATION"), rows))
+    lines += [f"  ✗ {problem}" for problem in s.incompatibilities]
+    return "\n".join(lines)
 
 
 def outputs_table(outputs: JobOutputs) -> str:
     rows = [
-        (s.stream, f"{s.rows_extracted:,}", f"{s.rows_loaded:,}", s.checksum or "-")
+        (
+            s.stream,
+            f"{s.rows_extracted:,}",
+            f"{s.rows_loaded:,}",
+            *(_count(n) for n in (s.inserted, s.updated, s.unchanged)),
+            s.checksum or "-",
+        )
         for s in outputs.streams
     ]
-    return table(("STREAM", "EXTRACTED", "LOADED", "CHECKSUM"), rows) if rows else "no outputs"
+    header = ("STREAM", "EXTRACTED", "LOADED", "INSERTED", "UPDATED", "UNCHANGED", "CHECKSUM")
+    return table(header, rows) if rows else "no outputs"
+
+
+def _count(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"

@@ -28,6 +28,8 @@ from tenacity import (
 from tenacity.stop import stop_base
 
 from setu_client._proto.setu.v1 import (
+    agents_pb2,
+    agents_pb2_grpc,
     common_pb2,
     connections_pb2,
     connections_pb2_grpc,
@@ -37,12 +39,14 @@ from setu_client._proto.setu.v1 import (
     pipelines_pb2_grpc,
 )
 from setu_client._types import (
+    Agent,
     Job,
     JobEvent,
     JobKind,
     JobOutcome,
     JobOutputs,
     JobState,
+    agent_from_message,
     event_from_message,
     job_from_message,
     outcome_from_message,
@@ -155,7 +159,7 @@ class SetuClient:
     Use as `async with SetuClient(target, api_key) as client: ...`, or call
     `close()`. Errors are the classes of `setu_client.errors`; jobs come back
     as `Job` values, connections and pipelines as `setu_client.messages`.
-    The list calls (`list_jobs`, `list_connections`, `list_pipelines`,
+    The list calls (`list_jobs`, `list_connections`, `list_pipelines`, `list_agents`,
     `job_events`) and `watch_job` are async iterators, read with `async for`;
     the rest are awaited. Short calls retry for 15 s, long-polls for 5 min
     (`RetryPolicy`).
@@ -547,6 +551,28 @@ class SetuClient:
             self._connections.PreviewStream, request, timeout=_blocking(timeout_seconds)
         )
         return answer
+
+    # -- agents
+
+    @cached_property
+    def _agents(self) -> agents_pb2_grpc.AgentDirectoryServiceStub:
+        return agents_pb2_grpc.AgentDirectoryServiceStub(self._short)
+
+    async def list_agents(self, *, page_size: int = 100) -> AsyncIterator[Agent]:
+        """Every agent of the workspace, by name, with its presence (`online`,
+        `last_seen_at`, `signed_off_at`) and the tasks it holds now; an async
+        iterator: `async for agent in client.list_agents()`."""
+        token = ""
+        while True:
+            request = agents_pb2.ListWorkspaceAgentsRequest(page_size=page_size, page_token=token)
+            page: agents_pb2.ListWorkspaceAgentsResponse = await self._retrying(
+                self._call, self._agents.ListWorkspaceAgents, request
+            )
+            for found in page.agents:
+                yield agent_from_message(found)
+            token = page.next_page_token
+            if not token:
+                return
 
     # -- pipelines
 

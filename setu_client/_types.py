@@ -10,13 +10,13 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from google.protobuf import json_format, message, struct_pb2, timestamp_pb2
 
-from setu_client._proto.setu.v1 import common_pb2, jobs_pb2
+from setu_client._proto.setu.v1 import agents_pb2, common_pb2, jobs_pb2
 
 # ---------------------------------------------------------------- numbers
 
@@ -182,6 +182,76 @@ class Job:
     def terminal(self) -> bool:
         return self.state.terminal
 
+    @property
+    def plan(self) -> DryRunPlan | None:
+        """A dry run's plan, once it has one (its `result`); None otherwise."""
+        if not self.dry_run or not self.result.get("dry_run"):
+            return None
+        return DryRunPlan.from_result(self.result)
+
+
+@dataclass(frozen=True)
+class PlannedColumn:
+    """A column of a planned stream, after the pipeline's operator chain."""
+
+    column: str
+    type: str
+    # The source column it carries; "" where an operator computed it.
+    source: str = ""
+    # The existing destination column's type; "" where the load creates it.
+    destination_type: str = ""
+
+
+@dataclass(frozen=True)
+class PlannedStream:
+    """What the run would do with one stream: where it lands, the actions on
+    the destination (create schema, create table, add columns, append to the
+    existing table), its columns, and what would stop it."""
+
+    stream: str
+    destination: str
+    rows_estimate: int
+    actions: tuple[str, ...]
+    columns: tuple[PlannedColumn, ...]
+    key: tuple[str, ...]
+    incompatibilities: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DryRunPlan:
+    """A dry run's plan (`Job.plan`): it succeeded when `incompatibilities`
+    is empty, and failed listing them otherwise."""
+
+    streams: tuple[PlannedStream, ...]
+
+    @property
+    def incompatibilities(self) -> tuple[str, ...]:
+        return tuple(p for s in self.streams for p in s.incompatibilities)
+
+    @classmethod
+    def from_result(cls, result: Mapping[str, Any]) -> DryRunPlan:
+        return cls(tuple(_planned_stream(s) for s in result.get("streams", ())))
+
+
+def _planned_stream(s: Mapping[str, Any]) -> PlannedStream:
+    return PlannedStream(
+        stream=str(s.get("stream", "")),
+        destination=str(s.get("destination", "")),
+        rows_estimate=int(s.get("rows_estimate", 0)),
+        actions=tuple(s.get("actions", ())),
+        columns=tuple(
+            PlannedColumn(
+                str(m.get("column", "")),
+                str(m.get("type", "")),
+                str(m.get("source", "")),
+                str(m.get("destination_type", "")),
+            )
+            for m in s.get("mapping", ())
+        ),
+        key=tuple(s.get("key", ())),
+        incompatibilities=tuple(s.get("incompatibilities", ())),
+    )
+
 
 @dataclass(frozen=True)
 class JobOutcome:
@@ -218,6 +288,12 @@ class StreamOutput:
     rows_extracted: int
     rows_loaded: int
     checksum: str
+    # What the load did to the destination's rows: None where the
+    # destination does not tell (a file) or the stream is not loaded yet.
+    # An upsert or merge leaves a row whose values are already there unchanged.
+    inserted: int | None = None
+    updated: int | None = None
+    unchanged: int | None = None
 
 
 @dataclass(frozen=True)
@@ -225,6 +301,53 @@ class JobOutputs:
     job_id: str
     streams: tuple[StreamOutput, ...]
     totals: Progress
+
+
+@dataclass(frozen=True)
+class AgentTask:
+    """A task an agent holds a lease on right now. `kind` is extract, load,
+    test, discover or preview; `pipeline_id` is "" for a connection operation."""
+
+    task_id: str
+    job_id: str
+    kind: str
+    attempt: int
+    pipeline_id: str = ""
+    lease_expires_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An agent of the workspace, its presence, and what it does now.
+
+    `online` is the server's verdict, the one that decides whether a run
+    placed on the agent is accepted: active, not signed off, and seen (a
+    parked LeaseTask or any call) within the presence window.
+    `signed_off_at` is set when it stopped gracefully, until it checks in
+    again. `running` are the tasks it holds; `queued_tasks` wait for it.
+    """
+
+    id: str
+    name: str
+    online: bool
+    active: bool = True
+    last_seen_at: datetime | None = None
+    signed_off_at: datetime | None = None
+    version: str = ""
+    hostname: str = ""
+    capabilities: tuple[str, ...] = ()
+    running: tuple[AgentTask, ...] = ()
+    queued_tasks: int = 0
+    created_at: datetime | None = None
+
+    @property
+    def status(self) -> str:
+        """online, stopped (signed off), offline, or deactivated."""
+        if not self.active:
+            return "deactivated"
+        if self.online:
+            return "online"
+        return "stopped" if self.signed_off_at is not None else "offline"
 
 
 # ---------------------------------------------------------------- from the wire
@@ -235,6 +358,14 @@ def _time(message: Any, name: str) -> datetime | None:
         return None
     stamp: timestamp_pb2.Timestamp = getattr(message, name)
     return stamp.ToDatetime(tzinfo=UTC)
+
+
+def _stream_output(s: jobs_pb2.StreamOutput) -> StreamOutput:
+    output = StreamOutput(s.stream, s.rows_extracted, s.rows_loaded, s.checksum)
+    if not s.HasField("changes"):
+        return output
+    c = s.changes
+    return replace(output, inserted=c.inserted, updated=c.updated, unchanged=c.unchanged)
 
 
 def _progress(p: common_pb2.Progress) -> Progress:
@@ -283,11 +414,40 @@ def event_from_message(m: common_pb2.JobEvent) -> JobEvent:
     )
 
 
+def _task_kind(kind: agents_pb2.TaskKind.ValueType) -> str:
+    return agents_pb2.TaskKind.Name(kind).removeprefix("TASK_KIND_").lower()
+
+
+def agent_from_message(m: agents_pb2.WorkspaceAgent) -> Agent:
+    return Agent(
+        id=m.id,
+        name=m.name,
+        online=m.online,
+        active=m.active,
+        last_seen_at=_time(m, "last_seen_at"),
+        signed_off_at=_time(m, "signed_off_at"),
+        version=m.version,
+        hostname=m.hostname,
+        capabilities=tuple(m.capabilities),
+        running=tuple(
+            AgentTask(
+                task_id=t.task_id,
+                job_id=t.job_id,
+                kind=_task_kind(t.kind),
+                attempt=t.attempt,
+                pipeline_id=t.pipeline_id,
+                lease_expires_at=_time(t, "lease_expires_at"),
+            )
+            for t in m.running
+        ),
+        queued_tasks=m.queued_tasks,
+        created_at=_time(m, "created_at"),
+    )
+
+
 def outputs_from_message(m: jobs_pb2.GetJobOutputsResponse) -> JobOutputs:
     return JobOutputs(
         job_id=m.job_id,
-        streams=tuple(
-            StreamOutput(s.stream, s.rows_extracted, s.rows_loaded, s.checksum) for s in m.streams
-        ),
+        streams=tuple(_stream_output(s) for s in m.streams),
         totals=_progress(m.totals),
     )

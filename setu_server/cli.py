@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import logging
 import os
 import signal
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -25,16 +28,18 @@ from setu_cli.commands import (
     client_options,
     run_client_command,
 )
+from setu_client import SetuClient, logs, message_to_dict
 from setu_client import admin as apb
-from setu_client import logs, message_to_dict
 from setu_client.channel import open_channel
 from setu_client.errors import SetuError, from_rpc_error
-from setu_server import dev_secrets
+from setu_server import demo, dev_banner, dev_secrets
 from setu_server.config import Settings
-from setu_server.server import serving
+from setu_server.dev_banner import DevServer
+from setu_server.server import database_url, start
 from setu_server.service.secrets import TokenKind, new_secret
 
 DEV_WORKSPACE = "dev"
+log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------- setu dev
@@ -66,42 +71,6 @@ async def _ensure_dev_tenant(
     return credentials
 
 
-def _banner(
-    address: str,
-    credentials: dict[str, str],
-    credentials_path: Path,
-    cloud_reach: str,
-    secrets_path: Path,
-) -> str:
-    key = credentials["api_key"]
-    reach = (
-        "cloud connections may reach anything this machine can (SETU_CLOUD_REACH=local);\n"
-        "  never expose this server to other people"
-        if cloud_reach == "local"
-        else "cloud connections reach only public addresses and their workspace's files"
-    )
-    return f"""
-Setu dev server on {address}   (Ctrl-C stops it; data in {credentials_path.parent})
-
-  workspace  {credentials["workspace_id"]}
-  API key    {key}
-  admin      {credentials["admin_token"]}
-  (saved in {credentials_path})
-  secrets    setu dev secret set NAME   (into {secrets_path}; used from the next task)
-
-  {reach}
-
-Try it:
-  grpcurl -plaintext {address} list
-  grpcurl -plaintext {address} grpc.health.v1.Health/Check
-  grpcurl -plaintext -H 'authorization: Bearer {key}' \\
-      -d '{{"job_id": "00000000-0000-0000-0000-000000000000"}}' \\
-      {address} setu.v1.JobOrchestrationService/GetJob
-  grpcurl -plaintext -H 'authorization: Bearer {credentials["admin_token"]}' \\
-      {address} setu.v1.AdminService/ListWorkspaces
-"""
-
-
 async def _dev(args: argparse.Namespace, data_dir: Path) -> None:
     credentials_path = data_dir / "credentials.json"
     credentials = _load_credentials(credentials_path)
@@ -128,16 +97,62 @@ async def _dev(args: argparse.Namespace, data_dir: Path) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with serving(settings) as running:
+    async with contextlib.AsyncExitStack() as stack:
+        url = await database_url(settings, stack)  # the demo's warehouse goes beside it
+        running = await start(settings, url)
+        stack.push_async_callback(running.stop)
         host = settings.listen.rsplit(":", 1)[0]
         address = f"{host}:{running.port}"
         async with open_channel(address, credentials["admin_token"]) as channel:
             credentials = await _ensure_dev_tenant(apb.AdminServiceStub(channel), credentials)
+        credentials["address"] = address  # for `setu dev env` in a later shell
         _save_credentials(credentials_path, credentials)
         dev_secrets.prepare(secrets_path, credentials["workspace_id"])
-        banner = _banner(address, credentials, credentials_path, settings.cloud_reach, secrets_path)
-        print(banner, flush=True)
+        dev = DevServer(
+            address=address,
+            workspace_id=credentials["workspace_id"],
+            api_key=credentials["api_key"],
+            admin_token=credentials["admin_token"],
+            data_dir=data_dir,
+            credentials_path=credentials_path,
+            secrets_path=secrets_path,
+            cloud_reach=settings.cloud_reach,
+            demo=None,
+        )
+        if not args.no_demo:
+            dev = await _with_demo(dev, settings, url)
+        print(dev_banner.render(dev), flush=True)
+        if running.http_url:  # the monitor, next to the grpcurl lines (docs/monitor.md)
+            print(f"Monitor: {running.http_url}   (sign in with the API key above)\n", flush=True)
         await stop.wait()
+
+
+def _dev_env(data_dir: Path) -> str:
+    """`setu dev env`: the banner's export line, from what the last start saved."""
+    credentials = _load_credentials(data_dir / "credentials.json")
+    if not all(credentials.get(k) for k in ("address", "api_key", "admin_token")):
+        raise SystemExit(f"error: no dev server has started in {data_dir}: run `make run` first")
+    return dev_banner.export_line(
+        credentials["address"], credentials["api_key"], credentials["admin_token"]
+    )
+
+
+async def _with_demo(dev: DevServer, settings: Settings, url: str) -> DevServer:
+    """The dev server with its demo seeded (setu_server/demo.py); a demo
+    that cannot be made is said in the banner, and the server serves on."""
+    try:
+        async with SetuClient(dev.address, dev.api_key) as client:
+            seeded = await demo.seed(
+                client,
+                workspace_files=settings.files_root.resolve() / dev.workspace_id,
+                database_url=url,
+                secrets_file=dev.secrets_path,
+                workspace_id=dev.workspace_id,
+            )
+    except (SetuError, OSError) as exc:
+        log.error("the demo could not be set up: %s", exc)
+        return replace(dev, demo_error=f"it could not be set up: {exc}")
+    return replace(dev, demo=seeded)
 
 
 # ---------------------------------------------------------------- setu admin
@@ -157,11 +172,27 @@ async def _admin_call(
         raise _AdminError("an admin token is required (--admin-token or SETU_ADMIN_TOKEN)")
     async with open_channel(args.server, token, tls=args.tls) as channel:
         try:
-            _print(await call(apb.AdminServiceStub(channel)))
+            stub = apb.AdminServiceStub(channel)
+            if getattr(args, "workspace", ""):
+                args.workspace = await _workspace_id(stub, args.workspace)
+            _print(await call(stub))
         except grpc.aio.AioRpcError as exc:
             error = from_rpc_error(exc)
             where = f"cannot reach {args.server}: " if error.code.name == "UNAVAILABLE" else ""
             raise _AdminError(f"{where}{error.code.name}: {error.message}") from None
+
+
+async def _workspace_id(admin: apb.AdminServiceAsyncStub, ref: str) -> str:
+    """A workspace's id from its id or its name (`--workspace acme`)."""
+    try:
+        return str(uuid.UUID(ref))
+    except ValueError:
+        pass
+    listed = await admin.ListWorkspaces(apb.ListWorkspacesRequest())
+    found = [w.id for w in listed.workspaces if w.name == ref]
+    if not found:
+        raise _AdminError(f"no workspace named {ref!r} (setu admin workspace list shows them)")
+    return found[0]
 
 
 class _AdminError(Exception):
@@ -235,9 +266,11 @@ def _admin_parser(sub: Any) -> None:
     for name in ("api-key", "agent"):
         actions = objects.add_parser(name).add_subparsers(dest="action", required=True)
         create = actions.add_parser("create", **leaf)
-        create.add_argument("--workspace", required=True, help="workspace id")
+        create.add_argument("--workspace", required=True, help="workspace id or name")
         create.add_argument("name")
-        actions.add_parser("list", **leaf).add_argument("--workspace", required=True)
+        actions.add_parser("list", **leaf).add_argument(
+            "--workspace", required=True, help="workspace id or name"
+        )
         verb = "revoke" if name == "api-key" else "deactivate"
         actions.add_parser(verb, **leaf).add_argument("id")
 
@@ -254,8 +287,20 @@ def main(argv: list[str] | None = None) -> None:
     dev = sub.add_parser("dev", help="run a local server with dev credentials")
     dev.add_argument("--data-dir", default=os.environ.get("SETU_DATA_DIR", ".setu/dev"))
     dev.add_argument("--listen", default=os.environ.get("SETU_LISTEN", "127.0.0.1:50051"))
+    dev.add_argument(
+        "--no-demo",
+        action="store_true",
+        help="do not create the demo (a SQLite shop, a PostgreSQL warehouse, pipeline `demo`)",
+    )
     dev_secrets.add_secrets_file_flag(dev)
-    dev_secrets.add_secret_commands(dev)
+    dev_commands = dev_secrets.add_secret_commands(dev)
+    env = dev_commands.add_parser(
+        "env",
+        help="print the export line of the dev server's address and credentials",
+        description='For a new shell: eval "$(.venv/bin/setu dev env)" sets SETU_SERVER, '
+        "SETU_API_KEY and SETU_ADMIN_TOKEN as the last `setu dev` printed them.",
+    )
+    env.add_argument("--data-dir", default=argparse.SUPPRESS)
     _admin_parser(sub)
     add_client_commands(sub)
     args = parser.parse_args(argv)
@@ -264,6 +309,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.command == "dev" and args.dev_command == "secret":
             dev_secrets.run_secret_command(args)
+        elif args.command == "dev" and args.dev_command == "env":
+            print(_dev_env(Path(args.data_dir).resolve()))
         elif args.command == "dev":
             asyncio.run(_dev(args, Path(args.data_dir).resolve()))
         elif args.command == "admin":

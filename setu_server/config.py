@@ -15,10 +15,17 @@ from typing import Any
 
 DEFAULT_DATA_DIR = Path(".setu")
 
+# Settings where an empty value is a choice (turn it off), not "unset".
+_EMPTY_MEANS_OFF = frozenset({"http_listen"})
+
 
 @dataclass(frozen=True)
 class Settings:
     listen: str = field(default="127.0.0.1:50051", metadata={"help": "host:port to serve on"})
+    http_listen: str = field(
+        default="127.0.0.1:8080",
+        metadata={"help": "host:port of the run monitor and /metrics (empty: no HTTP listener)"},
+    )
     database_url: str = field(
         default="", metadata={"help": "PostgreSQL URL; empty starts an embedded server"}
     )
@@ -135,6 +142,10 @@ class Settings:
     watch_recheck_seconds: float = field(
         default=30.0, metadata={"help": "how often watched jobs are re-read as a safety net"}
     )
+    metrics_refresh_seconds: float = field(
+        default=10.0,
+        metadata={"help": "how often the task and agent gauges of /metrics are re-read"},
+    )
     db_pool_size: int = field(default=10, metadata={"help": "database connections per server"})
     log_level: str = field(default="info", metadata={"help": "debug, info, warning, error"})
     log_format: str = field(default="json", metadata={"help": "json or text (key=value)"})
@@ -161,7 +172,7 @@ class Settings:
         values: dict[str, Any] = {}
         for f in fields(cls):
             raw = env.get(cls.env_name(f.name))
-            if raw is not None and raw != "":
+            if raw is not None and (raw != "" or f.name in _EMPTY_MEANS_OFF):
                 values[f.name] = _coerce(f.type, raw)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

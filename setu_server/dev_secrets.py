@@ -48,8 +48,9 @@ def prepare(path: Path, workspace: str | None = None) -> None:
         raise SystemExit(str(exc)) from exc
 
 
-def add_secret_commands(dev: argparse.ArgumentParser) -> None:
-    commands = dev.add_subparsers(dest="dev_command", metavar="{secret}")
+def add_secret_commands(dev: argparse.ArgumentParser) -> Any:
+    """`setu dev secret set`; returns the subcommands, for `setu dev env`."""
+    commands = dev.add_subparsers(dest="dev_command", metavar="{secret,env}")
     secret = commands.add_parser("secret", help="set a secret of the dev workspace")
     actions = secret.add_subparsers(dest="secret_action", required=True)
     set_ = actions.add_parser(
@@ -62,6 +63,7 @@ def add_secret_commands(dev: argparse.ArgumentParser) -> None:
     # or after it, a flag keeps its value; `setu dev`'s own defaults apply.
     set_.add_argument("--data-dir", default=argparse.SUPPRESS)
     add_secrets_file_flag(set_, argparse.SUPPRESS)
+    return commands
 
 
 def run_secret_command(args: argparse.Namespace) -> None:

@@ -9,10 +9,13 @@ from typing import Any
 from uuid import UUID
 
 # The engine's enum, re-exported: a pipeline's mode reaches the writers unconverted.
+from setu_agent.engine.providers.base import RowChanges as RowChanges
 from setu_agent.engine.providers.base import WriteMode as WriteMode
 
-# An agent is online when active and seen this recently (docs/jobs-and-tasks.md).
-ONLINE_WINDOW = timedelta(seconds=90)
+# How long an agent may go unseen and still count as online, with the
+# default lease settings. A server derives its own from its settings
+# (service.agents.presence_window, docs/jobs-and-tasks.md#agent-presence).
+DEFAULT_PRESENCE_WINDOW = timedelta(seconds=45)
 
 
 @dataclass(frozen=True)
@@ -43,13 +46,39 @@ class Agent:
     hostname: str
     last_seen_at: datetime | None
     created_at: datetime
+    # Set when it stopped gracefully (SignOff); cleared when it checks in.
+    signed_off_at: datetime | None = None
 
-    def online(self, now: datetime) -> bool:
-        return (
-            self.active
-            and self.last_seen_at is not None
-            and now - self.last_seen_at <= ONLINE_WINDOW
-        )
+    def online(
+        self, now: datetime, window: timedelta = DEFAULT_PRESENCE_WINDOW, *, parked: bool = False
+    ) -> bool:
+        """Active, not signed off, and either holding a parked LeaseTask
+        (`parked`, known to the server serving it) or seen within `window`."""
+        if not self.active or self.signed_off_at is not None:
+            return False
+        if parked:
+            return True
+        return self.last_seen_at is not None and now - self.last_seen_at <= window
+
+
+@dataclass(frozen=True)
+class HeldTask:
+    """A task an agent holds a lease on."""
+
+    id: UUID
+    job_id: UUID
+    pipeline_id: UUID | None
+    kind: TaskKind
+    attempt: int
+    lease_expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class AgentWork:
+    """What an agent does right now: the tasks it holds, and how many wait for it."""
+
+    running: tuple[HeldTask, ...] = ()
+    queued: int = 0
 
 
 class Role(StrEnum):
@@ -171,6 +200,8 @@ class JobOutput:
     rows_loaded: int
     checksum: str
     loaded: bool
+    # What the load did to the destination's rows, where it tells.
+    changes: RowChanges | None = None
 
 
 @dataclass(frozen=True)

@@ -34,21 +34,24 @@ from setu_client._proto.setu.v1 import (
 )
 from setu_client.clock import Clock, SystemClock
 from setu_server.config import Settings
+from setu_server.maintenance.gauges import GaugeRefresh, GaugeSettings
 from setu_server.maintenance.janitor import Janitor, JanitorSettings
 from setu_server.maintenance.periodic import PeriodicService
 from setu_server.maintenance.reaper import Reaper, ReaperSettings
 from setu_server.maintenance.scheduler import Scheduler, SchedulerSettings
+from setu_server.metrics import Metrics
 from setu_server.rpc import reflection
 from setu_server.rpc.admin import AdminServicer
 from setu_server.rpc.agents import AgentServicer
 from setu_server.rpc.cloud import CloudRunServicer
 from setu_server.rpc.connections import ConnectionServicer
+from setu_server.rpc.directory import AgentDirectoryServicer
 from setu_server.rpc.interceptor import CallInterceptor
 from setu_server.rpc.jobs import JobServicer
 from setu_server.rpc.pipelines import PipelineServicer
 from setu_server.service import paging
 from setu_server.service.admin import AdminService
-from setu_server.service.agents import AgentPresence
+from setu_server.service.agents import AgentPresence, presence_window
 from setu_server.service.auth import Authenticator
 from setu_server.service.cloud_runs import CloudRuns
 from setu_server.service.connection_ops import ConnectionOps
@@ -69,6 +72,7 @@ from setu_server.store.db import Database
 from setu_server.store.embedded import EmbeddedPostgres
 from setu_server.store.listener import Listener
 from setu_server.store.migrate import migrate
+from setu_server.web import HttpListener, serve_monitor
 from setu_server.worker.endpoints import database_endpoints
 from setu_server.worker.supervisor import WorkerSupervisor, worker_environment
 
@@ -84,6 +88,7 @@ SERVICE_NAMES = (
     connections_pb2.DESCRIPTOR.services_by_name["ConnectionService"].full_name,
     pipelines_pb2.DESCRIPTOR.services_by_name["PipelineService"].full_name,
     agents_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
+    agents_pb2.DESCRIPTOR.services_by_name["AgentDirectoryService"].full_name,
     cloud_pb2.DESCRIPTOR.services_by_name["CloudRunService"].full_name,
     admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
 )
@@ -137,12 +142,15 @@ class Services:
     runs: RunService
     blob: BlobStore
     connection_ops: ConnectionOps
+    # Prometheus: this server's figures (its own registry), and their refresh.
+    metrics: Metrics
+    gauges: GaugeRefresh
 
     @property
     def maintenance(self) -> tuple[PeriodicService[Any], ...]:
         """The background loops: started together when the services are
         built, stopped together when the server stops."""
-        return (self.reaper, self.scheduler, self.janitor)
+        return (self.reaper, self.scheduler, self.janitor, self.gauges)
 
 
 @dataclass
@@ -157,6 +165,13 @@ class Running:
     # `draining`: stop() closed the long-polls and is about to stop the
     # workers (a test holds it there to call the closing server).
     hooks: Hooks[None] = field(default_factory=lambda: Hooks("draining"))
+    # The run monitor and /metrics; None when SETU_HTTP_LISTEN is empty.
+    http: HttpListener | None = None
+
+    @property
+    def http_url(self) -> str:
+        """The monitor's bound URL (`http://127.0.0.1:8080`), or "" when off."""
+        return self.http.url if self.http is not None else ""
 
     @property
     def pool(self) -> Database:
@@ -193,6 +208,8 @@ class Running:
         # in-flight ones the grace.
         parts.signals.close()
         await parts.hub.close()
+        if self.http is not None:
+            await self.http.stop()
         await self.hooks.draining(None)
         if parts.workers is not None:
             await parts.workers.stop(grace)
@@ -248,8 +265,11 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         settings.auth_cache_seconds,
         worker_token_digest=digest(worker_token),
     )
+    metrics = Metrics(clock)
     hub = WatchHub(
-        lambda ids: jobs.get_jobs(pool, ids), recheck_interval=settings.watch_recheck_seconds
+        lambda ids: jobs.get_jobs(pool, ids),
+        recheck_interval=settings.watch_recheck_seconds,
+        metrics=metrics,
     )
     signals = TaskSignals()
 
@@ -258,11 +278,17 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         await hub.refresh_all()
 
     listener = Listener(
-        url, {JOB_CHANNEL: hub.notified, TASK_CHANNEL: signals.notified}, after_reconnect
+        url,
+        {
+            JOB_CHANNEL: metrics.counting(JOB_CHANNEL, hub.notified),
+            TASK_CHANNEL: metrics.counting(TASK_CHANNEL, signals.notified),
+        },
+        after_reconnect,
     )
+    metrics.watch_live(hub, listener)
     await listener.start()
     hub.start()
-    lifecycle = JobLifecycle(pool, hub, clock)
+    lifecycle = JobLifecycle(pool, hub, clock, metrics)
     policy = LeasePolicy(
         ttl_seconds=settings.lease_ttl_seconds,
         wait_cap_seconds=settings.lease_wait_cap_seconds,
@@ -271,9 +297,12 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
     )
     where = blob_settings(settings)
     blob = open_blob(where, S3Settings(where.endpoint_url, where.region or "us-east-1"))
-    runs_service = RunService(pool, clock, lifecycle, where)
+    window = presence_window(settings.lease_wait_cap_seconds, settings.lease_ttl_seconds)
+    presence = AgentPresence(pool, clock, metrics, window=window)
+    metrics.judge_online(presence.online)
+    runs_service = RunService(pool, clock, lifecycle, where, presence)
     outcomes = TaskOutcomes(lifecycle, clock.sql_now, runs_service)
-    task_service = TaskService(pool, clock, lifecycle, signals, policy, outcomes)
+    task_service = TaskService(pool, clock, lifecycle, signals, policy, outcomes, metrics)
     reaper = Reaper(
         pool,
         clock,
@@ -284,6 +313,7 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
             retry_backoff_seconds=policy.retry_backoff_seconds,
             max_backoff_seconds=policy.max_backoff_seconds,
         ),
+        metrics,
     )
     scheduler = Scheduler(
         pool, clock, runs_service, SchedulerSettings(settings.scheduler_interval_seconds)
@@ -311,7 +341,7 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         tasks=task_service,
         admin=AdminService(pool, clock, task_service, auth.forget),
         auth=auth,
-        presence=AgentPresence(pool, clock),
+        presence=presence,
         reaper=reaper,
         scheduler=scheduler,
         janitor=janitor,
@@ -323,7 +353,9 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         pipelines=PipelineService(pool, clock),
         runs=runs_service,
         blob=blob,
-        connection_ops=ConnectionOps(pool, clock, job_service),
+        connection_ops=ConnectionOps(pool, clock, job_service, presence),
+        metrics=metrics,
+        gauges=GaugeRefresh(pool, metrics, GaugeSettings(settings.metrics_refresh_seconds)),
     )
     for service in services.maintenance:
         service.start()
@@ -337,8 +369,15 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
         raise SystemExit("SETU_ADMIN_TOKEN must be at least 16 characters")
     paging.use_key(settings.page_token_key)
     parts = await build_services(settings, url, clock)
-    server = grpc.aio.server(interceptors=[CallInterceptor(parts.auth)], options=GRPC_OPTIONS)
-    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(parts.admin), server)
+    server = grpc.aio.server(
+        interceptors=[CallInterceptor(parts.auth, parts.metrics)], options=GRPC_OPTIONS
+    )
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(
+        AdminServicer(parts.admin, parts.presence), server
+    )
+    agents_pb2_grpc.add_AgentDirectoryServiceServicer_to_server(
+        AgentDirectoryServicer(parts.presence), server
+    )
     agents_pb2_grpc.add_AgentServiceServicer_to_server(
         AgentServicer(parts.presence, parts.tasks, parts.runs, settings, database_endpoints(url)),
         server,
@@ -371,7 +410,13 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
             settings.worker_processes, worker_settings(settings, port, parts.worker_token)
         )
         parts.workers.start()
-    return Running(server, port, health_servicer, settings, parts)
+    running = Running(server, port, health_servicer, settings, parts)
+    try:
+        running.http = await serve_monitor(settings, parts, clock)
+    except BaseException:
+        await running.stop(grace=0)
+        raise
+    return running
 
 
 def worker_settings(settings: Settings, port: int, token: str) -> dict[str, str]:
@@ -443,5 +488,7 @@ async def serve_until_signalled(settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with serving(settings) as running:
         print(f"setu-server listening on port {running.port}", flush=True)
+        if running.http_url:
+            print(f"setu-server monitor on {running.http_url}", flush=True)
         await stop.wait()
         log.info("shutting down", extra={"grace_seconds": settings.grace_seconds})

@@ -27,10 +27,14 @@ from setu_server.service.secrets import TokenKind, new_secret
 
 
 def settings_for_tests(**overrides: object) -> Settings:
-    """Settings for a server under test: a free port on 127.0.0.1, a fresh
-    admin token, and a short shutdown grace; `overrides` win."""
+    """Settings for a server under test: free ports on 127.0.0.1 (gRPC and
+    the monitor's HTTP), a fresh admin token, and a short shutdown grace;
+    `overrides` win."""
     base = Settings(
-        listen="127.0.0.1:0", admin_token=new_secret(TokenKind.ADMIN).token, grace_seconds=1.0
+        listen="127.0.0.1:0",
+        http_listen="127.0.0.1:0",
+        admin_token=new_secret(TokenKind.ADMIN).token,
+        grace_seconds=1.0,
     )
     return replace(base, **overrides)  # type: ignore[arg-type]
 
@@ -41,8 +45,9 @@ async def in_process(
 ) -> AsyncIterator[Running]:
     """The server on `database_url` (migrated on start), stopped on exit.
 
-    `overrides` are Settings fields. `Running` gives the port and, for
-    tests that reach inside, the server's services."""
+    `overrides` are Settings fields. `Running` gives the port, the
+    monitor's `http_url` and, for tests that reach inside, the server's
+    services."""
     running = await start(settings_for_tests(**overrides), database_url, clock)
     try:
         yield running
@@ -67,6 +72,11 @@ class LocalServer:
     admin_token: str
     workspace_id: str
     api_key: str
+
+    @property
+    def http_url(self) -> str:
+        """The run monitor's URL (sign in with `api_key`)."""
+        return self.running.http_url
 
     async def new_workspace(self, name: str | None = None) -> Credentials:
         """Another tenant, for tests that need two."""

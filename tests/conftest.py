@@ -25,6 +25,10 @@ from setu_server.store.migrate import migrate
 
 TEMPLATE = "setu_test_template"
 
+# Servers the tests spawn (`setu dev`, setu-server) serve the monitor on a
+# free port: two at once would fight over the default 8080.
+os.environ.setdefault("SETU_HTTP_LISTEN", "127.0.0.1:0")
+
 
 def with_database(url: str, name: str) -> str:
     parts = urlsplit(url)

@@ -29,6 +29,7 @@ ADMIN_TOKEN = new_secret(TokenKind.ADMIN).token
 # an allowed network (tests/e2e/test_cloud_egress.py pins that rule).
 _TEST_DEFAULTS: dict[str, object] = {
     "admin_token": ADMIN_TOKEN,
+    "http_listen": "127.0.0.1:0",
     "local_files_root": "/",
     "cloud_allow_networks": "127.0.0.0/8",
 }
@@ -58,6 +59,7 @@ def server_process(
         os.environ
         | {
             "SETU_LISTEN": f"127.0.0.1:{port}",
+            "SETU_HTTP_LISTEN": "127.0.0.1:0",
             "SETU_ADMIN_TOKEN": ADMIN_TOKEN,
             "SETU_GRACE_SECONDS": "1",
             # Tests keep files and database sockets in their own tmp folders.

@@ -9,18 +9,20 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
-from google.protobuf.json_format import MessageToDict
 
 from setu_agent.engine.blob import BlobSettings
+from setu_agent.engine.providers.base import RowChanges
 from setu_agent.results import Artifact
 from setu_agent.runtime.grpc_source import (
     CALL_TIMEOUT_SECONDS,
     WRITE_MODES,
     artifact_message,
+    changes_message,
     connection_spec,
 )
 from setu_agent.runtime.task import LeasedTask
 from setu_agent.specs import MigrateSpec
+from setu_client import struct_to_dict
 from setu_client._proto.setu.v1 import cloud_pb2, cloud_pb2_grpc, common_pb2
 from setu_client.errors import from_rpc_error
 
@@ -66,7 +68,12 @@ class RunBook(Protocol):
         ...
 
     async def stream_loaded(
-        self, stream: str, extracted: int, loaded: int, checksum: str
+        self,
+        stream: str,
+        extracted: int,
+        loaded: int,
+        checksum: str,
+        changes: RowChanges | None = None,
     ) -> None: ...
 
     async def outputs(self) -> list[RunOutput]: ...
@@ -93,7 +100,7 @@ class GrpcRunBook:
             source=connection_spec(answer.source),
             destination=connection_spec(answer.destination),
             streams=list(answer.streams),
-            spec=MessageToDict(answer.spec),
+            spec=struct_to_dict(answer.spec),  # whole numbers as ints (mask keep: 4)
             write_mode=WRITE_MODES[answer.write_mode],
             phase=PHASES.get(answer.phase),
             dry_run=answer.dry_run,
@@ -134,13 +141,21 @@ class GrpcRunBook:
         )
         await self._call(self._stub.RecordStaged, request)
 
-    async def stream_loaded(self, stream: str, extracted: int, loaded: int, checksum: str) -> None:
+    async def stream_loaded(
+        self,
+        stream: str,
+        extracted: int,
+        loaded: int,
+        checksum: str,
+        changes: RowChanges | None = None,
+    ) -> None:
         request = cloud_pb2.RecordStreamLoadedRequest(
             lease=self._lease,
             stream=stream,
             rows_extracted=extracted,
             rows_loaded=loaded,
             checksum=checksum,
+            changes=changes_message(changes) if changes is not None else None,
         )
         await self._call(self._stub.RecordStreamLoaded, request)
 

@@ -32,7 +32,10 @@ from setu_agent.results import (
     Artifact,
     MigrateMode,
     MigrateResult,
+    PlannedStream,
     StreamCounts,
+    changes_said,
+    incompatibilities,
 )
 from setu_agent.runtime import TaskContext
 from setu_agent.runtime.task import LeasedTask, NonRetryable, TaskCancelled
@@ -71,6 +74,9 @@ class RunReporter:
     async def loaded(self, stream: str, rows: int) -> None:
         self.rows_loaded += rows
         await self._flush(stream)
+
+    async def note(self, stream: str, message: str) -> None:
+        await self._book.event(message, stream=stream)
 
     async def _flush(self, stream: str) -> None:
         self._ctx.report(
@@ -140,6 +146,10 @@ class _Run:
 
     async def run(self) -> MigrateResult:
         run, book = self._run, self._book
+        handed = self._ctx.task.payload.get(dry_run.PLAN_PAYLOAD)
+        if run.dry_run and handed is not None:
+            # agent → cloud: the source's agent planned; the destination is ours.
+            return await self._inspect(dry_run.handed_plan(handed))
         if run.dry_run and run.phase == "load":
             # A dry run never writes a destination, whatever staged before.
             raise NonRetryable("a dry run does not load: it ended at its plan")
@@ -236,30 +246,41 @@ class _Run:
         planned = dry_run.plan(self._spec, streams, self._run.write_mode)
         if self._run.load_on_agent:
             # cloud → agent: the destination's secrets live with its agent and
-            # must never be resolved here; testing it is the agent's part.
+            # must never be resolved here: the agent inspects it next.
             await self._book.event(
-                f"Dry run: planned {len(planned)} stream(s); the destination is on an "
-                f"agent, so it was not tested (TestConnection tests it there)"
+                f"Dry run: planned {len(planned)} stream(s) from the source; the destination "
+                f"is on an agent, which inspects it next"
             )
             return MigrateResult(MigrateMode.DRY_RUN, planned=planned)
+        return await self._inspect(planned)
+
+    async def _inspect(self, planned: tuple[PlannedStream, ...]) -> MigrateResult:
+        """The plan completed where the load would run: the destination
+        tested and compared with each stream; nothing written."""
         destination = await self._migrate.connect(self._ctx, self._run, self._run.destination)
         try:
             await destination.test()
+            planned = await dry_run.inspect_destination(
+                destination, planned, self._run.write_mode, self._spec.schema_evolution
+            )
         finally:
             await destination.close()
         # The test's own message quotes the connection (host, database, user),
         # which may be resolved secrets: the event says only that it passed.
+        found = len(incompatibilities(planned))
         await self._book.event(
-            f"Dry run: planned {len(planned)} stream(s); the destination passed its test"
+            f"Dry run: planned {len(planned)} stream(s); the destination passed its test "
+            f"and was inspected ({found} incompatibilit{'y' if found == 1 else 'ies'})"
         )
         return MigrateResult(MigrateMode.DRY_RUN, planned=planned)
 
     async def _record(self, totals: transfer.StreamTotals) -> None:
         await self._book.stream_loaded(
-            totals.stream, totals.extracted, totals.loaded, totals.checksum or ""
+            totals.stream, totals.extracted, totals.loaded, totals.checksum or "", totals.changes
         )
         await self._book.event(
-            f"Loaded {totals.loaded} of {totals.extracted} rows", stream=totals.stream
+            f"Loaded {totals.loaded} of {totals.extracted} rows{changes_said(totals.changes)}",
+            stream=totals.stream,
         )
 
     async def _finish(self, how: MigrateMode) -> MigrateResult:

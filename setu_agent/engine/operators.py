@@ -22,9 +22,11 @@ import dataclasses
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from operator import itemgetter
 from typing import Any
 
+from setu_agent.engine import sqltypes
 from setu_agent.engine.casts import cast_column, cast_literal, from_json, sql_literal, supported
 from setu_agent.engine.expr import ExprError, Node, parse
 from setu_agent.engine.expr_compile import (
@@ -122,7 +124,7 @@ def parse_spec(doc: Mapping[str, Any] | None) -> PipelineSpec:
         return PipelineSpec()
     if not isinstance(doc, Mapping):
         raise SpecError("spec: must be an object")
-    unknown = set(doc) - {"operators", "primary_key", "destination"}
+    unknown = set(doc) - {"operators", "primary_key", "destination", "columns", EVOLUTION_KEY}
     if unknown:
         raise SpecError(f"spec: unknown field {sorted(unknown)[0]!r}")
     raw_ops = doc.get("operators")
@@ -132,7 +134,28 @@ def parse_spec(doc: Mapping[str, Any] | None) -> PipelineSpec:
     operators = tuple(_parse_operator(i, op) for i, op in enumerate(raw_ops))
     keys = _string_map(doc.get("primary_key"), "spec.primary_key", _name_list)
     destinations = _string_map(doc.get("destination"), "spec.destination", _name)
-    return PipelineSpec(operators, keys, destinations)
+    declared = _string_map(doc.get("columns"), "spec.columns", _declared_types)
+    evolution = _schema_evolution(doc.get(EVOLUTION_KEY, SchemaEvolution.ADD_COLUMNS))
+    return PipelineSpec(operators, keys, destinations, declared, evolution)
+
+
+EVOLUTION_KEY = "schema_evolution"
+
+
+class SchemaEvolution(StrEnum):
+    """What a load does when the stream has a column its destination table
+    lacks: add it (nullable), or refuse the load naming the columns."""
+
+    ADD_COLUMNS = "add_columns"
+    FAIL = "fail"
+
+
+def _schema_evolution(value: Any) -> SchemaEvolution:
+    try:
+        return SchemaEvolution(value)
+    except ValueError:
+        choices = ", ".join(e.value for e in SchemaEvolution)
+        raise SpecError(f"spec.{EVOLUTION_KEY}: one of {choices}, not {value!r}") from None
 
 
 def _string_map(value: Any, path: str, item: Callable[[Any, str], Any]) -> dict[str, Any]:
@@ -163,6 +186,22 @@ def _name_map(value: Any, path: str) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, Mapping) or not value:
         raise SpecError(f"{path}: must be a non-empty object")
     return tuple((_name(k, path), _name(v, f"{path}.{k}")) for k, v in value.items())
+
+
+def _declared_types(value: Any, path: str) -> tuple[tuple[str, str], ...]:
+    """spec.columns.<stream>: {column: SQL type}, each type in sqltypes' whitelist."""
+    if not isinstance(value, Mapping) or not value:
+        raise SpecError(f"{path}: must be a non-empty object of column -> type")
+    declared = []
+    for column, type_name in value.items():
+        where = f"{path}.{_name(column, path)}"
+        if not isinstance(type_name, str):
+            raise SpecError(f"{where}: must be a type name such as varchar(20) or timestamptz")
+        try:
+            declared.append((column, sqltypes.canonical(type_name)))
+        except sqltypes.SqlTypeError as exc:
+            raise SpecError(f"{where}: {exc}") from None
+    return tuple(declared)
 
 
 def _type_name(value: Any, path: str) -> str:
@@ -265,9 +304,14 @@ class PipelineSpec:
     operators: tuple[Operator, ...] = ()
     primary_key: dict[str, tuple[str, ...]] = field(default_factory=dict)
     destination: dict[str, str] = field(default_factory=dict)
+    # spec.columns: per stream, (column, SQL type) declared over what the source says.
+    columns: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    # spec.schema_evolution: what a load does with a column its table lacks.
+    schema_evolution: SchemaEvolution = field(default_factory=lambda: SchemaEvolution.ADD_COLUMNS)
 
     def chain_for(self, stream: str, namespace: str = "") -> Chain:
-        return Chain(tuple(op for op in self.operators if op.applies_to(stream, namespace)))
+        ops = tuple(op for op in self.operators if op.applies_to(stream, namespace))
+        return Chain(ops, _lookup(self.columns, stream, namespace) or ())
 
     def primary_key_for(self, stream: str, namespace: str = "") -> tuple[str, ...] | None:
         key: tuple[str, ...] | None = _lookup(self.primary_key, stream, namespace)
@@ -287,6 +331,10 @@ class PipelineSpec:
             out["primary_key"] = {k: list(v) for k, v in self.primary_key.items()}
         if self.destination:
             out["destination"] = dict(self.destination)
+        if self.columns:
+            out["columns"] = {k: dict(v) for k, v in self.columns.items()}
+        if self.schema_evolution is not SchemaEvolution.ADD_COLUMNS:
+            out[EVOLUTION_KEY] = self.schema_evolution.value
         return out
 
 
@@ -299,14 +347,18 @@ def _lookup(table: Mapping[str, Any], stream: str, namespace: str) -> Any:
 @dataclass(frozen=True)
 class Chain:
     operators: tuple[Operator, ...] = ()
+    # The stream's spec.columns: types declared over the source's, applied first.
+    declared: tuple[tuple[str, str], ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not self.operators
+        return not self.operators and not self.declared
 
     def plan(self, columns: Sequence[Column]) -> Plan:
         """Checks the chain against the input schema; raises SpecError."""
         state = _State(tuple(columns))
+        for name, sql_type in self.declared:
+            _declare(state, name, sql_type)
         for op in self.operators:
             try:
                 _STEPS[op.op](state, op)
@@ -350,7 +402,7 @@ def _rename(state: _State, op: Operator) -> None:
     for slot in state.slots:
         if slot.column.name in mapping:
             c = slot.column
-            slot.column = Column(mapping[c.name], c.type, c.nullable)
+            slot.column = dataclasses.replace(c, name=mapping[c.name])
     names = state.names()
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -377,6 +429,22 @@ def _cast(state: _State, op: Operator) -> None:
             raise SpecError(f"{op.path}.columns.{name}: cannot cast {src} to {to}")
         slot.expr = cast_column(slot.expr, to, name)
         slot.column = Column(name, to, slot.column.nullable)
+
+
+def _declare(state: _State, name: str, sql_type: str) -> None:
+    """A column declared in spec.columns: cast to the neutral type its SQL type
+    holds, and created with that SQL type where the destination has types."""
+    slot = next((s for s in state.slots if s.column.name == name), None)
+    if slot is None:
+        has = ", ".join(state.names())
+        raise SpecError(f"spec.columns: unknown column {name!r} (stream has: {has})")
+    declared = sqltypes.parse(sql_type)
+    to, src = declared.neutral, slot.column.type
+    if src != to:
+        if not supported(src, to):
+            raise SpecError(f"spec.columns.{name}: cannot read {src} as {sql_type}")
+        slot.expr = cast_column(slot.expr, to, name)
+    slot.column = Column(name, to, slot.column.nullable, sqltypes.kept(sql_type, to))
 
 
 def _filter(state: _State, op: Operator) -> None:
@@ -407,6 +475,8 @@ def _text_columns(state: _State, op: Operator) -> list[_Slot]:
 def _hash(state: _State, op: Operator) -> None:
     for slot in _text_columns(state, op):
         slot.expr = hash_expr(slot.expr)
+        # 64 hex digits fit no char(n) or varchar(n) the source declared.
+        slot.column = dataclasses.replace(slot.column, sql_type="")
 
 
 def _mask(state: _State, op: Operator) -> None:
@@ -443,6 +513,13 @@ class Plan:
         )
         self._project = _projection(positions, self._exprs)
         self._keep = _predicate(self._filters)
+
+    def sources(self) -> tuple[str | None, ...]:
+        """Per output column, the input column it carries as it is (renamed
+        or not), or None where an operator computed it (a cast, a constant)."""
+        refs = column_refs([(c.name, c.type) for c in self.input])
+        found = (_position(e, refs, self.input) for e in self._exprs)
+        return tuple(None if p is None else self.input[p].name for p in found)
 
     def apply(self, batch: Batch) -> Batch:
         if self.identity:

@@ -25,6 +25,13 @@ from typing import Any
 from uuid import UUID
 
 from setu_agent.engine.types import Batch, Column, Row
+from setu_agent.engine.values import (
+    INFINITY,
+    JSON_NULL,
+    MINUS_INFINITY,
+    Infinite,
+    ValueFault,
+)
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 HEADER = SIGNATURE + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x00"
@@ -72,11 +79,6 @@ _NUMERIC_MAX_DSCALE = 0x3FFF
 
 class _BadValue(Exception):
     """A value of the right Python type that PostgreSQL or Python cannot hold."""
-
-
-def _infinity(value: int, positive: int) -> _BadValue:
-    sign = "" if value == positive else "-"
-    return _BadValue(f"PostgreSQL '{sign}infinity' has no Python value")
 
 
 def _check_size(n: int, size: int) -> None:
@@ -171,6 +173,8 @@ def _numeric_payload(v: Decimal) -> bytes:
 
 def _enc_text(v: Any) -> bytes:
     payload: bytes = v.encode("utf-8")  # AttributeError for a non-str
+    if b"\x00" in payload:
+        raise _BadValue("PostgreSQL text cannot hold the NUL character (\\x00)")
     return _LEN(len(payload)) + payload
 
 
@@ -180,7 +184,13 @@ def _enc_bytes(v: Any) -> bytes:
     return _LEN(len(v)) + bytes(v)
 
 
+_ENC_DATE_INFINITY = {1: _LEN_I4.pack(4, _DATE_INFINITY), -1: _LEN_I4.pack(4, _DATE_MINUS_INFINITY)}
+_ENC_TS_INFINITY = {1: _LEN_I8.pack(8, _TS_INFINITY), -1: _LEN_I8.pack(8, _TS_MINUS_INFINITY)}
+
+
 def _enc_date(v: Any) -> bytes:
+    if v.__class__ is Infinite:
+        return _ENC_DATE_INFINITY[v.sign]
     if not isinstance(v, date) or isinstance(v, datetime):
         raise TypeError  # a datetime is a date; its time would be dropped
     return _LEN_I4.pack(4, v.toordinal() - _PG_EPOCH_ORDINAL)
@@ -202,6 +212,8 @@ def _timestamp_micros(v: datetime) -> int:
 
 
 def _enc_timestamp(v: Any) -> bytes:
+    if v.__class__ is Infinite:
+        return _ENC_TS_INFINITY[v.sign]
     if not isinstance(v, datetime):
         raise TypeError
     if v.tzinfo is not None:
@@ -210,6 +222,8 @@ def _enc_timestamp(v: Any) -> bytes:
 
 
 def _enc_timestamptz(v: Any) -> bytes:
+    if v.__class__ is Infinite:
+        return _ENC_TS_INFINITY[v.sign]
     if not isinstance(v, datetime):
         raise TypeError
     offset = v.utcoffset()
@@ -229,8 +243,17 @@ def _enc_uuid(v: Any) -> bytes:
 _dump_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
+def _json_text(v: Any) -> bytes:
+    if v is JSON_NULL:
+        return b"null"
+    payload = _dump_json(v).encode("utf-8")
+    if b"\\u0000" in payload:
+        raise _BadValue("PostgreSQL jsonb cannot hold the NUL character (\\u0000)")
+    return payload
+
+
 def _enc_json(v: Any) -> bytes:
-    payload = b"\x01" + _dump_json(v).encode("utf-8")
+    payload = b"\x01" + _json_text(v)
     return _LEN(len(payload)) + payload
 
 
@@ -304,12 +327,17 @@ def _dec_bytes(buf: bytes, pos: int, n: int) -> bytes:
     return buf[pos : pos + n]
 
 
-def _dec_date(buf: bytes, pos: int, n: int) -> date:
+def _dec_date(buf: bytes, pos: int, n: int) -> date | Infinite:
     if n != 4:
         _check_size(n, 4)
-    days = _I4.unpack_from(buf, pos)[0]
+    return date_of(_I4.unpack_from(buf, pos)[0])
+
+
+def date_of(days: int) -> date | Infinite:
+    """A date from PostgreSQL's days since 2000-01-01 (binary COPY and
+    asyncpg's rows alike)."""
     if days in (_DATE_INFINITY, _DATE_MINUS_INFINITY):
-        raise _infinity(days, _DATE_INFINITY)
+        return INFINITY if days == _DATE_INFINITY else MINUS_INFINITY
     try:
         return date.fromordinal(days + _PG_EPOCH_ORDINAL)
     except (ValueError, OverflowError):
@@ -328,19 +356,24 @@ def _dec_time(buf: bytes, pos: int, n: int) -> time:
     return time(hour, minute, second, micro)
 
 
+def timestamp_of(micros: int, epoch: datetime) -> datetime | Infinite:
+    """A timestamp from PostgreSQL's microseconds since 2000-01-01 (binary
+    COPY and asyncpg's rows alike)."""
+    if micros in (_TS_INFINITY, _TS_MINUS_INFINITY):
+        return INFINITY if micros == _TS_INFINITY else MINUS_INFINITY
+    try:
+        return epoch + timedelta(0, 0, micros)
+    except OverflowError:
+        raise _BadValue("timestamp outside Python's years 1-9999") from None
+
+
 def _timestamp_decoder(epoch: datetime) -> Decoder:
     unpack_from = _I8.unpack_from
 
-    def decode(buf: bytes, pos: int, n: int) -> datetime:
+    def decode(buf: bytes, pos: int, n: int) -> datetime | Infinite:
         if n != 8:
             _check_size(n, 8)
-        micros = unpack_from(buf, pos)[0]
-        if micros in (_TS_INFINITY, _TS_MINUS_INFINITY):
-            raise _infinity(micros, _TS_INFINITY)
-        try:
-            return epoch + timedelta(0, 0, micros)
-        except OverflowError:
-            raise _BadValue("timestamp outside Python's years 1-9999") from None
+        return timestamp_of(unpack_from(buf, pos)[0], epoch)
 
     return decode
 
@@ -356,7 +389,8 @@ def _dec_json(buf: bytes, pos: int, n: int) -> Any:
     if n and buf[pos] == 1:
         pos += 1
         n -= 1
-    return json.loads(buf[pos : pos + n])
+    value = json.loads(buf[pos : pos + n])
+    return JSON_NULL if value is None else value
 
 
 _DECODERS: dict[str, Decoder] = {
@@ -409,7 +443,7 @@ def _encode_into(out: bytearray, columns: Sequence[Column], rows: Iterable[Row])
     ncols = len(encoders)
     count = _I2.pack(ncols)
     null = _NULL
-    for row in rows:
+    for number, row in enumerate(rows, 1):
         if len(row) != ncols:
             raise ValueError(f"row has {len(row)} values for {ncols} columns: {row!r:.200}")
         out += count
@@ -417,31 +451,33 @@ def _encode_into(out: bytearray, columns: Sequence[Column], rows: Iterable[Row])
             for enc, value in zip(encoders, row, strict=False):
                 out += null if value is None else enc(value)
         except Exception as exc:
-            raise _encode_error(columns, encoders, row) from exc
+            raise _encode_error(columns, encoders, row, number) from exc
 
 
-def _encode_error(columns: Sequence[Column], encoders: list[Encoder], row: Row) -> ValueError:
-    """Finds the value of row that failed to encode, and says why."""
+def _encode_error(
+    columns: Sequence[Column], encoders: list[Encoder], row: Row, number: int
+) -> ValueError:
+    """Finds the value of row (the number-th) that failed to encode, and says why."""
     for column, enc, value in zip(columns, encoders, row, strict=True):
         if value is None:
             continue
         try:
             enc(value)
-        except _BadValue as exc:
-            return ValueError(f"column {column.name}: {exc} ({value!r:.100})")
-        except (struct.error, OverflowError):
-            return ValueError(
-                f"column {column.name}: {value!r:.100} is out of range for {column.type}"
-            )
-        except (TypeError, AttributeError) as exc:
-            why = f": {exc}" if column.type == "json" else ""
-            return ValueError(
-                f"column {column.name}: a {type(value).__name__} value is not a "
-                f"{column.type}{why} ({value!r:.100})"
-            )
         except Exception as exc:
-            return ValueError(f"column {column.name} ({column.type}): {exc} ({value!r:.100})")
+            reason = _encode_reason(column, value, exc)
+            return ValueFault(reason, column=column.name, value=value, row=number)
     return ValueError(f"cannot encode row {row!r:.200}")
+
+
+def _encode_reason(column: Column, value: Any, exc: Exception) -> str:
+    if isinstance(exc, _BadValue):
+        return str(exc)
+    if isinstance(exc, struct.error | OverflowError):
+        return f"out of range for {column.type}"
+    if isinstance(exc, TypeError | AttributeError):
+        why = f": {exc}" if column.type == "json" else ""
+        return f"a {type(value).__name__} value is not a {column.type}{why}"
+    return f"not a {column.type}: {exc}"
 
 
 def decode(columns: Sequence[Column], data: bytes) -> list[Row]:
@@ -461,9 +497,14 @@ def iter_decode(columns: Sequence[Column], data: bytes, batch_rows: int) -> Iter
     buf = data if type(data) is bytes else bytes(data)
     pos = _read_header(buf)
     done = False
+    before = 0
     while not done:
-        batch, pos, done = _decode_batch(columns, decoders, buf, pos, batch_rows)
+        try:
+            batch, pos, done = _decode_batch(columns, decoders, buf, pos, batch_rows)
+        except ValueFault as fault:
+            raise fault.located(None, before) from fault.__cause__
         if batch:
+            before += len(batch)
             yield batch
     if pos != len(buf):
         raise ValueError(f"binary COPY stream has {len(buf) - pos} bytes after its trailer")
@@ -512,7 +553,10 @@ def _decode_batch(
                 "binary COPY stream truncated (no trailer, or a field overruns it)"
             ) from exc
         # The failing value is the next one the row was about to hold.
-        raise ValueError(f"column {columns[len(row)].name}: {exc}") from exc
+        raw = buf[pos : pos + max(length, 0)]
+        raise ValueFault(
+            str(exc), column=columns[len(row)].name, value=raw, row=len(batch) + 1
+        ) from exc
     return batch, pos, False
 
 
@@ -530,3 +574,70 @@ def _read_header(buf: bytes) -> int:
     if extension < 0:
         raise ValueError("binary COPY stream with a negative header extension length")
     return len(SIGNATURE) + 8 + extension
+
+
+# --- the same values through asyncpg ------------------------------------------------
+
+# asyncpg would clamp ±infinity to datetime.max/min and read a jsonb 'null'
+# as SQL NULL. Rows a PostgreSQL connector fetches (preview, a cursor, the
+# direct path) decode these types with this module's functions instead, so
+# both paths give the same values. Dates and timestamps come as asyncpg's
+# decoded integers ('tuple' format): as fast as its own decoding.
+
+
+def _tuple_codec(decode: Callable[[tuple[int]], Any], encoder: Encoder) -> dict[str, Any]:
+    def encode(value: Any) -> tuple[int]:
+        payload = encoder(value)[4:]
+        number: int = (_I4 if len(payload) == 4 else _I8).unpack(payload)[0]
+        return (number,)
+
+    def decode_named(value: tuple[int]) -> Any:
+        try:
+            return decode(value)
+        except _BadValue as exc:
+            # asyncpg does not say which column; the stream is named on the
+            # way up, and the failure is permanent either way.
+            raise ValueFault(str(exc), column=None, value=value[0]) from None
+
+    return {"format": "tuple", "decoder": decode_named, "encoder": encode}
+
+
+def _timestamp_tuple(epoch: datetime) -> Callable[[tuple[int]], Any]:
+    # timestamp_of, inlined: this runs once per value of a fetched row.
+    infinite = {_TS_INFINITY: INFINITY, _TS_MINUS_INFINITY: MINUS_INFINITY}
+
+    def decode(value: tuple[int]) -> datetime | Infinite:
+        micros = value[0]
+        if micros in infinite:
+            return infinite[micros]
+        try:
+            return epoch + timedelta(0, 0, micros)
+        except OverflowError:
+            raise _BadValue("timestamp outside Python's years 1-9999") from None
+
+    return decode
+
+
+def _payload_codec(decoder: Decoder, encoder: Callable[[Any], bytes]) -> dict[str, Any]:
+    return {
+        "format": "binary",
+        "decoder": lambda data: decoder(data, 0, len(data)),
+        "encoder": encoder,
+    }
+
+
+_ASYNCPG_CODECS: dict[str, dict[str, Any]] = {
+    "date": _tuple_codec(lambda t: date_of(t[0]), _enc_date),
+    "timestamp": _tuple_codec(_timestamp_tuple(_PG_EPOCH), _enc_timestamp),
+    "timestamptz": _tuple_codec(_timestamp_tuple(_PG_EPOCH_UTC), _enc_timestamptz),
+    "jsonb": _payload_codec(_dec_json, lambda v: _enc_json(v)[4:]),
+    # json (not jsonb) travels as plain text, without jsonb's version byte.
+    "json": _payload_codec(_dec_json, _json_text),
+}
+
+
+async def use_codec(conn: Any) -> None:
+    """Makes an asyncpg connection decode (and encode) the types above with
+    this module's functions."""
+    for pg_type, codec in _ASYNCPG_CODECS.items():
+        await conn.set_type_codec(pg_type, schema="pg_catalog", **codec)

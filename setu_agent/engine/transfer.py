@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+import difflib
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
-from setu_agent.engine import pgcopy, staging
+from setu_agent.engine import destination_plan, pgcopy, staging
 from setu_agent.engine.blob import BlobStore
 from setu_agent.engine.markers import LoadIdentity, LoadMarker
 from setu_agent.engine.operators import PipelineSpec, Plan
@@ -30,10 +31,13 @@ from setu_agent.engine.providers.base import (
     CopyDestination,
     CopySource,
     PermanentError,
+    RowChanges,
     WriteMode,
+    changes_of,
     qualified,
 )
 from setu_agent.engine.types import Batch, Column, Stream
+from setu_agent.engine.values import ValueFault
 
 # Rows per batch: the grain of progress, cancellation and staged parts.
 DEFAULT_BATCH_ROWS = 100_000
@@ -47,12 +51,47 @@ class Reporter(Protocol):
     async def loaded(self, stream: str, rows: int) -> None: ...
 
 
+@runtime_checkable
+class Noting(Protocol):
+    """A reporter that also tells the job's timeline what a load changed in
+    the destination (a schema created, columns added)."""
+
+    async def note(self, stream: str, message: str) -> None: ...
+
+
+@runtime_checkable
+class JsonLinesSource(Protocol):
+    """A source that renders its rows as JSON Lines itself (PostgreSQL)."""
+
+    def json_lines(self, stream: Stream, batch_rows: int) -> AsyncIterator[CopyBatch]: ...
+
+
+@runtime_checkable
+class JsonLinesDestination(Protocol):
+    """A destination that writes rows that come as JSON Lines already."""
+
+    def takes_json_lines(self, mode: WriteMode) -> bool: ...
+
+    async def write_json_lines(
+        self,
+        stream: str,
+        columns: Sequence[Column],
+        parts: AsyncIterator[CopyBatch],
+        mode: WriteMode,
+        *,
+        schema: str | None = None,
+        marker: LoadMarker | None = None,
+    ) -> int: ...
+
+
 @dataclass(frozen=True)
 class StreamTotals:
     stream: str
     extracted: int
     loaded: int
     checksum: str = ""
+    # What the load did to the destination, where the provider tells.
+    changes: RowChanges | None = None
 
 
 def select_streams(available: Sequence[Stream], wanted: Sequence[str]) -> list[Stream]:
@@ -63,10 +102,18 @@ def select_streams(available: Sequence[Stream], wanted: Sequence[str]) -> list[S
     for name in wanted:
         match = [s for s in available if name in (s.name, qualified(s))]
         if not match:
-            offered = ", ".join(qualified(s) for s in available) or "none"
-            raise PermanentError(f"stream {name!r} not found in the source (it offers: {offered})")
+            raise PermanentError(_not_offered(name, available))
         chosen.append(match[0])
     return chosen
+
+
+def _not_offered(name: str, available: Sequence[Stream]) -> str:
+    """Why a named stream is not there: the close names first, then all."""
+    names = sorted({n for s in available for n in (s.name, qualified(s))})
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    offered = ", ".join(qualified(s) for s in available) or "none"
+    return f"stream {name!r} not found in the source ({hint}it offers: {offered})"
 
 
 @dataclass(frozen=True)
@@ -90,6 +137,11 @@ class StreamPlan:
         """Where it lands, for people to read."""
         return f"{self.schema}.{self.table}" if self.schema else self.table
 
+    def landing(self, stream: str) -> destination_plan.Landing:
+        return destination_plan.Landing(
+            stream, self.table, self.schema, tuple(self.plan.output), self.key
+        )
+
 
 def landing_name(spec: PipelineSpec, stream: Stream) -> tuple[str | None, str]:
     """(schema or None, table) for a stream: its own name as one identifier,
@@ -111,6 +163,13 @@ def plan_stream(spec: PipelineSpec, stream: Stream, mode: WriteMode) -> StreamPl
         raise ConfigError(
             f"write mode {mode.value} needs a key for stream {qualified(stream)}: the source "
             f"has no primary key among the output columns; set spec.primary_key.{stream.name}"
+        )
+    unknown = [k for k in key if k not in {c.name for c in plan.output}]
+    if unknown:
+        has = ", ".join(c.name for c in plan.output)
+        raise ConfigError(
+            f"spec.primary_key.{stream.name}: unknown column(s) {', '.join(unknown)} "
+            f"(stream {qualified(stream)} has: {has})"
         )
     schema, table = landing_name(spec, stream)
     return StreamPlan(plan, table, tuple(key), schema)
@@ -134,7 +193,9 @@ async def stage(
             await reporter.extracted(name, rows)
 
         batches = _copy_batches(source, stream, batch_rows)
-        staged.append(await staging.write_stream(blob, prefix, index, stream, batches, counted))
+        with _naming(name):
+            written = await staging.write_stream(blob, prefix, index, stream, batches, counted)
+        staged.append(written)
     manifest = staging.Manifest(staged)
     await staging.write_manifest(blob, prefix, manifest)
     return manifest
@@ -158,8 +219,11 @@ async def load(
     for staged, landing in zip(manifest.streams, plans, strict=True):
         parts = _counted_parts(staging.read_parts(blob, prefix, staged), staged.name, reporter)
         marker = identity.marker(staged.name)
-        written = await _write(destination, staged.stream.columns, parts, landing, mode, marker)
-        totals.append(StreamTotals(staged.name, staged.rows, written, staged.checksum))
+        await _prepare(destination, staged.name, landing, mode, spec, reporter)
+        with _naming(staged.name):
+            written = await _write(destination, staged.stream.columns, parts, landing, mode, marker)
+        changes = changes_of(written)
+        totals.append(StreamTotals(staged.name, staged.rows, written, staged.checksum, changes))
     return totals
 
 
@@ -177,12 +241,41 @@ async def direct(
     """Source → operators → destination in one pass, no blob; each stream
     once per run, as load does."""
     plans = [plan_stream(spec, s, mode) for s in streams]
-    return [
-        await _direct_stream(
-            source, destination, stream, landing, mode, reporter, batch_rows, identity
-        )
-        for stream, landing in zip(streams, plans, strict=True)
-    ]
+    totals: list[StreamTotals] = []
+    for stream, landing in zip(streams, plans, strict=True):
+        await _prepare(destination, qualified(stream), landing, mode, spec, reporter)
+        with _naming(qualified(stream)):
+            totals.append(
+                await _direct_stream(
+                    source, destination, stream, landing, mode, reporter, batch_rows, identity
+                )
+            )
+    return totals
+
+
+async def _prepare(
+    destination: Connector,
+    stream: str,
+    landing: StreamPlan,
+    mode: WriteMode,
+    spec: PipelineSpec,
+    reporter: Reporter,
+) -> None:
+    """The destination readied for the stream's rows, or the load refused
+    (engine/destination_plan.py): the checks a dry run reports."""
+    note = reporter.note if isinstance(reporter, Noting) else None
+    await destination_plan.prepare(
+        destination, landing.landing(stream), mode, spec.schema_evolution, note
+    )
+
+
+@contextlib.contextmanager
+def _naming(stream: str) -> Iterator[None]:
+    """A bad value met anywhere in a stream's transfer names the stream."""
+    try:
+        yield
+    except ValueFault as fault:
+        raise fault.located(stream) from fault
 
 
 async def _direct_stream(
@@ -214,9 +307,32 @@ async def _direct_stream(
             yield batch
             await reporter.loaded(name, len(batch))
 
+    async def lines(source: JsonLinesSource) -> AsyncIterator[CopyBatch]:
+        nonlocal extracted
+        async for batch in source.json_lines(stream, batch_rows):
+            extracted += batch.rows
+            await reporter.extracted(name, batch.rows)
+            yield batch
+
     if isinstance(destination, CopyDestination) or not isinstance(source, CopySource):
         parts = _counted_parts(read_ahead(copies()), name, reporter)
         written = await _write(destination, stream.columns, parts, landing, mode, marker)
+    elif (
+        isinstance(source, JsonLinesSource)
+        and isinstance(destination, JsonLinesDestination)
+        and destination.takes_json_lines(mode)
+        and landing.plan.identity
+    ):
+        # The source renders the lines itself (PostgreSQL, in C and in its
+        # own process): no value becomes a Python object on the way.
+        written = await destination.write_json_lines(
+            landing.table,
+            landing.plan.output,
+            _counted_parts(read_ahead(lines(source)), name, reporter),
+            mode,
+            schema=landing.schema,
+            marker=marker,
+        )
     else:
         # Rows for a Python writer: asyncpg decodes them faster than a COPY
         # decoder written in Python could.
@@ -229,7 +345,7 @@ async def _direct_stream(
             schema=landing.schema,
             marker=marker,
         )
-    return StreamTotals(name, extracted, written)
+    return StreamTotals(name, extracted, written, changes=changes_of(written))
 
 
 async def _write(
@@ -269,15 +385,27 @@ async def _copy_batches(
         async for batch in source.copy_batches(stream, batch_rows):
             yield batch
         return
+    before = 0
     async for rows in source.read(stream, batch_rows):
-        yield CopyBatch(pgcopy.encode(stream.columns, rows), len(rows))
+        try:
+            data = pgcopy.encode(stream.columns, rows)
+        except ValueFault as fault:
+            raise fault.located(None, before) from fault
+        before += len(rows)
+        yield CopyBatch(data, len(rows))
 
 
 async def _decoded(
     parts: AsyncIterator[CopyBatch], columns: Sequence[Column]
 ) -> AsyncIterator[Batch]:
+    before = 0
     async for part in parts:
-        yield pgcopy.decode(columns, part.data)
+        try:
+            rows = pgcopy.decode(columns, part.data)
+        except ValueFault as fault:
+            raise fault.located(None, before) from fault
+        before += len(rows)
+        yield rows
 
 
 async def _applied(batches: AsyncIterator[Batch], plan: Plan) -> AsyncIterator[Batch]:

@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from setu_agent.engine import sqltypes
+
 TYPES: tuple[str, ...] = (
     "boolean",
     "smallint",
@@ -144,13 +146,24 @@ class Column:
     name: str
     type: str
     nullable: bool = True
+    # The exact SQL type the source declares, in engine.sqltypes' canonical
+    # rendering ("character varying(20)", "numeric(5,2)", "integer[]"), whose
+    # values travel as `type`; "" when the neutral type says it all.
+    sql_type: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "type": self.type, "nullable": self.nullable}
+        out: dict[str, Any] = {"name": self.name, "type": self.type, "nullable": self.nullable}
+        if self.sql_type:
+            out["sql_type"] = self.sql_type
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Column:
-        return cls(str(data["name"]), neutral(str(data["type"])), bool(data.get("nullable", True)))
+        type_ = neutral(str(data["type"]))
+        sql_type = sqltypes.canonical(str(data.get("sql_type") or ""))
+        if sql_type and sqltypes.parse(sql_type).neutral != type_:
+            raise TypeNameError(f"column {data['name']!r}: {sql_type} does not hold {type_}")
+        return cls(str(data["name"]), type_, bool(data.get("nullable", True)), sql_type)
 
 
 Row = tuple[Any, ...]

@@ -8,7 +8,7 @@ import grpc
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from setu_agent.engine.blob import BlobSettings
-from setu_agent.engine.providers.base import WriteMode
+from setu_agent.engine.providers.base import RowChanges, WriteMode
 from setu_agent.engine.types import Column, Stream
 from setu_agent.results import (
     Artifact,
@@ -17,6 +17,7 @@ from setu_agent.results import (
     LoadResult,
     MalformedResult,
     MigrateResult,
+    PlannedStream,
     PreviewResult,
     TaskResult,
     TestResult,
@@ -32,6 +33,8 @@ from setu_client.errors import from_rpc_error
 # the server's empty answer always wins the race (docs/jobs-and-tasks.md).
 LEASE_TIMEOUT_MARGIN_SECONDS = 15.0
 CALL_TIMEOUT_SECONDS = 30.0
+# A stopping runtime does not wait long to say so: the presence window covers a miss.
+SIGN_OFF_TIMEOUT_SECONDS = 5.0
 
 KIND_NAMES = {v: k.removeprefix("TASK_KIND_").lower() for k, v in pb.TaskKind.items()}
 
@@ -57,6 +60,11 @@ class GrpcTaskSource:
     async def check_in(self, version: str, capabilities: list[str], hostname: str) -> Any:
         request = pb.CheckInRequest(version=version, capabilities=capabilities, hostname=hostname)
         return await self._call(self._stub.CheckIn, request)
+
+    async def sign_off(self, reason: str) -> None:
+        """Tells the server this runtime is stopping (offline at once)."""
+        request = pb.SignOffRequest(reason=reason[:200])
+        await self._call(self._stub.SignOff, request, timeout=SIGN_OFF_TIMEOUT_SECONDS)
 
     async def lease(self, wait_seconds: float) -> LeasedTask | None:
         answer: pb.LeaseTaskResponse = await self._call(
@@ -106,7 +114,7 @@ class GrpcTaskSource:
             pipeline_id=spec.pipeline_id,
             destination=connection_spec(spec.destination),
             write_mode=WRITE_MODES[spec.write_mode],
-            spec=MessageToDict(spec.spec),
+            spec=struct_to_dict(spec.spec),  # whole numbers as ints (mask keep: 4)
             blob_prefix=spec.artifact.blob_prefix,
             blob=_blob(spec.blob),
             manifest_path=spec.artifact.manifest_path,
@@ -136,6 +144,12 @@ class GrpcTaskSource:
 # -- a typed result as the CompleteTaskRequest oneof: the agent's one edge
 
 
+def changes_message(changes: RowChanges) -> common_pb2.RowChanges:
+    return common_pb2.RowChanges(
+        inserted=changes.inserted, updated=changes.updated, unchanged=changes.unchanged
+    )
+
+
 def completion(task: LeasedTask, result: TaskResult) -> pb.CompleteTaskRequest:
     request = pb.CompleteTaskRequest(task_id=task.id, lease_token=task.lease_token)
     if isinstance(result, ExtractResult):
@@ -146,7 +160,16 @@ def completion(task: LeasedTask, result: TaskResult) -> pb.CompleteTaskRequest:
         )
     elif isinstance(result, LoadResult):
         request.load.CopyFrom(
-            pb.LoadResult(rows_loaded=result.rows_loaded, rows_by_stream=result.rows_by_stream)
+            pb.LoadResult(
+                rows_loaded=result.rows_loaded,
+                rows_by_stream=result.rows_by_stream,
+                changes_by_stream={
+                    stream: changes_message(c) for stream, c in result.changes_by_stream.items()
+                },
+                dry_run=result.dry_run,
+                planned=[planned_message(p) for p in result.planned],
+                notes=[pb.LoadNote(stream=s, message=m) for s, m in result.notes],
+            )
         )
     elif isinstance(result, TestResult):
         request.test.CopyFrom(pb.TestResult(ok=result.ok, message=result.message))
@@ -171,22 +194,33 @@ def completion(task: LeasedTask, result: TaskResult) -> pb.CompleteTaskRequest:
                     )
                     for s in result.streams
                 ],
-                planned=[
-                    pb.PlannedStream(
-                        stream=p.stream,
-                        destination=p.destination,
-                        rows_estimate=p.rows_estimate,
-                        columns=[_column(c) for c in p.columns],
-                        key=p.key,
-                    )
-                    for p in result.planned
-                ],
+                planned=[planned_message(p) for p in result.planned],
                 reason=result.reason,
             )
         )
     else:
         raise MalformedResult(f"a {result.kind} result is not reported over gRPC")
     return request
+
+
+def planned_message(p: PlannedStream) -> pb.PlannedStream:
+    return pb.PlannedStream(
+        stream=p.stream,
+        destination=p.destination,
+        rows_estimate=p.rows_estimate,
+        columns=[_column(c) for c in p.columns],
+        key=p.key,
+        schema=p.schema,
+        table=p.table,
+        actions=p.actions,
+        incompatibilities=p.incompatibilities,
+        mapping=[
+            pb.PlannedColumn(
+                column=m.column, type=m.type, source=m.source, destination_type=m.destination_type
+            )
+            for m in p.mapping
+        ],
+    )
 
 
 def artifact_message(artifact: Artifact) -> pb.Artifact:
@@ -201,7 +235,9 @@ def artifact_message(artifact: Artifact) -> pb.Artifact:
 
 
 def _column(column: Column) -> common_pb2.Column:
-    return common_pb2.Column(name=column.name, type=column.type, nullable=column.nullable)
+    return common_pb2.Column(
+        name=column.name, type=column.type, nullable=column.nullable, sql_type=column.sql_type
+    )
 
 
 def _catalog_stream(stream: Stream) -> common_pb2.CatalogStream:

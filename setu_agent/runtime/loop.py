@@ -12,7 +12,9 @@ the lease, then reporting how it ended.
 - stop() leases nothing more (a task leased while it began is handed back
   unstarted), lets running tasks finish within a grace period, and hands
   back the rest so they are retried at once elsewhere. A completion report
-  already in flight is delivered, not cut short.
+  already in flight is delivered, not cut short. As it begins it signs off
+  (when given `sign_off`), so the server counts the runtime offline at once
+  and refuses new runs for it rather than queue them.
 """
 
 from __future__ import annotations
@@ -103,8 +105,10 @@ class Runtime:
         lease_ttl_seconds: float = 60.0,
         lease_wait_seconds: float = 30.0,
         max_backoff_seconds: float = 30.0,
+        sign_off: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self._source = source
+        self._sign_off = sign_off
         self._handlers = dict(handlers)
         self.name = name
         self._concurrency = concurrency
@@ -134,6 +138,7 @@ class Runtime:
     async def stop(self, grace_seconds: float = 30.0) -> None:
         """Lease nothing more; finish running tasks within the grace, hand back the rest."""
         self._stopping.set()
+        signing_off = asyncio.create_task(self._signing_off())
         running = list(self._running.values())
         if running:
             _, unfinished = await asyncio.wait(running, timeout=grace_seconds)
@@ -143,6 +148,19 @@ class Runtime:
         for slot in self._slots:
             slot.cancel()
         await asyncio.gather(*self._slots, return_exceptions=True)
+        await signing_off
+
+    async def _signing_off(self) -> None:
+        """Tell the server, once, best effort: unreachable, it finds out when
+        the presence window passes."""
+        if self._sign_off is None:
+            return
+        try:
+            await self._sign_off(f"{self.name} is stopping")
+        except Exception as exc:
+            log.warning("sign-off not delivered", extra={"who": self.name, "error": str(exc)})
+        else:
+            log.info("signed off", extra={"who": self.name})
 
     # -- slots
 

@@ -10,6 +10,7 @@ from uuid import UUID
 
 from setu_client.clock import Clock
 from setu_server.maintenance.periodic import PeriodicService
+from setu_server.metrics import Metrics
 from setu_server.models import EventLevel, Job, Task, TaskState, runtime_name
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.store import jobs, tasks
@@ -54,6 +55,7 @@ class Reaper(PeriodicService[ReapResult]):
         lifecycle: JobLifecycle,
         outcomes: FailedTasks,
         settings: ReaperSettings | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings or ReaperSettings()
         super().__init__(self.settings.interval_seconds)
@@ -61,6 +63,7 @@ class Reaper(PeriodicService[ReapResult]):
         self._clock = clock
         self._lifecycle = lifecycle
         self._outcomes = outcomes
+        self._metrics = metrics or Metrics(clock, process=False)
 
     async def run_once(self) -> ReapResult:
         """Reap until no expired lease is left."""
@@ -107,5 +110,7 @@ class Reaper(PeriodicService[ReapResult]):
                         f"{runtime_name(task.runtime)} stopped heartbeating; giving up",
                     )
                     changed += await self._outcomes.failed(conn, lost)
+        for task in reaped:
+            self._metrics.lease_expired(task)
         self._lifecycle.published(changed)
         return reaped

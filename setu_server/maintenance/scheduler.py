@@ -17,6 +17,7 @@ from uuid import UUID
 from setu_client.clock import Clock
 from setu_client.errors import AlreadyExists
 from setu_server.maintenance.periodic import PeriodicService
+from setu_server.models import Job
 from setu_server.service.pipelines import next_tick
 from setu_server.service.runs import RunService
 from setu_server.store import runs
@@ -60,6 +61,7 @@ class Scheduler(PeriodicService[ScheduleResult]):
         """Fires every due tick."""
         created: list[UUID] = []
         already: list[UUID] = []
+        made: list[Job] = []
         async with transaction(self._db) as conn:
             due = await runs.due_pipelines(conn, self._clock.sql_now(), self.settings.batch)
             for pipeline_id, workspace_id, schedule, tick in due:
@@ -69,10 +71,12 @@ class Scheduler(PeriodicService[ScheduleResult]):
                     async with conn.transaction():
                         job = await self._runs.submit_scheduled(conn, pipeline, tick)
                     created.append(job.id)
+                    made.append(job)
                 except AlreadyExists:
                     already.append(pipeline_id)  # this tick already has its run
                 later = next_tick(schedule, max(tick, self._clock.now()))
                 await runs.set_next_run(conn, pipeline_id, later)
+        self._runs.published(made)
         if created:
             log.info("scheduled runs created", extra={"runs": len(created)})
         return ScheduleResult(created, already)

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from setu_client._proto.setu.v1 import admin_pb2 as pb
 from setu_client._proto.setu.v1 import admin_pb2_grpc
+from setu_server.models import Agent
 from setu_server.rpc import convert
 from setu_server.rpc.convert import uid
 from setu_server.rpc.types import Ctx
 from setu_server.service.admin import AdminService
+from setu_server.service.agents import AgentPresence
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, admin: AdminService) -> None:
+    def __init__(self, admin: AdminService, presence: AgentPresence) -> None:
         self._admin = admin
+        self._presence = presence
+
+    def _agent(self, found: Agent) -> pb.Agent:
+        return convert.agent(found, self._presence.online(found))
 
     async def CreateWorkspace(
         self, request: pb.CreateWorkspaceRequest, context: Ctx
@@ -49,20 +55,16 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: pb.CreateAgentRequest, context: Ctx
     ) -> pb.CreateAgentResponse:
         created = await self._admin.create_agent(uid(request.workspace_id), request.name.strip())
-        now = await self._admin.now()
-        return pb.CreateAgentResponse(agent=convert.agent(created.value, now), token=created.secret)
+        return pb.CreateAgentResponse(agent=self._agent(created.value), token=created.secret)
 
     async def GetAgent(self, request: pb.GetAgentRequest, context: Ctx) -> pb.Agent:
-        found = await self._admin.get_agent(uid(request.agent_id))
-        return convert.agent(found, await self._admin.now())
+        return self._agent(await self._admin.get_agent(uid(request.agent_id)))
 
     async def ListAgents(
         self, request: pb.ListAgentsRequest, context: Ctx
     ) -> pb.ListAgentsResponse:
         found = await self._admin.list_agents(uid(request.workspace_id))
-        now = await self._admin.now()
-        return pb.ListAgentsResponse(agents=[convert.agent(a, now) for a in found])
+        return pb.ListAgentsResponse(agents=[self._agent(a) for a in found])
 
     async def DeactivateAgent(self, request: pb.DeactivateAgentRequest, context: Ctx) -> pb.Agent:
-        found = await self._admin.deactivate_agent(uid(request.agent_id))
-        return convert.agent(found, await self._admin.now())
+        return self._agent(await self._admin.deactivate_agent(uid(request.agent_id)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -9,7 +10,9 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
+from setu_agent.engine import sqltypes
 from setu_agent.engine.blob import BlobSettings
+from setu_agent.engine.providers.base import RowChanges
 from setu_agent.engine.types import Column, Stream
 from setu_agent.results import (
     Artifact,
@@ -20,6 +23,7 @@ from setu_agent.results import (
     MalformedResult,
     MigrateMode,
     MigrateResult,
+    PlannedColumn,
     PlannedStream,
     PreviewResult,
     StreamCounts,
@@ -124,7 +128,40 @@ def _extract_result(message: pb.ExtractResult) -> ExtractResult:
 
 
 def _load_result(message: pb.LoadResult) -> LoadResult:
-    return LoadResult(message.rows_loaded, dict(message.rows_by_stream))
+    changes = {s: changes_of(c) for s, c in message.changes_by_stream.items()}
+    return LoadResult(
+        message.rows_loaded,
+        dict(message.rows_by_stream),
+        changes,
+        dry_run=message.dry_run,
+        planned=tuple(planned_of(p) for p in message.planned),
+        notes=tuple((n.stream, n.message) for n in message.notes),
+    )
+
+
+def planned_of(p: pb.PlannedStream) -> PlannedStream:
+    return PlannedStream(
+        p.stream,
+        p.destination,
+        p.rows_estimate,
+        tuple(_column(c) for c in p.columns),
+        tuple(p.key),
+        p.schema,
+        p.table,
+        tuple(p.actions),
+        tuple(p.incompatibilities),
+        tuple(PlannedColumn(m.column, m.type, m.source, m.destination_type) for m in p.mapping),
+    )
+
+
+def changes_of(message: common_pb2.RowChanges) -> RowChanges:
+    return RowChanges(message.inserted, message.updated, message.unchanged)
+
+
+def changes_message(changes: RowChanges) -> common_pb2.RowChanges:
+    return common_pb2.RowChanges(
+        inserted=changes.inserted, updated=changes.updated, unchanged=changes.unchanged
+    )
 
 
 def _test_result(message: pb.TestResult) -> TestResult:
@@ -132,7 +169,11 @@ def _test_result(message: pb.TestResult) -> TestResult:
 
 
 def _column(column: common_pb2.Column) -> Column:
-    return Column(column.name, column.type, column.nullable)
+    try:
+        sql_type = sqltypes.canonical(column.sql_type)
+    except sqltypes.SqlTypeError as exc:
+        raise MalformedResult(f"column {column.name}: {exc}") from None
+    return Column(column.name, column.type, column.nullable, sql_type)
 
 
 def _discover_result(message: pb.DiscoverResult) -> DiscoverResult:
@@ -169,16 +210,7 @@ def _migrate_result(message: pb.MigrateResult) -> MigrateResult:
         streams=tuple(
             StreamCounts(s.stream, s.rows_extracted, s.rows_loaded) for s in message.streams
         ),
-        planned=tuple(
-            PlannedStream(
-                p.stream,
-                p.destination,
-                p.rows_estimate,
-                tuple(_column(c) for c in p.columns),
-                tuple(p.key),
-            )
-            for p in message.planned
-        ),
+        planned=tuple(planned_of(p) for p in message.planned),
         reason=message.reason,
     )
 
@@ -268,10 +300,18 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
         remaining = context.time_remaining()
         if remaining is not None:
             wait = min(wait, remaining - DEADLINE_MARGIN_SECONDS)
-        task = await self._tasks.lease(_runtime(), wait)
+        agent_id = principal().agent_id
+        async with self._presence.leasing(agent_id) if agent_id else contextlib.nullcontext():
+            task = await self._tasks.lease(_runtime(), wait)
         if task is None:
             return pb.LeaseTaskResponse()
         return pb.LeaseTaskResponse(task=task_message(task))
+
+    async def SignOff(self, request: pb.SignOffRequest, context: Ctx) -> pb.SignOffResponse:
+        agent_id = principal().agent_id
+        if agent_id is not None:  # a cloud worker has no presence to end
+            await self._presence.sign_off(agent_id, request.reason.strip())
+        return pb.SignOffResponse()
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
         progress = (

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from setu_agent.results import check_changes
 from setu_client._proto.setu.v1 import cloud_pb2 as pb
 from setu_client._proto.setu.v1 import cloud_pb2_grpc, common_pb2
 from setu_client.errors import InvalidArgument
 from setu_server.models import EventLevel, Phase
-from setu_server.rpc.agents import artifact_of, blob_message, connection_message
+from setu_server.rpc.agents import artifact_of, blob_message, changes_of, connection_message
 from setu_server.rpc.convert import LEVELS, PHASES, WRITE_MODES, uid
 from setu_server.rpc.types import Ctx
 from setu_server.service.cloud_runs import CloudRuns
@@ -84,12 +85,16 @@ class CloudRunServicer(cloud_pb2_grpc.CloudRunServiceServicer):
     async def RecordStreamLoaded(
         self, request: pb.RecordStreamLoadedRequest, context: Ctx
     ) -> pb.RecordStreamLoadedResponse:
+        changes = changes_of(request.changes) if request.HasField("changes") else None
+        if changes is not None:
+            check_changes(changes, "changes")
         await self._runs.stream_loaded(
             *_lease(request.lease),
             request.stream,
             request.rows_extracted,
             request.rows_loaded,
             request.checksum,
+            changes,
         )
         return pb.RecordStreamLoadedResponse()
 

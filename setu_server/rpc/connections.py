@@ -162,7 +162,10 @@ def _succeeded(job: Job) -> dict[str, Any]:
 
 def column(c: dict[str, Any]) -> common_pb2.Column:
     return common_pb2.Column(
-        name=str(c["name"]), type=str(c["type"]), nullable=bool(c.get("nullable", True))
+        name=str(c["name"]),
+        type=str(c["type"]),
+        nullable=bool(c.get("nullable", True)),
+        sql_type=str(c.get("sql_type", "")),
     )
 
 

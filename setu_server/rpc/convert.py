@@ -63,13 +63,14 @@ def api_key(k: ApiKey) -> admin_pb2.ApiKey:
     )
 
 
-def agent(a: Agent, now: datetime) -> admin_pb2.Agent:
+def agent(a: Agent, online: bool) -> admin_pb2.Agent:
+    """`online` as AgentPresence.online judges it (it knows the window)."""
     return admin_pb2.Agent(
         id=str(a.id),
         workspace_id=str(a.workspace_id),
         name=a.name,
         active=a.active,
-        online=a.online(now),
+        online=online,
         version=a.version,
         capabilities=a.capabilities,
         hostname=a.hostname,

@@ -21,6 +21,7 @@ from google.protobuf.message import Message
 
 from setu_client.errors import InvalidArgument, SetuError, Unimplemented, status_of
 from setu_client.logs import request_id
+from setu_server.metrics import Metrics
 from setu_server.models import Principal, Role
 from setu_server.rpc.types import Ctx
 from setu_server.rpc.validation import validate
@@ -38,6 +39,7 @@ SERVICE_ROLES: dict[str, Role] = {
     "setu.v1.JobOrchestrationService": Role.CLIENT,
     "setu.v1.ConnectionService": Role.CLIENT,
     "setu.v1.PipelineService": Role.CLIENT,
+    "setu.v1.AgentDirectoryService": Role.CLIENT,
     "setu.v1.AgentService": Role.AGENT,
     "setu.v1.CloudRunService": Role.WORKER,
     "setu.v1.AdminService": Role.ADMIN,
@@ -57,8 +59,9 @@ def caller_workspace() -> UUID:
 
 
 class CallInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, authenticator: Authenticator) -> None:
+    def __init__(self, authenticator: Authenticator, metrics: Metrics | None = None) -> None:
         self._auth = authenticator
+        self._metrics = metrics or Metrics(process=False)
 
     async def intercept_service(
         self,
@@ -76,7 +79,7 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
         if role is None:
             return _public(handler)
         metadata = dict(details.invocation_metadata or ())
-        call = _Call(self._auth, method, role, metadata)
+        call = _Call(self._auth, method, role, metadata, self._metrics)
         decode = _tolerant(handler.request_deserializer)
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
@@ -159,22 +162,29 @@ def _public(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[A
 
 class _Call:
     def __init__(
-        self, auth: Authenticator, method: str, role: Role, metadata: dict[str, Any]
+        self,
+        auth: Authenticator,
+        method: str,
+        role: Role,
+        metadata: dict[str, Any],
+        metrics: Metrics,
     ) -> None:
         self.auth = auth
         self.method = method
         self.role = role
         self.metadata = metadata
+        self.metrics = metrics
 
     def unary(self, behavior: Callable[..., Awaitable[Message]]) -> Callable[..., Awaitable[Any]]:
         async def handle(request: Message, context: Ctx) -> Any:
             started = self._begin(context)
-            try:
-                await self._admit(request)
-                response = await behavior(request, context)
-            except BaseException as exc:
-                await self._fail(exc, context, started)
-                raise
+            with self.metrics.parking(self.method):
+                try:
+                    await self._admit(request)
+                    response = await behavior(request, context)
+                except BaseException as exc:
+                    await self._fail(exc, context, started)
+                    raise
             self._log(grpc.StatusCode.OK, started)
             return response
 
@@ -183,13 +193,14 @@ class _Call:
     def stream(self, behavior: Callable[..., AsyncIterator[Message]]) -> Callable[..., Any]:
         async def handle(request: Message, context: Ctx) -> Any:
             started = self._begin(context)
-            try:
-                await self._admit(request)
-                async for response in behavior(request, context):
-                    yield response
-            except BaseException as exc:
-                await self._fail(exc, context, started)
-                raise
+            with self.metrics.parking(self.method):
+                try:
+                    await self._admit(request)
+                    async for response in behavior(request, context):
+                        yield response
+                except BaseException as exc:
+                    await self._fail(exc, context, started)
+                    raise
             self._log(grpc.StatusCode.OK, started)
 
         return handle
@@ -223,6 +234,7 @@ class _Call:
             await context.abort(code, message, ((REQUEST_ID_KEY, rid), *trailers))
         elif isinstance(exc, Exception) and not _is_abort(exc):
             log.exception("unexpected error", extra=self._fields(started))
+            self._count(grpc.StatusCode.INTERNAL, started)
             await context.abort(
                 grpc.StatusCode.INTERNAL,
                 f"internal error (request id {request_id.get()}); see the server log",
@@ -249,6 +261,10 @@ class _Call:
         if error:
             fields["error"] = error
         log.log(level, "call", extra=fields)
+        self._count(code, started)
+
+    def _count(self, code: grpc.StatusCode, started: float) -> None:
+        self.metrics.handled(self.method, code.name, time.monotonic() - started)
 
 
 def _is_abort(exc: BaseException) -> bool:

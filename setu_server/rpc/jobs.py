@@ -8,6 +8,7 @@ from setu_client._proto.setu.v1 import common_pb2, jobs_pb2_grpc
 from setu_client._proto.setu.v1 import jobs_pb2 as pb
 from setu_server.config import Settings
 from setu_server.rpc import convert
+from setu_server.rpc.agents import changes_message
 from setu_server.rpc.convert import uid
 from setu_server.rpc.interceptor import caller_workspace
 from setu_server.rpc.types import Ctx
@@ -102,6 +103,7 @@ class JobServicer(jobs_pb2_grpc.JobOrchestrationServiceServicer):
                     rows_extracted=s.rows_extracted,
                     rows_loaded=s.rows_loaded,
                     checksum=s.checksum,
+                    changes=changes_message(s.changes) if s.changes is not None else None,
                 )
                 for s in streams
             ],

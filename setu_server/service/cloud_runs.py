@@ -17,7 +17,16 @@ from setu_agent.results import Artifact
 from setu_agent.specs import MigrateSpec
 from setu_client.clock import Clock
 from setu_client.errors import FailedPrecondition, InvalidArgument, LeaseLost, NotFound
-from setu_server.models import CLOUD, EventLevel, Job, JobOutput, Phase, TaskKind, TaskState
+from setu_server.models import (
+    CLOUD,
+    EventLevel,
+    Job,
+    JobOutput,
+    Phase,
+    RowChanges,
+    TaskKind,
+    TaskState,
+)
 from setu_server.service.runbook import RunBook
 from setu_server.service.runs import connection_spec, snapshot_of
 from setu_server.store import jobs, tasks
@@ -108,9 +117,10 @@ class CloudRuns:
         extracted: int,
         loaded: int,
         checksum: str,
+        changes: RowChanges | None = None,
     ) -> None:
         job = await self._run(task_id, token)
-        await self._book.stream_loaded(job.id, stream, extracted, loaded, checksum or None)
+        await self._book.stream_loaded(job.id, stream, extracted, loaded, checksum or None, changes)
 
     async def outputs(self, task_id: UUID, token: UUID) -> list[JobOutput]:
         job = await self._run(task_id, token)

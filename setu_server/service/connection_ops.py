@@ -18,19 +18,26 @@ from setu_agent.specs import ConnectionSpec
 from setu_client.clock import Clock
 from setu_client.errors import DeadlineExceeded, NotFound
 from setu_server.models import CLOUD, Job, JobKind, JobState, Placement, TaskKind, runtime_name
+from setu_server.service.agents import AgentPresence
 from setu_server.service.jobs import JobService
-from setu_server.service.runs import require_online
-from setu_server.store import connections, jobs, tasks, tenancy
+from setu_server.store import connections, jobs, tasks
 from setu_server.store.db import Database, transaction
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 
 
 class ConnectionOps:
-    def __init__(self, pool: Database, clock: Clock, job_service: JobService) -> None:
+    def __init__(
+        self,
+        pool: Database,
+        clock: Clock,
+        job_service: JobService,
+        presence: AgentPresence | None = None,
+    ) -> None:
         self._pool = pool
         self._clock = clock
         self._jobs = job_service
+        self._presence = presence or AgentPresence(pool, clock)
 
     async def run(
         self,
@@ -47,8 +54,7 @@ class ConnectionOps:
             raise NotFound(f"connection {connection_id} not found")
         agent_id = found.agent_id if found.placement is Placement.AGENT else None
         if agent_id is not None:
-            agent = await tenancy.get_agent(self._pool, agent_id)
-            await require_online(agent, agent_id, self._clock.now())
+            await self._presence.require_online(self._pool, agent_id)
         runtime = runtime_name(str(agent_id) if agent_id else CLOUD)
         spec = ConnectionSpec(str(found.id), found.provider, found.config)
         now = self._clock.sql_now()

@@ -10,11 +10,15 @@ A success means what its kind's entry in `TaskOutcomes` says:
 | `preview`  | EndsJobWithResult        | the same                                       |
 | `discover` | UpdatesCatalog           | the catalog takes the streams; the job ends    |
 |            | PlansDryRun (of a run)   | a dry run's source agent discovered: the plan  |
-|            |                          | is made here and ends the run                  |
+|            |                          | is made here and goes on to where the load     |
+|            |                          | would run (service/dry_runs.py)                |
 | `extract`  | RecordsStagedThenLoads   | an agent staged: recorded, the load dispatched |
 | `migrate`  | HandsOffOrEndsRun        | a hand-off dispatches the load to an agent;    |
 |            |                          | a finished migrate ends the run (one statement)|
-| `load`     | LastLoadEndsRun          | one stream loaded; the last one ends the run   |
+|            |                          | a dry run's plan ends the run, or goes on to   |
+|            |                          | the destination's agent                        |
+| `load`     | LastLoadEndsRun          | one stream loaded; the last one ends the run;  |
+|            |                          | a dry run's (it wrote nothing) ends it         |
 
 A failure means the same for every kind: the job fails with
 `runtime <kind>: <message>`, or ends CANCELLED when it had asked to stop,
@@ -30,8 +34,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from setu_agent.engine import dry_run, transfer
-from setu_agent.engine.operators import SpecError, parse_spec
+from setu_agent.engine import transfer
+from setu_agent.engine.operators import SpecError
 from setu_agent.engine.providers.base import ConfigError, ProviderError
 from setu_agent.engine.staging import run_prefix
 from setu_agent.results import (
@@ -43,9 +47,11 @@ from setu_agent.results import (
     MigrateResult,
     TaskResult,
     TestResult,
+    changes_said,
 )
 from setu_client.errors import InvalidArgument
 from setu_server.models import EventLevel, Job, JobKind, JobState, Task, TaskKind, runtime_name
+from setu_server.service.dry_runs import DryRunPlans
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.runbook import record_staged
 from setu_server.service.runs import RunService, snapshot_of
@@ -126,12 +132,13 @@ class UpdatesCatalog:
 
 class PlansDryRun:
     """A dry run whose source is on an agent ran a `discover` there (the
-    source opened, nothing staged): the plan is made from what it offers and
-    ends the run. The destination is not opened: on an agent its secrets are
-    not the cloud's, and the run says its test was not run."""
+    source opened, nothing staged): the source half of the plan is made from
+    what it offers, and goes on to where the load would run, which inspects
+    the destination (service/dry_runs.py)."""
 
-    def __init__(self, lifecycle: JobLifecycle) -> None:
+    def __init__(self, lifecycle: JobLifecycle, plans: DryRunPlans) -> None:
         self._lifecycle = lifecycle
+        self._plans = plans
 
     def ends_job(self, result: TaskResult) -> bool:
         return False
@@ -139,10 +146,9 @@ class PlansDryRun:
     async def succeeded(self, db: Executor, task: Task, job: Job, result: TaskResult) -> list[Job]:
         offered = _expect(result, DiscoverResult).streams
         taken = snapshot_of(job)
-        where = runtime_name(task.runtime)
         try:
             streams = transfer.select_streams(offered, taken.streams)
-            planned = dry_run.plan(parse_spec(taken.spec), streams, taken.write_mode)
+            return await self._plans.source_discovered(db, task, job, streams)
         except (ConfigError, SpecError, ProviderError) as exc:
             return await self._lifecycle.transition_many(
                 [job.id],
@@ -152,15 +158,6 @@ class PlansDryRun:
                 level=EventLevel.ERROR,
                 error_message=f"dry run: {exc}",
             )
-        return await self._lifecycle.transition_many(
-            [job.id],
-            JobState.SUCCEEDED,
-            f"Dry run: planned {len(planned)} stream(s) from the source on {where}, which "
-            f"passed its test; nothing was staged or loaded, and the destination was not "
-            f"tested (TestConnection tests it where it is placed)",
-            db=db,
-            result=MigrateResult(MigrateMode.DRY_RUN, planned=planned).to_json(),
-        )
 
 
 class _HandsOnToLoad:
@@ -237,11 +234,21 @@ class HandsOffOrEndsRun(_HandsOnToLoad):
     """The cloud's part of a run: finished, it ends the run with its counts
     (one statement); handed off (cloud → agent), the load goes to the agent."""
 
+    def __init__(
+        self, lifecycle: JobLifecycle, now: Now, runs_service: RunService, plans: DryRunPlans
+    ) -> None:
+        super().__init__(lifecycle, now, runs_service)
+        self._plans = plans
+
     def ends_job(self, result: TaskResult) -> bool:
-        return not _expect(result, MigrateResult).hands_off
+        migrated = _expect(result, MigrateResult)
+        return not migrated.hands_off and migrated.mode is not MigrateMode.DRY_RUN
 
     async def succeeded(self, db: Executor, task: Task, job: Job, result: TaskResult) -> list[Job]:
-        if not _expect(result, MigrateResult).hands_off:
+        migrated = _expect(result, MigrateResult)
+        if migrated.mode is MigrateMode.DRY_RUN:
+            return await self._plans.planned(db, task, job, migrated.planned)
+        if not migrated.hands_off:
             return await _succeed(self._lifecycle, db, task, result.to_json())
         cancelled = await self._cancelled_instead(db, task, job)
         if cancelled is not None:
@@ -254,22 +261,34 @@ class LastLoadEndsRun:
     last of them. The job row is locked first, so two loads finishing at
     once cannot both think the other is still running."""
 
-    def __init__(self, lifecycle: JobLifecycle, now: Now) -> None:
+    def __init__(self, lifecycle: JobLifecycle, now: Now, plans: DryRunPlans) -> None:
         self._lifecycle = lifecycle
         self._now = now
+        self._plans = plans
 
     def ends_job(self, result: TaskResult) -> bool:
         return False
 
     async def succeeded(self, db: Executor, task: Task, job: Job, result: TaskResult) -> list[Job]:
         loaded_now = _expect(result, LoadResult)
+        if loaded_now.dry_run:
+            return await self._plans.end(db, task, job, loaded_now.planned)
         where = runtime_name(task.runtime)
         await jobs.lock_job(db, job.id, job.workspace_id)
         now = self._now()
+        for stream, said in loaded_now.notes:
+            await jobs.insert_job_event(db, job.id, f"{said} on {where}", now=now, stream=stream)
         for stream, rows in loaded_now.rows_by_stream.items():
-            await runs.save_output(db, job.id, stream, now=now, rows_loaded=rows, loaded=True)
+            changes = loaded_now.changes_by_stream.get(stream)
+            await runs.save_output(
+                db, job.id, stream, now=now, rows_loaded=rows, loaded=True, changes=changes
+            )
             await jobs.insert_job_event(
-                db, job.id, f"Loaded {rows} rows on {where}", now=now, stream=stream
+                db,
+                job.id,
+                f"Loaded {rows} rows on {where}{changes_said(changes)}",
+                now=now,
+                stream=stream,
             )
         outputs = await jobs.job_outputs(db, job.id)
         loaded = sum(o.rows_loaded for o in outputs)
@@ -310,12 +329,14 @@ class TaskOutcomes:
             TaskKind.PREVIEW: ends,
             TaskKind.DISCOVER: UpdatesCatalog(lifecycle, clock_now),
         }
-        self._dry_run = PlansDryRun(lifecycle) if runs_service is not None else None
+        self._dry_run: PlansDryRun | None = None
         if runs_service is not None:
+            plans = DryRunPlans(lifecycle, runs_service)
+            self._dry_run = PlansDryRun(lifecycle, plans)
             self.by_kind |= {
                 TaskKind.EXTRACT: RecordsStagedThenLoads(lifecycle, clock_now, runs_service),
-                TaskKind.MIGRATE: HandsOffOrEndsRun(lifecycle, clock_now, runs_service),
-                TaskKind.LOAD: LastLoadEndsRun(lifecycle, clock_now),
+                TaskKind.MIGRATE: HandsOffOrEndsRun(lifecycle, clock_now, runs_service, plans),
+                TaskKind.LOAD: LastLoadEndsRun(lifecycle, clock_now, plans),
             }
 
     def outcome(self, kind: TaskKind) -> Outcome:

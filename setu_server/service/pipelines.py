@@ -22,6 +22,7 @@ from setu_client.errors import AlreadyExists, FailedPrecondition, InvalidArgumen
 from setu_server.models import Pipeline, WriteMode
 from setu_server.service import paging
 from setu_server.service.connections import DEFAULT_PAGE_SIZE, check_name, merge_fields
+from setu_server.service.pipeline_catalog import check_against_catalog
 from setu_server.store import connections, pipelines
 from setu_server.store.db import Connection, Database, transaction
 
@@ -86,6 +87,7 @@ class PipelineService:
         next_run_at = self._check(draft)
         async with transaction(self._pool) as conn:
             await _hold_connections(conn, workspace_id, draft)
+            await _check_catalog(conn, draft)
             try:
                 return await pipelines.insert_pipeline(
                     conn,
@@ -134,6 +136,10 @@ class PipelineService:
             if (draft.schedule, draft.paused) == (current.schedule, current.paused):
                 next_run_at = current.next_run_at
             await _hold_connections(conn, workspace_id, draft)
+            # Only what the catalog can judge, and only when it changed: a
+            # pipeline whose source moved on can still be paused or renamed.
+            if _what_the_catalog_judges(draft) != _what_the_catalog_judges(_draft_of(current)):
+                await _check_catalog(conn, draft)
             wanted = dataclasses.replace(
                 current, next_run_at=next_run_at, **dataclasses.asdict(draft)
             )
@@ -178,6 +184,17 @@ async def _hold_connections(conn: Connection, workspace_id: UUID, draft: Pipelin
             raise InvalidArgument(f"{end}_connection_id: required")
         if not await connections.hold_connection(conn, connection_id, workspace_id):
             raise NotFound(f"{end} connection {connection_id} not found")
+
+
+async def _check_catalog(conn: Connection, draft: PipelineDraft) -> None:
+    assert draft.source_connection_id is not None, "held above"
+    await check_against_catalog(
+        conn, draft.source_connection_id, draft.streams, draft.spec, draft.write_mode
+    )
+
+
+def _what_the_catalog_judges(draft: PipelineDraft) -> tuple[object, ...]:
+    return (draft.source_connection_id, draft.streams, draft.spec, draft.write_mode)
 
 
 def _draft_of(p: Pipeline) -> PipelineDraft:

@@ -10,7 +10,7 @@ from uuid import UUID
 
 from setu_agent.results import Artifact
 from setu_client.clock import Clock
-from setu_server.models import EventLevel, Job, JobOutput, Phase
+from setu_server.models import EventLevel, Job, JobOutput, Phase, RowChanges
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.store import jobs, runs
 from setu_server.store.db import Database, Executor, transaction
@@ -68,7 +68,13 @@ class RunBook:
             self._lifecycle.published([job])
 
     async def stream_loaded(
-        self, job_id: UUID, stream: str, extracted: int, loaded: int, checksum: str | None
+        self,
+        job_id: UUID,
+        stream: str,
+        extracted: int,
+        loaded: int,
+        checksum: str | None,
+        changes: RowChanges | None = None,
     ) -> None:
         await runs.save_output(
             self._pool,
@@ -79,6 +85,7 @@ class RunBook:
             rows_loaded=loaded,
             checksum=checksum,
             loaded=True,
+            changes=changes,
         )
 
     async def outputs(self, job_id: UUID) -> list[JobOutput]:

@@ -14,20 +14,19 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from setu_agent.engine import dry_run
 from setu_agent.engine.blob import BlobSettings
 from setu_agent.engine.operators import SpecError, parse_spec
 from setu_agent.engine.staging import run_prefix
 from setu_agent.specs import ConnectionSpec, ExtractSpec, LoadSpec
 from setu_client.clock import Clock
 from setu_client.errors import (
-    AgentOffline,
     AlreadyExists,
     FailedPrecondition,
     LeaseLost,
     NotFound,
 )
 from setu_server.models import (
-    Agent,
     EventLevel,
     Job,
     JobKind,
@@ -39,9 +38,10 @@ from setu_server.models import (
     TaskState,
     runtime_name,
 )
+from setu_server.service.agents import AgentPresence
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.placement import placement
-from setu_server.store import jobs, runs, tasks, tenancy
+from setu_server.store import jobs, runs, tasks
 from setu_server.store.db import Database, Executor, transaction
 
 # Attempts of a run's tasks: a retry resumes where the last one stopped.
@@ -70,12 +70,18 @@ def snapshot_of(job: Job) -> RunSnapshot:
 
 class RunService:
     def __init__(
-        self, pool: Database, clock: Clock, lifecycle: JobLifecycle, blob: BlobSettings
+        self,
+        pool: Database,
+        clock: Clock,
+        lifecycle: JobLifecycle,
+        blob: BlobSettings,
+        presence: AgentPresence | None = None,
     ) -> None:
         self._pool = pool
         self._clock = clock
         self._lifecycle = lifecycle
         self._blob = blob
+        self._presence = presence or AgentPresence(pool, clock)
 
     async def submit(
         self,
@@ -108,6 +114,11 @@ class RunService:
                 raise
             return first
         return await self._reread(job)
+
+    def published(self, jobs: list[Job]) -> None:
+        """Runs submitted in a caller's transaction (the scheduler's), after
+        its commit: the ticks that failed to start are counted (metrics)."""
+        self._lifecycle.published(jobs)
 
     async def submit_scheduled(self, db: Executor, pipeline: PipelineForRun, tick: datetime) -> Job:
         """The run of one schedule tick, through the same path as a manual
@@ -208,6 +219,16 @@ class RunService:
         connection = {"connection": source.to_payload(), "workspace_id": str(job.workspace_id)}
         await self._dispatch(db, job, TaskKind.DISCOVER, agent_id, extra=connection)
 
+    async def dispatch_dry_run_plan(
+        self, db: Executor, job: Job, planned: list[dict[str, Any]]
+    ) -> None:
+        """A dry run's plan, made from the source, goes to where the load
+        would run, which inspects the destination (service/dry_runs.py):
+        the destination's agent as a `load`, or the cloud as a `migrate`."""
+        agent = snapshot_of(job).placement.load_agent
+        kind = TaskKind.LOAD if agent is not None else TaskKind.MIGRATE
+        await self._dispatch(db, job, kind, agent, extra={dry_run.PLAN_PAYLOAD: planned})
+
     async def _dispatch(
         self,
         db: Executor,
@@ -235,6 +256,8 @@ class RunService:
         what = "staged data to load" if kind is TaskKind.MIGRATE and job.phase else kind.value
         if kind is TaskKind.DISCOVER:
             what = "discover of the source (a dry run plans; nothing is staged or loaded)"
+        if dry_run.PLAN_PAYLOAD in payload:
+            what = f"{kind.value} to inspect the destination (a dry run: nothing is written)"
         await jobs.insert_job_event(
             db,
             job.id,
@@ -299,8 +322,7 @@ class RunService:
         return job, task
 
     async def _require_online(self, db: Executor, agent_id: UUID) -> None:
-        agent = await tenancy.get_agent(db, agent_id)
-        await require_online(agent, agent_id, self._clock.now())
+        await self._presence.require_online(db, agent_id)
 
     async def _reread(self, job: Job) -> Job:
         fresh = await jobs.get_job(self._pool, job.id, job.workspace_id)
@@ -322,23 +344,3 @@ def _check_spec(pipeline: PipelineForRun) -> None:
         parse_spec(pipeline.spec)
     except SpecError as exc:
         raise FailedPrecondition(f"pipeline {pipeline.name} is invalid: {exc}") from exc
-
-
-async def require_online(agent: Agent | None, agent_id: UUID, now: datetime) -> None:
-    """Raises AgentOffline, saying how to bring the agent back."""
-    if agent is not None and agent.online(now):
-        return
-    name = f"agent {agent.name} ({agent_id})" if agent else f"agent {agent_id}"
-    if agent is not None and not agent.active:
-        raise AgentOffline(
-            f"{name} is deactivated; register a new agent and place the connection on it"
-        )
-    seen = (
-        f"last seen {agent.last_seen_at:%Y-%m-%d %H:%M:%S} UTC"
-        if agent and agent.last_seen_at
-        else "never seen"
-    )
-    raise AgentOffline(
-        f"{name} is offline ({seen}): start it with `setu-agent --server <address> "
-        f"--token <agent token>` and try again"
-    )

@@ -19,6 +19,7 @@ from uuid import UUID
 from setu_agent.results import TaskResult
 from setu_client.clock import Clock
 from setu_client.errors import InvalidArgument, LeaseLost, NotFound, Unavailable
+from setu_server.metrics import Metrics
 from setu_server.models import (
     EventLevel,
     Job,
@@ -54,6 +55,7 @@ class TaskService:
         signals: TaskSignals,
         policy: LeasePolicy,
         outcomes: TaskOutcomes | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._pool = pool
         self._clock = clock
@@ -61,6 +63,7 @@ class TaskService:
         self._signals = signals
         self.policy = policy
         self.outcomes = outcomes or TaskOutcomes(lifecycle, clock.sql_now)
+        self._metrics = metrics or Metrics(clock, process=False)
         # `parked`: a LeaseTask found nothing and is about to wait (its runtime).
         self.hooks: Hooks[str] = Hooks("parked")
 
@@ -109,8 +112,9 @@ class TaskService:
         if leased is None:
             return None
         task, moved = leased
+        self._metrics.task_leased(task)
         if moved is not None:
-            self._lifecycle.published([moved])
+            self._lifecycle.moved([moved])
         return task
 
     # -- reports
@@ -151,7 +155,7 @@ class TaskService:
                     self._pool, runtime, task_id, token, check_kind=result.kind
                 )
             elif done[1] is not None:
-                self._lifecycle.published([done[1]])
+                self._lifecycle.moved([done[1]])
             return
         async with transaction(self._pool) as conn:
             task = await tasks.complete_task(conn, task_id, runtime, token, record, now)
@@ -215,6 +219,7 @@ class TaskService:
                     return current.state is TaskState.PENDING
                 raise _lost_lease(current)
             changed = await self._after_failure(conn, task)
+        self._metrics.task_failed(task, retryable)
         self._lifecycle.published(changed)
         return task.state is TaskState.PENDING
 

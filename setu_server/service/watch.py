@@ -17,6 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from uuid import UUID
 
+from setu_server.metrics import Metrics
 from setu_server.models import Job
 
 log = logging.getLogger(__name__)
@@ -71,8 +72,11 @@ class Watch:
 
 
 class WatchHub:
-    def __init__(self, loader: Loader, *, recheck_interval: float = 30.0) -> None:
+    def __init__(
+        self, loader: Loader, *, recheck_interval: float = 30.0, metrics: Metrics | None = None
+    ) -> None:
         self._load = loader
+        self._metrics = metrics or Metrics(process=False)
         self._watches: dict[UUID, Watch] = {}
         self._stale: set[UUID] = set()
         self._reader: asyncio.Task[None] | None = None
@@ -149,6 +153,7 @@ class WatchHub:
 
     async def run_once(self) -> None:
         """The slow safety net: re-read every watched job."""
+        self._metrics.rechecked()
         await self.refresh_all()
 
     def start(self) -> None:

@@ -47,3 +47,11 @@ async def record_discovery(
         await db.execute(QUERIES.mark_missing_catalog_streams, connection_id, seen)
         rows = await db.fetch(QUERIES.list_catalog_streams, connection_id)
     return [_stream(r) for r in rows]
+
+
+async def offered_streams(db: Executor, connection_id: UUID) -> list[dict[str, Any]]:
+    """The streams the connection's last discover saw (none if it was never
+    discovered): namespace, name, columns, primary_key, row_estimate."""
+    with translate_errors():
+        rows = await db.fetch(QUERIES.list_catalog_streams, connection_id)
+    return [_stream(r) for r in rows if r["status"] != "missing"]

@@ -18,6 +18,7 @@ from setu_server.models import (
     JobOutput,
     JobState,
     Phase,
+    RowChanges,
     RunSnapshot,
     job_states_into,
 )
@@ -242,9 +243,22 @@ async def job_outputs(db: Executor, job_id: UUID) -> list[JobOutput]:
     with translate_errors():
         rows = await db.fetch(QUERIES.job_outputs, job_id)
     return [
-        JobOutput(r["stream"], r["rows_extracted"], r["rows_loaded"], r["checksum"], r["loaded"])
+        JobOutput(
+            r["stream"],
+            r["rows_extracted"],
+            r["rows_loaded"],
+            r["checksum"],
+            r["loaded"],
+            _changes(r),
+        )
         for r in rows
     ]
+
+
+def _changes(r: Any) -> RowChanges | None:
+    if r["rows_inserted"] is None:
+        return None
+    return RowChanges(r["rows_inserted"], r["rows_updated"] or 0, r["rows_unchanged"] or 0)
 
 
 async def get_job_any(db: Executor, id: UUID) -> Job | None:

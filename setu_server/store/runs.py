@@ -15,6 +15,7 @@ from setu_server.models import (
     Phase,
     PipelineForRun,
     Placement,
+    RowChanges,
     StagedRun,
     WriteMode,
 )
@@ -145,10 +146,22 @@ async def save_output(
     rows_loaded: int | None = None,
     checksum: str | None = None,
     loaded: bool = False,
+    changes: RowChanges | None = None,
 ) -> None:
+    counts: tuple[int | None, ...] = (None, None, None)
+    if changes is not None:
+        counts = (changes.inserted, changes.updated, changes.unchanged)
     with translate_errors():
         await db.execute(
-            QUERIES.save_output, job_id, stream, rows_extracted, rows_loaded, checksum, loaded, now
+            QUERIES.save_output,
+            job_id,
+            stream,
+            rows_extracted,
+            rows_loaded,
+            checksum,
+            loaded,
+            now,
+            *counts,
         )
 
 

@@ -29,7 +29,8 @@ CREATE TABLE api_key (
 );
 CREATE INDEX api_key_workspace_idx ON api_key (workspace_id);
 
--- An edge runtime; online when active and seen within the last 90 s.
+-- An edge runtime. Online when active, not signed off, and seen (a parked
+-- LeaseTask or any call) within the presence window (docs/jobs-and-tasks.md).
 CREATE TABLE agent (
     id            uuid PRIMARY KEY,
     workspace_id  uuid NOT NULL REFERENCES workspace (id) ON DELETE CASCADE,
@@ -41,6 +42,8 @@ CREATE TABLE agent (
     hostname      text NOT NULL DEFAULT '',
     last_seen_at  timestamptz,
     created_at    timestamptz NOT NULL,
+    -- Set by SignOff (a graceful stop), cleared by CheckIn.
+    signed_off_at timestamptz,
     UNIQUE (workspace_id, name)
 );
 
@@ -162,6 +165,10 @@ CREATE TABLE job_output (
     checksum        text NOT NULL DEFAULT '',
     updated_at      timestamptz NOT NULL,
     loaded_at       timestamptz,
+    -- What the load did to the destination's rows; null where it does not tell.
+    rows_inserted   bigint,
+    rows_updated    bigint,
+    rows_unchanged  bigint,
     PRIMARY KEY (job_id, stream)
 );
 

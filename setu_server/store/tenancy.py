@@ -7,7 +7,7 @@ from uuid import UUID
 
 import asyncpg
 
-from setu_server.models import Agent, ApiKey, Workspace
+from setu_server.models import Agent, AgentWork, ApiKey, HeldTask, TaskKind, Workspace
 from setu_server.store.db import Executor, translate_errors
 from setu_server.store.queries import QUERIES
 
@@ -38,6 +38,7 @@ def _agent(r: asyncpg.Record) -> Agent:
         hostname=r["hostname"],
         last_seen_at=r["last_seen_at"],
         created_at=r["created_at"],
+        signed_off_at=r.get("signed_off_at"),
     )
 
 
@@ -147,7 +148,57 @@ async def check_in_agent(
     return _agent(row)
 
 
+async def sign_off_agent(db: Executor, id: UUID, now: datetime | None) -> None:
+    with translate_errors():
+        await db.execute(QUERIES.sign_off_agent, id, now)
+
+
+async def touch_agent(db: Executor, id: UUID, now: datetime | None) -> None:
+    with translate_errors():
+        await db.execute(QUERIES.touch_agent, id, now)
+
+
+async def list_workspace_agents(
+    db: Executor, workspace_id: UUID, agent_id: UUID | None, after: str | None, limit: int
+) -> list[Agent]:
+    with translate_errors():
+        rows = await db.fetch(QUERIES.list_workspace_agents, workspace_id, agent_id, after, limit)
+    return [_agent(r) for r in rows]
+
+
+async def agents_work(
+    db: Executor, workspace_id: UUID, agent_ids: list[UUID]
+) -> dict[UUID, AgentWork]:
+    """What each of these agents of the workspace holds and has waiting."""
+    with translate_errors():
+        held = await db.fetch(QUERIES.agents_leased_tasks, workspace_id, agent_ids)
+        queued = await db.fetch(QUERIES.agents_queued_tasks, workspace_id, agent_ids)
+    running: dict[UUID, list[HeldTask]] = {}
+    for r in held:
+        running.setdefault(r["agent_id"], []).append(
+            HeldTask(
+                id=r["id"],
+                job_id=r["job_id"],
+                pipeline_id=r["pipeline_id"],
+                kind=TaskKind(r["kind"]),
+                attempt=r["attempt"],
+                lease_expires_at=r["lease_expires_at"],
+            )
+        )
+    waiting = {r["agent_id"]: int(r["queued"]) for r in queued}
+    return {
+        agent_id: AgentWork(tuple(running.get(agent_id, ())), waiting.get(agent_id, 0))
+        for agent_id in agent_ids
+    }
+
+
 async def database_now(db: Executor, now: datetime | None) -> datetime:
     with translate_errors():
         value: datetime = await db.fetchval(QUERIES.database_now, now)
     return value
+
+
+async def list_active_agents(db: Executor) -> list[Agent]:
+    """Every active agent across workspaces: for the metrics, never for callers."""
+    with translate_errors():
+        return [_agent(r) for r in await db.fetch(QUERIES.list_active_agents)]

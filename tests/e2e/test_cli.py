@@ -44,8 +44,11 @@ async def test_admin_commands_create_and_list(database_url: str) -> None:
         code, _, err = await _setu(*common, "workspace", "create", "acme")
         assert code == 2 and err.startswith("error: ") and "ALREADY_EXISTS" in err
 
+        # --workspace takes an id or a name; an unknown name is said as such.
+        code, out, _ = await _setu(*common, "agent", "list", "--workspace", "acme")
+        assert code == 0 and [a["name"] for a in json.loads(out)["agents"]] == ["e1"]
         code, _, err = await _setu(*common, "api-key", "create", "--workspace", "nope", "k")
-        assert code == 2 and "INVALID_ARGUMENT: workspace_id: must be a UUID" in err
+        assert code == 2 and "no workspace named 'nope' (setu admin workspace list" in err
         assert len(err.splitlines()) == 1
 
 
@@ -114,7 +117,7 @@ def _commands(help_text: str) -> set[str]:
 async def test_setu_offers_every_command_and_setu_cli_the_clients_alone() -> None:
     code, out, _ = await _setu("--help")
     assert code == 0
-    client = {"connections", "pipelines", "run", "jobs", "apply", "delete", "export"}
+    client = {"connections", "pipelines", "run", "jobs", "agents", "apply", "delete", "export"}
     assert _commands(out) == {"dev", "admin", *client}
     code, out, _ = await _setu("--help", module="setu_cli")
     assert code == 0

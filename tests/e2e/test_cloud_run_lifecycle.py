@@ -305,7 +305,8 @@ async def test_a_dry_run_plans_without_moving_data(
     done = await client.get_job(job.id)
     assert done.state == S.JOB_STATE_SUCCEEDED, done.error_message
     assert done.result["dry_run"] is True
-    assert [s["stream"] for s in done.result["streams"]] == ["items"]
+    # Named as the run's outputs name them: qualified by the source's schema.
+    assert [s["stream"] for s in done.result["streams"]] == ["public.items"]
     assert await fetch(destination, "SELECT to_regclass('items')") == [(None,)]
 
 

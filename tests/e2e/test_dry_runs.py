@@ -76,16 +76,81 @@ async def test_a_dry_run_plans_and_writes_no_destination(
 
     assert done.state == JobState.SUCCEEDED, (done.error_message, timeline)
     assert done.result.get("dry_run") is True, done.result
-    planned = [(s["stream"], s["destination"]) for s in done.result["streams"]]
-    assert planned == [("orders", table)]
+    planned = [(s["stream"], s["destination"], s["actions"]) for s in done.result["streams"]]
+    assert planned == [("public.orders", table, [f'create table "public"."{table}"'])]
     # No destination written, nothing staged, no stage but the plan's.
     assert await _fetch(edge.destination, f"SELECT to_regclass('{table}')") == [(None,)]
     assert await _staged_keys(edge, job.id) == []
-    kinds = await _fetch(database_url, f"SELECT kind FROM task WHERE job_id = '{job.id}'")
-    planned_at, first = (a, "discover") if flow.startswith("a") else ("cloud", "migrate")
-    assert kinds == [(first,)]
-    assert any(m.startswith(f"Dispatched {first}") and f"to {planned_at}" in m for m in timeline)
+    kinds = await _fetch(
+        database_url, f"SELECT kind FROM task WHERE job_id = '{job.id}' ORDER BY created_at"
+    )
+    assert kinds == [(k,) for k in TASKS[flow]]
+    if flow.startswith("a"):
+        assert any(m.startswith("Dispatched discover") and f"to {a}" in m for m in timeline)
     if flow.endswith("a"):
-        # The cloud never opened the agent's destination (nor resolved its
-        # secrets, which it does not hold): the run says it was not tested.
-        assert any("destination" in m and "not tested" in m for m in timeline), timeline
+        # The destination was inspected on its own agent (the cloud never
+        # resolves its secrets), handed the plan as a load that writes nothing.
+        assert any(
+            m.startswith("Dispatched load to inspect the destination") and f"to agent:{b_id}" in m
+            for m in timeline
+        ), timeline
+        assert any(f"destination inspected on agent:{b_id}" in m for m in timeline), timeline
+
+
+# The tasks of a dry run, by flow: the source half where the source is, the
+# destination half where the load would run.
+TASKS = {
+    "c2c": ["migrate"],
+    "a2c": ["discover", "migrate"],
+    "c2a": ["migrate", "load"],
+    "a2a": ["discover", "load"],
+}
+
+
+@pytest.mark.parametrize("flow", ["c2c", "a2c", "c2a", "a2a"])
+async def test_a_dry_run_fails_where_the_run_would_wherever_the_destination_is(
+    edge: Edge, flow: str
+) -> None:
+    client, (b_id, b_token) = edge.client, edge.agent_b
+    table = f"dry_fail_{flow}"
+    # A column the stream sends as text is an integer here, and one it sends
+    # is missing while schema_evolution is fail.
+    conn = await asyncpg.connect(edge.destination)
+    try:
+        await conn.execute(f"CREATE TABLE {table} (id integer PRIMARY KEY, body integer)")
+    finally:
+        await conn.close()
+    async with edge.agent("a", edge.tenant.agent_token), edge.agent("b", b_token):
+        if flow.startswith("a"):
+            source = await client.create_connection(
+                "src", "postgres", edge.edge_config(edge.source), "agent", str(edge.tenant.agent_id)
+            )
+        else:
+            source = await client.create_connection("src", "postgres", postgres_config(edge.source))
+        if flow.endswith("a"):
+            destination = await client.create_connection(
+                "dst", "postgres", edge.edge_config(edge.destination), "agent", str(b_id)
+            )
+        else:
+            destination = await client.create_connection(
+                "dst", "postgres", postgres_config(edge.destination)
+            )
+        pipeline = await client.create_pipeline(
+            table,
+            source.id,
+            destination.id,
+            streams=["orders"],
+            spec={"destination": {"orders": table}, "schema_evolution": "fail"},
+        )
+        job = await client.submit_run(pipeline.id, dry_run=True)
+        await client.wait_for_job(job.id)
+        done = await client.get_job(job.id)
+
+    assert done.state == JobState.FAILED, done
+    problems = done.result["incompatibilities"]
+    assert len(problems) == 2, problems
+    assert "column body" in problems[0] and "integer → text" in problems[0]
+    assert "no column(s) amount (numeric)" in problems[1]
+    assert done.error_message.startswith("dry run: the run would fail: ")
+    assert all(p in done.error_message for p in problems)
+    assert await _fetch(edge.destination, f"SELECT count(*) FROM {table}") == [(0,)]

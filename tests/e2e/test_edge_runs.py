@@ -206,6 +206,10 @@ async def test_all_three_edge_flows_copy_the_data_and_the_secret_never_reaches_t
                 assert "Loading staged data in the cloud" in timeline
             outputs = await client.job_outputs(job.id)
             assert [(o.rows_extracted, o.rows_loaded) for o in outputs.streams] == [(ROWS, ROWS)]
+            # What the load did travels from wherever it ran (docs/flows.md).
+            assert [(o.inserted, o.updated, o.unchanged) for o in outputs.streams] == [
+                (ROWS, 0, 0)
+            ], table
             answers += [str(job), "\n".join(timeline), str(outputs)]
 
         # The secret is nowhere the server keeps or says anything.

@@ -28,6 +28,7 @@ SERVICES = [
     "grpc.health.v1.Health",
     "grpc.reflection.v1alpha.ServerReflection",
     "setu.v1.AdminService",
+    "setu.v1.AgentDirectoryService",
     "setu.v1.AgentService",
     "setu.v1.CloudRunService",
     "setu.v1.ConnectionService",

@@ -4,11 +4,8 @@ public values it hands back, on the test server that ships with setu-server."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import signal
 import sqlite3
-import sys
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -168,40 +165,3 @@ async def test_a_run_on_the_shipped_test_server_reads_back_as_public_values(
     assert job.version == outcome.version
     assert not_started.value.job_id == ready.id and not_found.value.job_id == ready.id
     assert not_found.value.status is grpc.StatusCode.NOT_FOUND
-
-
-def readme_sdk_example() -> str:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme.split("\n## The SDK\n", 1)[1].split("\n## ", 1)[0]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
-
-
-async def test_the_readme_sdk_example_runs_as_written(
-    database_url: str, pool: asyncpg.Pool, tmp_path: Path
-) -> None:
-    # The layout `make run` leaves in a clone: .setu/dev with its credentials,
-    # the server's files under .setu/dev/files/<workspace id>.
-    dev = tmp_path / ".setu" / "dev"
-    tenant = await make_tenant(pool)
-    dev.mkdir(parents=True)
-    credentials = {"workspace_id": str(tenant.workspace_id), "api_key": tenant.api_key}
-    (dev / "credentials.json").write_text(json.dumps(credentials))
-    async with in_process(
-        database_url, data_dir=dev, local_files_root=str(dev / "files")
-    ) as server:
-        env = os.environ | {"SETU_SERVER": f"127.0.0.1:{server.port}"}
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            readme_sdk_example(),
-            cwd=tmp_path,
-            env=env,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode == 0, err.decode()
-    lines = out.decode().splitlines()
-    assert lines[0].startswith("job ") and len(lines[0].split()[1]) == 36
-    assert lines[1] == "JobState.SUCCEEDED"
-    assert lines[2:] == ["SUCCEEDED 2", "items 2", "shop-to-copy"]

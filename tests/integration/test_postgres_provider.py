@@ -130,23 +130,23 @@ EVERYTHING_COLUMNS = (
     Column("big", "bigint"),
     Column("ratio", "real"),
     Column("precise", "double"),
-    Column("amount", "numeric"),
+    Column("amount", "numeric", sql_type="numeric(12,2)"),
     Column("name", "text"),
-    Column("label", "text"),
-    Column("code", "text"),
+    Column("label", "text", sql_type="character varying(20)"),
+    Column("code", "text", sql_type="character(5)"),
     Column("blob", "bytes"),
     Column("born", "date"),
     Column("alarm", "time"),
     Column("seen", "timestamp"),
     Column("stamped", "timestamptz"),
     Column("ident", "uuid"),
-    Column("doc", "json"),
+    Column("doc", "json", sql_type="json"),
     Column("docb", "json"),
     Column("flag", "boolean", False),
-    Column("addr", "text"),
-    Column("feeling", "text"),
-    Column("counts", "text"),
-    Column("span", "text"),
+    Column("addr", "text", sql_type="inet"),
+    Column("feeling", "text"),  # an enum lands as text
+    Column("counts", "text", sql_type="integer[]"),
+    Column("span", "text", sql_type="interval"),
 )
 
 EVERYTHING_ROWS: list[Row] = [
@@ -587,7 +587,9 @@ async def test_a_view_of_every_type_encodes_like_a_table_copies(
     await admin.execute(EVERYTHING_DDL)
     await admin.execute("CREATE VIEW everything_view AS SELECT * FROM everything")
     view = await stream_named(pg, "everything_view")
-    assert view.columns == tuple(Column(c.name, c.type) for c in EVERYTHING_COLUMNS)
+    assert view.columns == tuple(
+        Column(c.name, c.type, sql_type=c.sql_type) for c in EVERYTHING_COLUMNS
+    )
     batches = await collect(pg, view, 1)
     assert [b.rows for b in batches] == [1, 1]
     assert_everything(decoded(view, batches))

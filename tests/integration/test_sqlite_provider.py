@@ -260,7 +260,8 @@ async def test_a_value_that_does_not_convert_names_table_column_and_value(tmp_pa
     conn = await connect(path)
     try:
         stream = (await conn.discover())[0]
-        with pytest.raises(ProviderError, match=r"table 'events', column 'at'.*'yesterday'"):
+        bad = r"column 'at', row 2: sqlite table 'events'.*'yesterday'"
+        with pytest.raises(ProviderError, match=bad):
             await conn.preview(stream, 10)
     finally:
         await conn.close()

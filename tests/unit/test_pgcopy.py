@@ -13,6 +13,7 @@ import pytest
 
 from setu_agent.engine import pgcopy
 from setu_agent.engine.types import TYPES, Column
+from setu_agent.engine.values import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault
 
 ALL_TYPES = [Column(f"c_{t}", t) for t in TYPES]
 
@@ -226,7 +227,7 @@ def test_a_field_longer_than_the_stream_is_truncation() -> None:
 
 def test_a_negative_field_length_is_refused() -> None:
     data = pgcopy.HEADER + struct.pack("!hi", 1, -6) + pgcopy.TRAILER
-    with pytest.raises(ValueError, match="column t: negative field length -6"):
+    with pytest.raises(ValueError, match="column 't', row 1: negative field length -6"):
         pgcopy.decode([Column("t", "text")], data)
 
 
@@ -244,35 +245,57 @@ def test_bytes_after_the_trailer_are_refused() -> None:
 
 def test_a_field_of_the_wrong_width_names_its_column() -> None:
     data = pgcopy.encode([Column("n", "integer")], [(1,)])
-    with pytest.raises(ValueError, match="column n: field of 4 bytes where 8"):
+    with pytest.raises(ValueError, match="column 'n', row 1: field of 4 bytes where 8"):
         pgcopy.decode([Column("n", "bigint")], data)
 
 
 @pytest.mark.parametrize(
-    ("column_type", "payload", "word"),
+    ("column_type", "payload", "value"),
     [
-        ("date", struct.pack("!i", 0x7FFFFFFF), "'infinity'"),
-        ("date", struct.pack("!i", -0x80000000), "'-infinity'"),
-        ("timestamp", struct.pack("!q", 2**63 - 1), "'infinity'"),
-        ("timestamptz", struct.pack("!q", -(2**63)), "'-infinity'"),
+        ("date", struct.pack("!i", 0x7FFFFFFF), INFINITY),
+        ("date", struct.pack("!i", -0x80000000), MINUS_INFINITY),
+        ("timestamp", struct.pack("!q", 2**63 - 1), INFINITY),
+        ("timestamptz", struct.pack("!q", -(2**63)), MINUS_INFINITY),
     ],
 )
-def test_infinite_dates_name_the_column(column_type: str, payload: bytes, word: str) -> None:
+def test_infinite_dates_stay_infinite(column_type: str, payload: bytes, value: Any) -> None:
     data = one_row_stream(column_type, payload)
-    message = f"column created_at: PostgreSQL {word} has no Python value"
-    with pytest.raises(ValueError, match=message):
-        pgcopy.decode([Column("created_at", column_type)], data)
+    columns = [Column("created_at", column_type)]
+    assert pgcopy.decode(columns, data) == [(value,)]
+    assert pgcopy.encode(columns, [(value,)]) == data
+
+
+def test_json_null_is_not_sql_null() -> None:
+    columns = [Column("j", "json")]
+    data = pgcopy.encode(columns, [(JSON_NULL,), (None,)])
+    assert pgcopy.decode(columns, data) == [(JSON_NULL,), (None,)]
+
+
+def test_a_bad_value_names_its_row_across_batches() -> None:
+    columns = [Column("d", "date")]
+    good = struct.pack("!i", 0)
+    data = (
+        pgcopy.HEADER
+        + b"".join(
+            struct.pack("!hi", 1, 4) + payload
+            for payload in [good, good, good, struct.pack("!i", 3_000_000)]
+        )
+        + pgcopy.TRAILER
+    )
+    with pytest.raises(ValueFault, match="column 'd', row 4: date outside") as caught:
+        list(pgcopy.iter_decode(columns, data, 2))
+    assert caught.value.retryable is False
 
 
 def test_dates_beyond_python_are_refused() -> None:
     data = one_row_stream("date", struct.pack("!i", 3_000_000))
-    with pytest.raises(ValueError, match="column d: date outside Python's years"):
+    with pytest.raises(ValueError, match="column 'd', row 1: date outside Python's years"):
         pgcopy.decode([Column("d", "date")], data)
 
 
 def test_time_24_00_is_refused() -> None:
     data = one_row_stream("time", struct.pack("!q", 86_400_000_000))
-    with pytest.raises(ValueError, match="column t: PostgreSQL time 24:00:00"):
+    with pytest.raises(ValueError, match="column 't', row 1: PostgreSQL time 24:00:00"):
         pgcopy.decode([Column("t", "time")], data)
 
 
@@ -304,7 +327,9 @@ def test_wrong_python_types_name_column_and_type(
     column_type: str, value: Any, type_name: str
 ) -> None:
     columns = [Column("ok", "bigint"), Column("bad", column_type)]
-    with pytest.raises(ValueError, match=f"column bad: a {type_name} value is not a {column_type}"):
+    with pytest.raises(
+        ValueError, match=f"column 'bad', row 2: a {type_name} value is not a {column_type}"
+    ):
         pgcopy.encode(columns, [(1, None), (2, value)])
 
 
@@ -323,7 +348,7 @@ def test_wrong_python_types_name_column_and_type(
     ],
 )
 def test_unrepresentable_values_are_refused(column_type: str, value: Any, message: str) -> None:
-    with pytest.raises(ValueError, match=f"column v.*{message}"):
+    with pytest.raises(ValueError, match=f"column 'v', row 1: .*{message}"):
         pgcopy.encode([Column("v", column_type)], [(value,)])
 
 

@@ -56,8 +56,8 @@ def test_very_short_values_are_not_blanked_everywhere() -> None:
 
 def test_preview_values_are_json() -> None:
     assert jsonable(Decimal("1.50")) == "1.50"
-    assert jsonable(math.nan) == "nan"
-    assert jsonable(-math.inf) == "-inf"
+    assert jsonable(math.nan) == "NaN"  # the spelling docs/data-types.md gives
+    assert jsonable(-math.inf) == "-Infinity"
     assert jsonable(2.5) == 2.5
     assert jsonable(b"\x00\x01") == "AAE="
 

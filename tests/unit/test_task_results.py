@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from setu_agent.engine.providers.base import RowChanges
 from setu_agent.engine.types import Column, Stream
 from setu_agent.results import (
     Artifact,
@@ -38,8 +39,10 @@ EXTRACT = ExtractResult(
 WIRE_RESULTS: list[TaskResult] = [
     EXTRACT,
     LoadResult(8000, {"public.items": 8000, "public.empty": 0}),
+    LoadResult(8000, {"public.items": 8000, "f": 0}, {"public.items": RowChanges(1, 2, 7997)}),
     TestResult(ok=False, message="refused"),
     DiscoverResult((ITEMS,)),
+    DiscoverResult((Stream("t", (Column("c", "text", True, "character varying(20)"),)),)),
     PreviewResult((ID,), ({"id": 1}, {"id": 2})),
 ]
 CLOUD_RESULTS: list[TaskResult] = [

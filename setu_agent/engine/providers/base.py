@@ -158,6 +158,34 @@ class CopyBatch:
     rows: int
 
 
+@dataclass(frozen=True)
+class RowChanges:
+    """What a write's rows did to the destination: rows new to it, rows whose
+    values changed, and rows already there with the same values (which an
+    upsert or merge leaves untouched: no new row version, no WAL)."""
+
+    inserted: int
+    updated: int = 0
+    unchanged: int = 0
+
+
+class Written(int):
+    """The rows a write took (the int every caller reads), with the changes
+    they made when the provider can tell: a write that returns a plain int
+    (a file, a load found already done) reports no changes."""
+
+    changes: RowChanges
+
+    def __new__(cls, rows: int, changes: RowChanges) -> Written:
+        written = super().__new__(cls, rows)
+        written.changes = changes
+        return written
+
+
+def changes_of(written: int) -> RowChanges | None:
+    return written.changes if isinstance(written, Written) else None
+
+
 @runtime_checkable
 class CopySource(Protocol):
     """A source that produces binary COPY batches itself (PostgreSQL), so

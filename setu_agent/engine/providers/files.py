@@ -1,66 +1,67 @@
-"""The `file` provider: CSV and JSON Lines files in a local folder or under
-an S3 prefix, one stream per file (named by the file's stem).
+"""The `file` provider: CSV, JSON Lines and Parquet files in a local folder
+or under an S3 prefix, one stream per file (named by the file's stem).
 
 Reading streams line by line (a thread for local files, the response body
-for S3), so no file is ever whole in memory. Types are inferred from the
-first rows unless declared in `config.columns`.
+for S3), so no file is ever whole in memory; Parquet a row group at a time
+(files_parquet). Types not declared in `config.columns` are inferred: a CSV
+column's from every value (files_csv), a JSON Lines field's from the first
+rows, a Parquet column's from the file's schema.
 
-CSV cannot tell NULL from the empty string: an empty field reads as NULL,
-and NULL and '' both write as an empty field.
+CSV cannot tell NULL from the empty string: an empty field reads as NULL
+(in a text column, unless `csv.null_values` says otherwise), and NULL and ''
+both write as an empty field.
 
 Writing builds the new file beside the old one (local) or on local disk
 (S3) and swaps it in at the end, so a failure leaves the old file as it was.
-Upsert and merge hold the written rows in memory, keyed, to match them
-against the existing file.
+Upsert and merge spill the written rows to a temporary SQLite database,
+keyed, to match them against the existing file in bounded memory
+(files_merge). Rows are encoded a batch at a time (files_encode: orjson for
+JSON Lines), with the spellings of docs/data-types.md.
 
-Value conversion and record parsing live in files_codec; the local and S3
-storage in files_storage.
+Value conversion and JSON Lines parsing live in files_codec, CSV reading in
+files_csv, Parquet in files_parquet; the local and S3 storage in
+files_storage.
 """
 
 from __future__ import annotations
 
 import asyncio
-import csv
-import io
-import json
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from setu_agent.engine import s3
 from setu_agent.engine.markers import MARKERS, LoadMarker
+from setu_agent.engine.providers import files_csv, files_merge, files_parquet
 from setu_agent.engine.providers.base import (
     ConfigError,
     Connector,
+    CopyBatch,
     Egress,
     ProviderError,
     WriteMode,
 )
 from setu_agent.engine.providers.failures import file_error
 from setu_agent.engine.providers.files_codec import (
-    _check_header,
-    _csv_rows,
     _head,
     _jsonl_rows,
     _nothing,
     _Source,
-    csv_records,
     infer_json,
-    infer_text,
     jsonl_records,
-    to_json,
-    to_text,
 )
+from setu_agent.engine.providers.files_encode import csv_encoder, csv_header, jsonl_encoder
 from setu_agent.engine.providers.files_storage import _LocalFiles, _S3Files, _Storage
 from setu_agent.engine.secrets import check_reference, is_reference
 from setu_agent.engine.types import Batch, Column, Row, Stream, TypeNameError, neutral
+from setu_agent.engine.values import ValueFault
 
-FORMATS = {".csv": "csv", ".jsonl": "jsonl"}
+FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet"}
 _S3_KEYS = ("endpoint_url", "region", "access_key_id", "secret_access_key")
-_KEYS = ("url", "format", "csv", "columns", *_S3_KEYS)
+_KEYS = ("url", "format", "csv", "parquet", "columns", *_S3_KEYS)
 
 # ---------------------------------------------------------------- config
 
@@ -73,6 +74,8 @@ class FileConfig:
     header: bool = True
     columns: dict[str, dict[str, str]] | None = None
     s3: s3.S3Settings | None = None
+    csv: files_csv.CsvOptions = field(default_factory=files_csv.CsvOptions)
+    parquet: files_parquet.ParquetOptions = field(default_factory=files_parquet.ParquetOptions)
 
     def declared(self, stream: str) -> dict[str, str]:
         return (self.columns or {}).get(stream, {})
@@ -95,32 +98,22 @@ def parse_config(config: Any, resolved: bool) -> FileConfig:
             raise ConfigError(f"config.url: {exc}") from exc
     fmt = config.get("format", FORMATS.get(PurePosixPath(url).suffix.lower()))
     if fmt is None:
-        raise ConfigError("config.format is required when config.url is a folder: csv or jsonl")
-    if fmt not in ("csv", "jsonl"):
-        raise ConfigError(f"config.format must be csv or jsonl, not {fmt!r}")
-    delimiter, header = _parse_csv(config.get("csv", {}))
+        raise ConfigError(
+            "config.format is required when config.url is a folder: csv, jsonl or parquet"
+        )
+    if fmt not in ("csv", "jsonl", "parquet"):
+        raise ConfigError(f"config.format must be csv, jsonl or parquet, not {fmt!r}")
+    csv_options = files_csv.parse_options(config.get("csv", {}))
     return FileConfig(
         url=url,
         format=fmt,
-        delimiter=delimiter,
-        header=header,
+        delimiter=csv_options.delimiter,
+        header=csv_options.header,
         columns=_parse_columns(config.get("columns", {})),
         s3=_parse_s3(config, url.startswith("s3://"), resolved),
+        csv=csv_options,
+        parquet=files_parquet.parse_options(config.get("parquet", {})),
     )
-
-
-def _parse_csv(options: Any) -> tuple[str, bool]:
-    if not isinstance(options, dict):
-        raise ConfigError("config.csv must be an object: {delimiter, header}")
-    if extra := sorted(set(options) - {"delimiter", "header"}):
-        raise ConfigError(f"config.csv.{extra[0]} is not a CSV option; use delimiter or header")
-    delimiter = options.get("delimiter", ",")
-    if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in '"\r\n':
-        raise ConfigError("config.csv.delimiter must be one character (not a quote or newline)")
-    header = options.get("header", True)
-    if not isinstance(header, bool):
-        raise ConfigError("config.csv.header must be true or false")
-    return delimiter, header
 
 
 def _parse_columns(declared: Any) -> dict[str, dict[str, str]]:
@@ -185,52 +178,49 @@ def _parse_s3(config: dict[str, Any], is_s3: bool, resolved: bool) -> s3.S3Setti
 
 
 class _Writer:
-    """Appends encoded rows to a file, in a thread."""
+    """Appends encoded rows to a file, a batch at a time, in a thread. A
+    bad value names its row, counted over everything this writer wrote."""
 
-    def __init__(self, handle: IO[str], config: FileConfig, columns: Sequence[Column]) -> None:
+    def __init__(self, handle: IO[bytes], config: FileConfig, columns: Sequence[Column]) -> None:
         self.handle = handle
-        self.config = config
-        self.columns = list(columns)
-        self.names = [json.dumps(c.name, ensure_ascii=False) for c in columns]
+        self.rows = 0
+        if config.format == "csv":
+            self.encode = csv_encoder(columns, config.delimiter)
+        else:
+            self.encode = jsonl_encoder(columns)
 
     @classmethod
     async def open(
         cls, path: Path, config: FileConfig, columns: Sequence[Column], header: bool
     ) -> _Writer:
-        def start() -> IO[str]:
+        def start() -> IO[bytes]:
             needs_newline = path.exists() and not _ends_with_newline(path)
-            handle = path.open("a", encoding="utf-8", newline="")
+            handle = path.open("ab")
             if needs_newline:
-                handle.write("\n")
+                handle.write(b"\n")
+            if header and config.format == "csv" and config.header:
+                handle.write(csv_header(columns, config.delimiter))
             return handle
 
-        writer = cls(await asyncio.to_thread(start), config, columns)
-        if header and config.format == "csv" and config.header:
-            await asyncio.to_thread(writer._csv, [tuple(c.name for c in columns)], raw=True)
-        return writer
+        return cls(await asyncio.to_thread(start), config, columns)
 
     async def write(self, rows: Sequence[Row]) -> None:
         if not rows:
             return
-        if self.config.format == "csv":
-            await asyncio.to_thread(self._csv, rows)
-        else:
-            await asyncio.to_thread(self._jsonl, rows)
+        await asyncio.to_thread(self._write, rows)
+        self.rows += len(rows)
 
-    def _csv(self, rows: Sequence[Row], raw: bool = False) -> None:
-        out = csv.writer(self.handle, delimiter=self.config.delimiter, lineterminator="\n")
-        if raw:
-            out.writerows(rows)
-            return
-        types = [c.type for c in self.columns]
-        out.writerows([_csv_field(v, t) for v, t in zip(row, types, strict=True)] for row in rows)
+    def _write(self, rows: Sequence[Row]) -> None:
+        try:
+            data = self.encode(rows)
+        except ValueFault as fault:
+            raise fault.located(None, self.rows) from fault
+        self.handle.write(data)
 
-    def _jsonl(self, rows: Sequence[Row]) -> None:
-        buffer = io.StringIO()
-        for row in rows:
-            pairs = (f"{n}:{to_json(v)}" for n, v in zip(self.names, row, strict=True))
-            buffer.write("{" + ",".join(pairs) + "}\n")
-        self.handle.write(buffer.getvalue())
+    async def write_lines(self, lines: CopyBatch) -> None:
+        """Lines encoded already (JSON Lines that PostgreSQL rendered)."""
+        await asyncio.to_thread(self.handle.write, lines.data)
+        self.rows += lines.rows
 
     async def close(self) -> None:
         def finish() -> None:
@@ -239,12 +229,6 @@ class _Writer:
                 os.fsync(self.handle.fileno())
 
         await asyncio.to_thread(finish)
-
-
-def _csv_field(value: Any, type_: str) -> str:
-    if value is None:
-        return ""
-    return to_json(value) if type_ == "json" else to_text(value)
 
 
 def _ends_with_newline(path: Path) -> bool:
@@ -267,59 +251,27 @@ def _key_positions(columns: Sequence[Column], mode: WriteMode, key: Sequence[str
     return [names.index(k) for k in key]
 
 
-def _key(row: Row, positions: list[int]) -> tuple[Any, ...]:
-    value = tuple(row[i] for i in positions)
-    try:
-        hash(value)
-    except TypeError as exc:
-        raise ProviderError(f"key value {value!r} cannot be compared (a JSON value?)") from exc
-    return value
+@dataclass(frozen=True)
+class _Lines:
+    """Rows that come as JSON Lines already (write_json_lines)."""
+
+    parts: AsyncIterator[CopyBatch]
 
 
-async def _write_all(writer: _Writer, batches: AsyncIterator[Batch]) -> int:
+async def _write_all(
+    writer: _Writer | files_parquet.ParquetWriter, batches: AsyncIterator[Batch] | _Lines
+) -> int:
     count = 0
+    if isinstance(batches, _Lines):
+        assert isinstance(writer, _Writer)
+        async for lines in batches.parts:
+            await writer.write_lines(lines)
+            count += lines.rows
+        return count
     async for batch in batches:
         await writer.write(batch)
         count += len(batch)
     return count
-
-
-async def _collect(
-    batches: AsyncIterator[Batch], positions: list[int]
-) -> tuple[dict[Any, Row], int]:
-    """The written rows by key, the last one winning, and how many came."""
-    rows: dict[Any, Row] = {}
-    count = 0
-    async for batch in batches:
-        for row in batch:
-            rows[_key(row, positions)] = row
-        count += len(batch)
-    return rows, count
-
-
-async def _merge(
-    writer: _Writer,
-    old: AsyncGenerator[list[Row], None],
-    written: dict[Any, Row],
-    positions: list[int],
-    keep_old: bool,
-) -> None:
-    """Old rows in place, each replaced by the written row of its key (and
-    dropped when there is none, unless keep_old); then the new keys."""
-    done: set[Any] = set()
-    async with aclosing(old):
-        async for rows in old:
-            out: list[Row] = []
-            for row in rows:
-                key = _key(row, positions)
-                if key in written:
-                    if key not in done:
-                        out.append(written[key])
-                        done.add(key)
-                elif keep_old:
-                    out.append(row)
-            await writer.write(out)
-    await writer.write([row for key, row in written.items() if key not in done])
 
 
 # ---------------------------------------------------------------- connector
@@ -350,27 +302,18 @@ class FileConnector(Connector):
         declared = self.config.declared(source.stream)
         if self.config.format == "jsonl":
             values: dict[str, list[Any]] = {}
+            order: list[str] = []
             async for chunk in _head(jsonl_records(self.storage.chunks(ref), source)):
                 for _, record in chunk:
+                    _merge_order(order, record)
                     for name, value in record.items():
                         values.setdefault(name, []).extend([] if value is None else [value])
-            names = list(values) + [name for name in declared if name not in values]
+            names = order + [name for name in declared if name not in values]
             return [Column(n, declared.get(n) or infer_json(values.get(n, []))) for n in names]
-        records: list[list[str]] = []
-        chunks = csv_records(self.storage.chunks(ref), self.config.delimiter, source)
-        async for part in _head(chunks):
-            records.extend(record for _, record in part if record)
-        header = records.pop(0) if records and self.config.header else None
-        names = header or [f"c{i + 1}" for i in range(len(records[0]) if records else 0)]
-        _check_header(names, source)
-        for name in declared:
-            if name not in names:
-                where = f"config.columns.{source.stream}.{name}"
-                raise ProviderError(f"{where}: {source.where} has no such column")
-        return [
-            Column(name, declared.get(name) or infer_text(_sampled(records, i)))
-            for i, name in enumerate(names)
-        ]
+        if self.config.format == "parquet":
+            return await files_parquet.parquet_columns(self.storage, ref, source, declared)
+        records = files_csv.csv_records(self.storage.chunks(ref), self.config.csv, source)
+        return await files_csv.infer(records, self.config.csv, source, declared)
 
     async def preview(self, stream: Stream, limit: int) -> Batch:
         if limit <= 0:
@@ -400,17 +343,57 @@ class FileConnector(Connector):
         """The file's rows as the given columns. For a rewrite (the old rows
         of a file being written) a column the new rows lack is an error, as
         the rewrite would drop it."""
+        if self.config.format == "parquet":
+            return files_parquet.parquet_rows(self.storage, ref, source, columns, rewrite)
         chunks = self.storage.chunks(ref)
         if self.config.format == "jsonl":
             return _jsonl_rows(jsonl_records(chunks, source), source, columns, rewrite)
-        records = csv_records(chunks, self.config.delimiter, source)
-        return _csv_rows(records, source, columns, self.config.header, rewrite)
+        records = files_csv.csv_records(chunks, self.config.csv, source)
+        return files_csv.csv_rows(records, self.config.csv, source, columns, rewrite)
 
     async def write(
         self,
         stream: str,
         columns: Sequence[Column],
         batches: AsyncIterator[Batch],
+        mode: WriteMode,
+        key: Sequence[str],
+        *,
+        schema: str | None = None,
+        marker: LoadMarker | None = None,
+    ) -> int:
+        return await self._write_stream(
+            stream, columns, batches, mode, key, schema=schema, marker=marker
+        )
+
+    def takes_json_lines(self, mode: WriteMode) -> bool:
+        """Whether write_json_lines can write under the mode: JSON Lines
+        appended or overwritten (an upsert matches rows by key)."""
+        return self.config.format == "jsonl" and not mode.needs_key
+
+    async def write_json_lines(
+        self,
+        stream: str,
+        columns: Sequence[Column],
+        parts: AsyncIterator[CopyBatch],
+        mode: WriteMode,
+        *,
+        schema: str | None = None,
+        marker: LoadMarker | None = None,
+    ) -> int:
+        """Writes rows that come as JSON Lines already, spelled as this
+        provider spells them, as write does."""
+        if not self.takes_json_lines(mode):
+            raise ProviderError(f"JSON Lines cannot be written as {self.config.format} {mode}")
+        return await self._write_stream(
+            stream, columns, _Lines(parts), mode, (), schema=schema, marker=marker
+        )
+
+    async def _write_stream(
+        self,
+        stream: str,
+        columns: Sequence[Column],
+        batches: AsyncIterator[Batch] | _Lines,
         mode: WriteMode,
         key: Sequence[str],
         *,
@@ -446,7 +429,7 @@ class FileConnector(Connector):
         temp: Path,
         stream: str,
         columns: Sequence[Column],
-        batches: AsyncIterator[Batch],
+        batches: AsyncIterator[Batch] | _Lines,
         mode: WriteMode,
         positions: list[int],
     ) -> int:
@@ -455,7 +438,11 @@ class FileConnector(Connector):
         copied = exists and mode is WriteMode.APPEND and await self._copyable(ref, source, columns)
         if copied:
             await self.storage.copy_to(ref, temp)
-        writer = await _Writer.open(temp, self.config, columns, header=not copied)
+        writer: _Writer | files_parquet.ParquetWriter
+        if self.config.format == "parquet":
+            writer = await files_parquet.ParquetWriter.open(temp, self.config, columns)
+        else:
+            writer = await _Writer.open(temp, self.config, columns, header=not copied)
         try:
             if mode is WriteMode.APPEND and exists and not copied:
                 async with aclosing(self._rows(ref, source, columns, rewrite=True)) as old:
@@ -463,10 +450,16 @@ class FileConnector(Connector):
                         await writer.write(rows)
             if not mode.needs_key:
                 return await _write_all(writer, batches)
-            written, count = await _collect(batches, positions)
-            old_rows = self._rows(ref, source, columns, rewrite=True) if exists else _nothing()
-            await _merge(writer, old_rows, written, positions, keep_old=mode is WriteMode.UPSERT)
-            return count
+            # The written rows spill to disk by key: memory stays flat.
+            assert not isinstance(batches, _Lines)  # takes_json_lines refuses keys
+            written = await files_merge.spill(batches, positions)
+            try:
+                old_rows = self._rows(ref, source, columns, rewrite=True) if exists else _nothing()
+                keep_old = mode is WriteMode.UPSERT
+                await files_merge.merge(writer.write, old_rows, written, positions, keep_old)
+                return written.count
+            finally:
+                await asyncio.to_thread(written.close)
         finally:
             await writer.close()
 
@@ -489,24 +482,32 @@ class FileConnector(Connector):
 
     async def _copyable(self, ref: str, source: _Source, columns: Sequence[Column]) -> bool:
         """Whether the old file's bytes can start the new file as they are."""
-        if self.config.format == "jsonl":
-            return True
-        chunks = csv_records(self.storage.chunks(ref), self.config.delimiter, source)
-        async with aclosing(chunks):
-            async for chunk in chunks:
-                for _, record in chunk:
-                    if record and self.config.header:
-                        return record == [c.name for c in columns]
-                    if record:
-                        return len(record) == len(columns)
-        return True
+        if self.config.format != "csv":
+            return self.config.format == "jsonl"  # Parquet's footer is at its end
+        if self.config.csv.encoding != "utf-8" or self.config.csv.quote != '"':
+            return False  # new rows are written in UTF-8, quoted with "
+        chunks = files_csv.csv_records(self.storage.chunks(ref), self.config.csv, source)
+        record = await files_csv.first_record(chunks)
+        if record is not None and self.config.header:
+            return record == [c.name for c in columns]
+        return record is None or len(record) == len(columns)
 
     async def close(self) -> None:
         await self.storage.close()
 
 
-def _sampled(records: list[list[str]], index: int) -> list[str]:
-    return [r[index] for r in records if index < len(r) and r[index] != ""]
+def _merge_order(order: list[str], record: dict[str, Any]) -> None:
+    """Adds a record's new keys to the column order, each after the key
+    before it in the record: a key some records leave out (a json column's
+    SQL NULL, docs/data-types.md) keeps its place."""
+    known = set(order)
+    previous: str | None = None
+    for name in record:
+        if name not in known:
+            at = order.index(previous) + 1 if previous is not None else 0
+            order.insert(at, name)
+            known.add(name)
+        previous = name
 
 
 class FileProvider:

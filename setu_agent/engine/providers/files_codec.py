@@ -1,6 +1,7 @@
 """Values and records of the `file` provider: a value's text and JSON forms
-(read and written), type inference from sampled values, and the parsing of
-CSV and JSON Lines records into typed rows.
+(read and written), type inference from sampled JSON values, and the
+parsing of JSON Lines records into typed rows (CSV's records and inference
+are in files_csv).
 
 Separate from files.py because none of it knows where a file lives or how a
 connector drives it: it turns lines into rows and values into text, and can
@@ -10,7 +11,6 @@ be read (and tested) on its own.
 from __future__ import annotations
 
 import base64
-import csv
 import json
 import math
 import re
@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from setu_agent.engine.providers.base import ProviderError
 from setu_agent.engine.types import INTEGERS, Column, Row
+from setu_agent.engine.values import INFINITIES, JSON_NULL, NONFINITE_TEXTS, ValueFault
 
 SAMPLE_ROWS = 1000
 
@@ -31,7 +32,6 @@ SAMPLE_ROWS = 1000
 
 
 _INT = re.compile(r"^[+-]?\d+$", re.ASCII)
-_DECIMAL = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$", re.ASCII)
 _LIMITS = {"smallint": 2**15, "integer": 2**31, "bigint": 2**63}
 _TRUE = frozenset({"true", "t", "yes", "y", "1"})
 _FALSE = frozenset({"false", "f", "no", "n", "0"})
@@ -89,21 +89,40 @@ def _timestamptz(text: str) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
+def _or_infinite(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A date or timestamp parser that also reads `infinity`/`-infinity`."""
+
+    def read(text: str) -> Any:
+        infinite = INFINITIES.get(text.strip().lower())
+        return parse(text) if infinite is None else infinite
+
+    return read
+
+
 _TEXT_PARSERS: dict[str, Callable[[str], Any]] = {
     "bytes": lambda text: base64.b64decode(text, validate=True),
-    "date": date.fromisoformat,
+    "date": _or_infinite(date.fromisoformat),
     "time": _time,
-    "timestamp": _timestamp,
-    "timestamptz": _timestamptz,
+    "timestamp": _or_infinite(_timestamp),
+    "timestamptz": _or_infinite(_timestamptz),
     "uuid": uuid.UUID,
-    "json": json.loads,
+    "json": lambda text: _json_or_null(json.loads(text)),
 }
 
 
+def _json_or_null(value: Any) -> Any:
+    # A field `null` is JSON's null; SQL NULL is the empty field.
+    return JSON_NULL if value is None else value
+
+
 def from_json(value: Any, type_: str) -> Any:
-    """A value's neutral form from a decoded JSON value (floats as Decimal)."""
-    if value is None:
+    """A value's neutral form from a decoded JSON value (floats as Decimal).
+    In a json column `null` is JSON's null; SQL NULL is the key left out
+    (MISSING)."""
+    if value is MISSING:
         return None
+    if value is None:
+        return JSON_NULL if type_ == "json" else None
     if type_ == "json":
         return _plain(value)
     if type_ == "text":
@@ -125,6 +144,13 @@ def from_json(value: Any, type_: str) -> Any:
     if type_ == "numeric":
         return Decimal(value)
     raise ValueError(f"a number is not a {type_}")
+
+
+class _Missing:
+    """A JSON Lines record without the column's key."""
+
+
+MISSING: Any = _Missing()
 
 
 def _plain(value: Any) -> Any:
@@ -167,20 +193,6 @@ def to_text(value: Any) -> str:
     return str(value)
 
 
-def infer_text(values: Sequence[str]) -> str:
-    """The type of a CSV column from its non-empty sampled fields."""
-    if not values:
-        return "text"
-    if all(_INT.match(v) for v in values):
-        fits = all(-(2**63) <= int(v) < 2**63 for v in values)
-        return "bigint" if fits else "numeric"
-    if all(_DECIMAL.match(v) for v in values):
-        return "numeric"
-    if all(v.lower() in ("true", "false") for v in values):
-        return "boolean"
-    return "text"
-
-
 def infer_json(values: Sequence[Any]) -> str:
     """The type of a JSON Lines field from its non-null sampled values."""
     kinds = {_json_kind(v) for v in values}
@@ -201,7 +213,7 @@ def _json_kind(value: Any) -> str:
         return "boolean"
     if isinstance(value, int):
         return "int"
-    if isinstance(value, Decimal | float):
+    if isinstance(value, Decimal | float) or (isinstance(value, str) and value in NONFINITE_TEXTS):
         return "float"
     if isinstance(value, dict | list):
         return "json"
@@ -217,42 +229,6 @@ class _Source:
 
     where: str
     stream: str
-
-
-async def csv_records(
-    chunks: AsyncGenerator[list[bytes], None], delimiter: str, source: _Source
-) -> AsyncGenerator[list[tuple[int, list[str]]], None]:
-    """(line number, fields) of each record. Lines are joined while a quoted
-    field is open (an odd count of quotes so far, as doubled quotes inside a
-    field keep the count even), so a field may hold newlines."""
-    pending: list[str] = []
-    quotes = start = number = 0
-    async with aclosing(chunks):
-        async for lines in chunks:
-            records: list[tuple[int, list[str]]] = []
-            for raw in lines:
-                number += 1
-                text = _decode(raw, number, source)
-                if not pending:
-                    start = number
-                pending.append(text)
-                quotes += text.count('"')
-                if quotes % 2 == 0:
-                    records.append((start, _parse_record(pending, delimiter, source, start)))
-                    pending, quotes = [], 0
-            yield records
-    if pending:
-        raise ProviderError(f"{source.where}: line {start}: a quoted field is never closed")
-
-
-def _parse_record(lines: list[str], delimiter: str, source: _Source, line: int) -> list[str]:
-    try:
-        rows = list(csv.reader(lines, delimiter=delimiter, strict=True))
-    except csv.Error as exc:
-        raise ProviderError(f"{source.where}: line {line}: {exc}") from exc
-    if len(rows) > 1:
-        raise ProviderError(f"{source.where}: line {line}: a stray quote in an unquoted field")
-    return rows[0] if rows else []
 
 
 async def jsonl_records(
@@ -289,10 +265,14 @@ def _decode(raw: bytes, number: int, source: _Source) -> str:
 
 
 def _bad_value(source: _Source, line: int, column: Column, value: Any, exc: Exception) -> Exception:
-    return ProviderError(
-        f"{source.where}: line {line}, column {column.name!r}: {value!r} is not a valid "
-        f"{column.type} ({exc}); the type was inferred from the first {SAMPLE_ROWS} rows, "
-        f'declare it in config.columns.{source.stream}.{column.name} (e.g. "text")'
+    # A bad value is permanent: another attempt reads the same file.
+    return ValueFault(
+        f"{source.where}: line {line}: not a valid {column.type} ({exc}); the type was "
+        f"inferred from the first {SAMPLE_ROWS} rows, declare it in "
+        f'config.columns.{source.stream}.{column.name} (e.g. "text")',
+        column=column.name,
+        value=value,
+        stream=source.stream,
     )
 
 
@@ -329,79 +309,6 @@ def _dropped(source: _Source, names: Sequence[str]) -> ProviderError:
     )
 
 
-def _csv_plan(
-    names: list[str], source: _Source, columns: Sequence[Column], rewrite: bool
-) -> list[int | None]:
-    """For each wanted column, the index of its field in a record."""
-    _check_header(names, source)
-    wanted = {c.name for c in columns}
-    if rewrite and (extra := [n for n in names if n not in wanted]):
-        raise _dropped(source, extra)
-    index = {name: i for i, name in enumerate(names)}
-    plan: list[int | None] = []
-    for column in columns:
-        if column.name not in index and not rewrite:
-            raise ProviderError(
-                f"{source.where} has no column {column.name!r} (it has {', '.join(names)})"
-            )
-        plan.append(index.get(column.name))
-    return plan
-
-
-def _csv_row(
-    fields: list[str], plan: list[int | None], columns: Sequence[Column], source: _Source, line: int
-) -> Row:
-    values: list[Any] = []
-    for index, column in zip(plan, columns, strict=True):
-        text = fields[index] if index is not None and index < len(fields) else ""
-        try:
-            values.append(None if text == "" else from_text(text, column.type))
-        except (ValueError, ArithmeticError) as exc:
-            raise _bad_value(source, line, column, text, exc) from exc
-    return tuple(values)
-
-
-async def _csv_rows(
-    records: AsyncGenerator[list[tuple[int, list[str]]], None],
-    source: _Source,
-    columns: Sequence[Column],
-    has_header: bool,
-    rewrite: bool,
-) -> AsyncGenerator[list[Row], None]:
-    plan: list[int | None] | None = None
-    width = 0
-    async with aclosing(records):
-        async for chunk in records:
-            rows: list[Row] = []
-            for line, fields in chunk:
-                if not fields:
-                    continue
-                if plan is None:
-                    names = _names(fields, columns, has_header, rewrite)
-                    plan, width = _csv_plan(names, source, columns, rewrite), len(names)
-                    if has_header:
-                        continue
-                if len(fields) > width:
-                    raise ProviderError(
-                        f"{source.where}: line {line} has {len(fields)} fields, "
-                        f"more than the {width} columns"
-                    )
-                rows.append(_csv_row(fields, plan, columns, source, line))
-            yield rows
-
-
-def _names(
-    first: list[str], columns: Sequence[Column], has_header: bool, rewrite: bool
-) -> list[str]:
-    if has_header:
-        return first
-    # Without a header, columns are positional: c1, c2... or, for the old
-    # content of a file being written, the written columns in order.
-    if rewrite:
-        return [c.name for c in columns]
-    return [f"c{i + 1}" for i in range(len(first))]
-
-
 async def _jsonl_rows(
     records: AsyncGenerator[list[tuple[int, dict[str, Any]]], None],
     source: _Source,
@@ -416,7 +323,9 @@ async def _jsonl_rows(
                 if rewrite and not record.keys() <= wanted:
                     raise _dropped(source, sorted(record.keys() - wanted))
                 rows.append(
-                    tuple(_jsonl_cell(record.get(c.name), c, source, line) for c in columns)
+                    tuple(
+                        _jsonl_cell(record.get(c.name, MISSING), c, source, line) for c in columns
+                    )
                 )
             yield rows
 

@@ -14,7 +14,6 @@ bounded, and every batch is a self-contained COPY stream.
 
 from __future__ import annotations
 
-import json
 import ssl
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -22,20 +21,25 @@ from typing import Any
 
 import asyncpg
 
-from setu_agent.engine import pgcopy
+from setu_agent.engine import pgcopy, sqltypes
+from setu_agent.engine.destination_plan import TableShape
 from setu_agent.engine.markers import MARKERS, LoadMarker
 from setu_agent.engine.operators import Plan, parse_spec
+from setu_agent.engine.providers import postgres_json, postgres_shape
 from setu_agent.engine.providers.base import (
     ConfigError,
     CopyBatch,
     Egress,
     PermanentError,
     ProviderError,
+    RowChanges,
     WriteMode,
+    Written,
 )
 from setu_agent.engine.providers.failures import postgres_error
 from setu_agent.engine.secrets import check_reference, is_reference
 from setu_agent.engine.types import FROM_PG, PG_TYPES, Batch, Column, Stream
+from setu_agent.engine.values import ValueFault
 
 KEYS = frozenset(
     {"host", "port", "database", "user", "password", "schema", "ssl", "connect_timeout"}
@@ -72,12 +76,18 @@ SELECT c.relname, c.relkind,
        CASE WHEN c.reltuples >= 0 THEN c.reltuples::bigint
             ELSE (pg_relation_size(c.oid) / current_setting('block_size')::int) * 60
        END AS estimate,
-       a.attname, t.typname, a.attnotnull,
+       a.attname,
+       -- A domain is read, and lands, as its base type (and its NOT NULL).
+       coalesce(b.typname, t.typname) AS typname,
+       format_type(coalesce(b.oid, t.oid), CASE WHEN b.oid IS NULL THEN a.atttypmod
+                                                ELSE t.typtypmod END) AS sql_type,
+       a.attnotnull OR t.typnotnull AS attnotnull,
        array_position(i.indkey::int2[], a.attnum) AS key_position
 FROM pg_class c
 JOIN pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 JOIN pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype
 LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
 WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
   -- A partition's rows are read through its parent; offering both would
@@ -218,10 +228,9 @@ class PostgresProvider:
         # InterfaceError: refused client settings.
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
             raise postgres_error(exc, f"postgres: cannot connect to {where}") from exc
-        for name in ("json", "jsonb"):
-            await conn.set_type_codec(
-                name, encoder=json.dumps, decoder=json.loads, schema="pg_catalog"
-            )
+        # Fetched rows decode as binary COPY parts do (±infinity, float4
+        # digits, JSON null): one decoder for both paths.
+        await pgcopy.use_codec(conn)
         return PostgresConnector(conn, config.get("schema", "public"), where)
 
     @staticmethod
@@ -310,7 +319,10 @@ class PostgresConnector:
         keyed: list[tuple[int, str]] = []
         for record in records:
             neutral = FROM_PG.get(record["typname"], "text")
-            columns.append(Column(record["attname"], neutral, not record["attnotnull"]))
+            # format_type's text is the catalog's: sqltypes keeps it only as
+            # a whitelisted name rendered anew (an enum lands as text).
+            sql_type = sqltypes.kept(record["sql_type"], neutral)
+            columns.append(Column(record["attname"], neutral, not record["attnotnull"], sql_type))
             expr = quote(record["attname"])
             if record["typname"] != CANONICAL[neutral]:
                 expr = f"{expr}::{PG_TYPES[neutral]}"
@@ -378,6 +390,43 @@ class PostgresConnector:
         except asyncpg.PostgresError as exc:
             raise postgres_error(exc, f"postgres: reading {stream.name}") from exc
 
+    async def json_lines(self, stream: Stream, batch_rows: int) -> AsyncIterator[CopyBatch]:
+        """The stream's rows as JSON Lines that PostgreSQL renders itself
+        (postgres_json), in batches as copy_batches reads them."""
+        lines = postgres_json.line_sql(stream.columns, self._query(stream))
+        relation = (stream.locator or self._locate(stream))["relation"]
+        try:
+            async with self._conn.transaction(isolation="repeatable_read", readonly=True):
+                await self._conn.execute("SET LOCAL TimeZone = 'UTC'")
+                shape = await self._conn.fetchrow(TABLE_PAGES, relation)
+                if shape["relkind"] not in ("r", "m"):
+                    cursor = await self._conn.cursor(lines)
+                    while batch := await cursor.fetch(batch_rows):
+                        data = "".join([f"{record[0]}\n" for record in batch]).encode()
+                        yield CopyBatch(data, len(batch))
+                    return
+                per_page = float(shape["rows_per_page"]) or FALLBACK_ROWS_PER_PAGE
+                step = max(1, int(batch_rows / per_page))
+                pages = int(shape["pages"])
+                query = self._query(stream)
+                for first in range(0, max(pages, 1), step):
+                    where = f"ctid >= '({first},0)'::tid"
+                    if first + step < pages:
+                        where += f" AND ctid < '({first + step},0)'::tid"
+                    ranged = postgres_json.line_sql(stream.columns, f"{query} WHERE {where}")
+                    yield await self._json_out(ranged)
+        except asyncpg.PostgresError as exc:
+            raise postgres_error(exc, f"postgres: reading {stream.name}") from exc
+
+    async def _json_out(self, query: str) -> CopyBatch:
+        chunks: list[bytes] = []
+
+        async def sink(chunk: bytes) -> None:
+            chunks.append(chunk)
+
+        status = await self._conn.copy_from_query(query, output=sink, format="text")
+        return CopyBatch(postgres_json.unescape(b"".join(chunks)), _count(status))
+
     async def _cursor_batches(self, query: str, batch_rows: int) -> AsyncIterator[Batch]:
         cursor = await self._conn.cursor(query)
         while batch := await cursor.fetch(batch_rows):
@@ -404,8 +453,14 @@ class PostgresConnector:
         marker: LoadMarker | None = None,
     ) -> int:
         async def parts() -> AsyncIterator[CopyBatch]:
+            before = 0
             async for batch in batches:
-                yield CopyBatch(pgcopy.encode(columns, batch), len(batch))
+                try:
+                    data = pgcopy.encode(columns, batch)
+                except ValueFault as fault:
+                    raise fault.located(None, before) from fault
+                before += len(batch)
+                yield CopyBatch(data, len(batch))
 
         plan = parse_spec(None).chain_for(stream).plan(columns)
         return await self.write_copy(
@@ -439,7 +494,9 @@ class PostgresConnector:
                 written = await load.run(parts)
                 if marker is not None:
                     key_of = (marker.run_id, marker.stream, marker.part)
-                    await self._conn.execute(SET_MARKER.format(table=markers), *key_of, written)
+                    await self._conn.execute(
+                        SET_MARKER.format(table=markers), *key_of, int(written)
+                    )
                 return written
         except asyncpg.PostgresError as exc:
             raise postgres_error(exc, f"postgres: loading {load.target}") from exc
@@ -462,6 +519,27 @@ class PostgresConnector:
             return None
         rows: int = await self._conn.fetchval(MARKED_ROWS.format(table=markers), *key)
         return rows
+
+    # -- the destination's shape (engine/destination_plan.py)
+
+    async def inspect_table(self, table: str, schema: str | None) -> TableShape:
+        try:
+            return await postgres_shape.inspect(self._conn, schema or self._schema, table)
+        except asyncpg.PostgresError as exc:
+            raise postgres_error(exc, f"postgres: inspecting {table}") from exc
+
+    async def create_schema(self, schema: str) -> None:
+        try:
+            await postgres_shape.create_schema(self._conn, schema)
+        except asyncpg.PostgresError as exc:
+            raise postgres_error(exc, f"postgres: creating schema {schema}") from exc
+
+    async def add_columns(self, table: str, schema: str | None, columns: Sequence[Column]) -> None:
+        definitions = [(c.name, _declared(c)) for c in columns]
+        try:
+            await postgres_shape.add_columns(self._conn, schema or self._schema, table, definitions)
+        except asyncpg.PostgresError as exc:
+            raise postgres_error(exc, f"postgres: adding columns to {table}") from exc
 
 
 class _Load:
@@ -486,6 +564,8 @@ class _Load:
         self.mode = mode
         self.key = list(key)
         self.names = ", ".join(quote(c.name) for c in plan.output)
+        # The target's column types (typname), once known.
+        self.existing: dict[str, str] = {}
 
     async def run(self, parts: AsyncIterator[CopyBatch]) -> int:
         if self.mode.needs_key and not self.key:
@@ -496,7 +576,7 @@ class _Load:
         existing = await self._target_types()
         if existing is None:
             await self._create()
-            existing = {c.name: CANONICAL[c.type] for c in self.plan.output}
+            existing = await self._target_types() or {}
         missing = [c.name for c in self.plan.output if c.name not in existing]
         if missing:
             raise PermanentError(
@@ -508,17 +588,19 @@ class _Load:
             await self._check_unique_key()
         if self.mode is WriteMode.OVERWRITE:
             await self.conn.execute(f"TRUNCATE {self.target}")
-        same_types = all(existing[c.name] == CANONICAL[c.type] for c in self.plan.output)
+        self.existing = existing
+        same_types = all(_copies_into(c, existing[c.name]) for c in self.plan.output)
         if self.plan.identity and not self.mode.needs_key and same_types:
-            return await self._copy(parts, self.schema, self.table, self.plan.output)
+            rows = await self._copy(parts, self.schema, self.table, self.plan.output)
+            return Written(rows, RowChanges(rows))
         await self.conn.execute(
             f"CREATE TEMP TABLE _setu_stage ({_ddl(self.columns)}) ON COMMIT DROP"
         )
         await self._copy(parts, None, "_setu_stage", self.columns)
-        select = self.plan.select_sql("_setu_stage")
+        select = _typed(self.plan.select_sql("_setu_stage"), self.plan.output)
         if not self.mode.needs_key:
             status = await self.conn.execute(f"INSERT INTO {self.target} ({self.names}) {select}")
-            return _count(status)
+            return Written(_count(status), RowChanges(_count(status)))
         return await self._upsert(select)
 
     async def _target_types(self) -> dict[str, str] | None:
@@ -530,7 +612,8 @@ class _Load:
 
     async def _create(self) -> None:
         key = f", PRIMARY KEY ({', '.join(quote(k) for k in self.key)})" if self.key else ""
-        await self.conn.execute(f"CREATE TABLE {self.target} ({_ddl(self.plan.output)}{key})")
+        columns = _ddl(self.plan.output, declared=True)
+        await self.conn.execute(f"CREATE TABLE {self.target} ({columns}{key})")
 
     async def _check_unique_key(self) -> None:
         records = await self.conn.fetch(UNIQUE_KEYS, self.target)
@@ -565,25 +648,28 @@ class _Load:
             rows += copied
         return rows
 
-    async def _upsert(self, select: str) -> int:
+    async def _upsert(self, select: str) -> Written:
         await self.conn.execute(f"CREATE TEMP TABLE _setu_out ON COMMIT DROP AS {select}")
         keys = ", ".join(quote(k) for k in self.key)
-        others = [c.name for c in self.plan.output if c.name not in self.key]
-        action = (
-            "DO UPDATE SET " + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in others)
-            if others
-            else "DO NOTHING"
-        )
         # A key twice in one load would make ON CONFLICT touch a row twice;
         # the last one loaded wins, as if the rows were upserted in order.
         # _setu_out's ctids follow load order: both temp tables are filled
         # by one sequential pass, and a temp table is never scanned in
-        # parallel or in sync with another scan.
-        await self.conn.execute(
-            f"INSERT INTO {self.target} ({self.names}) "
-            f"SELECT DISTINCT ON ({keys}) {self.names} FROM _setu_out "
-            f"ORDER BY {keys}, ctid DESC "
-            f"ON CONFLICT ({keys}) {action}"
+        # parallel or in sync with another scan. A row whose values are all
+        # there already is not updated (no new row version, no WAL). Every
+        # part of one statement sees the table as it was before it: `fresh`
+        # counts the keys new to it, RETURNING the rows inserted or updated
+        # (xmax would tell them apart, but a partitioned table has none).
+        match = " AND ".join(f"_setu_t.{quote(k)} = src.{quote(k)}" for k in self.key)
+        counts = await self.conn.fetchrow(
+            f"WITH src AS (SELECT DISTINCT ON ({keys}) {self.names} FROM _setu_out "
+            f"ORDER BY {keys}, ctid DESC), "
+            f"fresh AS (SELECT count(*) AS n FROM src WHERE NOT EXISTS "
+            f"(SELECT 1 FROM {self.target} _setu_t WHERE {match})), "
+            f"w AS (INSERT INTO {self.target} AS _setu_t ({self.names}) SELECT * FROM src "
+            f"ON CONFLICT ({keys}) {self._conflict_action()} RETURNING 1) "
+            f"SELECT (SELECT count(*) FROM src) AS offered, (SELECT n FROM fresh) AS inserted, "
+            f"(SELECT count(*) FROM w) AS changed"
         )
         if self.mode is WriteMode.MERGE:
             match = " AND ".join(f"s.{quote(k)} = t.{quote(k)}" for k in self.key)
@@ -592,11 +678,85 @@ class _Load:
                 f"WHERE NOT EXISTS (SELECT 1 FROM _setu_out s WHERE {match})"
             )
         written: int = await self.conn.fetchval("SELECT count(*) FROM _setu_out")
-        return written
+        inserted = int(counts["inserted"])
+        updated = int(counts["changed"]) - inserted
+        unchanged = int(counts["offered"]) - inserted - updated
+        return Written(written, RowChanges(inserted, updated, unchanged))
+
+    def _conflict_action(self) -> str:
+        others = [c.name for c in self.plan.output if c.name not in self.key]
+        if not others:
+            return "DO NOTHING"
+        sets = ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in others)
+        differs = " OR ".join(
+            f"{_comparable('_setu_t', c, self.existing[c])} IS DISTINCT FROM "
+            f"{_comparable('EXCLUDED', c, self.existing[c])}"
+            for c in others
+        )
+        return f"DO UPDATE SET {sets} WHERE {differs}"
 
 
-def _ddl(columns: Sequence[Column]) -> str:
-    return ", ".join(f"{quote(c.name)} {PG_TYPES[c.type]}" for c in columns)
+def _ddl(columns: Sequence[Column], *, declared: bool = False) -> str:
+    """Column definitions: the neutral types (a staging table), or as the
+    source declared them (a table the load creates): SQL type and NOT NULL."""
+    if not declared:
+        return ", ".join(f"{quote(c.name)} {PG_TYPES[c.type]}" for c in columns)
+    return ", ".join(
+        f"{quote(c.name)} {_declared(c)}{'' if c.nullable else ' NOT NULL'}" for c in columns
+    )
+
+
+def _sql_type(column: Column) -> sqltypes.SqlType | None:
+    """The column's SQL type, parsed again: only a whitelisted name rendered
+    from its parts reaches DDL, and only one that holds the column's values."""
+    try:
+        parsed = sqltypes.parse(column.sql_type) if column.sql_type else None
+    except sqltypes.SqlTypeError:
+        return None
+    return parsed if parsed is not None and parsed.neutral == column.type else None
+
+
+def _declared(column: Column) -> str:
+    parsed = _sql_type(column)
+    return parsed.render() if parsed is not None else PG_TYPES[column.type]
+
+
+def _typed(select: str, columns: Sequence[Column]) -> str:
+    """`select` with explicit casts where a declared type takes no assignment
+    from the staged one (text into an array, an inet, an interval)."""
+    casts = [(c, _sql_type(c)) for c in columns]
+    if not any(t is not None and t.cast_from_staged for _, t in casts):
+        return select
+    exprs = ", ".join(
+        f"{quote(c.name)}::{t.render()} AS {quote(c.name)}"
+        if t is not None and t.cast_from_staged
+        else quote(c.name)
+        for c, t in casts
+    )
+    return f"SELECT {exprs} FROM ({select}) AS _setu_typed"
+
+
+# Text is binary COPY's wire form of these too (their receive functions
+# apply the length: char(n) pads, varchar(n) refuses a longer value).
+_TEXT_ALIKE = frozenset({"text", "varchar", "bpchar"})
+
+
+def _copies_into(column: Column, typname: str) -> bool:
+    """True when the column's staged binary form loads straight into a
+    target column of type `typname`."""
+    staged = CANONICAL[column.type]
+    return typname == staged or (staged == "text" and typname in _TEXT_ALIKE)
+
+
+# Types without an equality operator: compared as their text.
+_NO_EQUALITY = frozenset(
+    {"json", "xml", "point", "line", "lseg", "box", "path", "polygon", "circle"}
+)
+
+
+def _comparable(alias: str, column: str, typname: str) -> str:
+    ref = f"{alias}.{quote(column)}"
+    return f"{ref}::text" if typname.lstrip("_") in _NO_EQUALITY else ref
 
 
 # COPY FROM reads a CopyData message whole before parsing it: chunks of this

@@ -15,27 +15,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import re
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from setu_agent.engine.destination_plan import TableShape
 from setu_agent.engine.markers import MARKERS, LoadMarker
+from setu_agent.engine.providers import sqlite_shape
 from setu_agent.engine.providers.base import (
     ConfigError,
     Connector,
     Egress,
     PermanentError,
     ProviderError,
+    RowChanges,
     WriteMode,
+    Written,
 )
 from setu_agent.engine.providers.failures import sqlite_error
 from setu_agent.engine.providers.sqlite_values import DECLARED, neutral_of, row_reader, row_writer
+from setu_agent.engine.sqltypes import kept
 from setu_agent.engine.types import Batch, Column, Stream
 
 T = TypeVar("T")
 
-_KEYS = frozenset({"path", "create"})
+_KEYS = frozenset({"path", "create", "timezone"})
 
 
 class SqliteProvider:
@@ -49,7 +57,7 @@ class SqliteProvider:
     ) -> Connector:
         # A file, no socket: the runtime's policy already placed the path
         # (resolved, so no link in it); checked again against `root`.
-        path, create = _parse_config(config)
+        path, create, zone = _parse_config(config)
         if root is not None and not path.is_relative_to(root):
             raise ConfigError(f"config.path: a cloud connection may only use files under {root}/")
         if not path.exists() and not create:
@@ -63,23 +71,41 @@ class SqliteProvider:
             # path was resolved is caught here instead, before any use.
             await _in_thread(conn.close)
             raise ProviderError(f"sqlite: {path.name} became a link while it was opened")
-        return SqliteConnector(path, conn, writable=create)
+        return SqliteConnector(path, conn, writable=create, zone=zone)
 
 
 PROVIDER = SqliteProvider()
 
 
-def _parse_config(config: dict[str, Any]) -> tuple[Path, bool]:
+def _parse_config(config: dict[str, Any]) -> tuple[Path, bool, tzinfo | None]:
     unknown = sorted(set(config) - _KEYS)
     if unknown:
-        raise ConfigError(f"config: unknown key(s) {', '.join(unknown)}; sqlite takes path, create")
+        raise ConfigError(
+            f"config: unknown key(s) {', '.join(unknown)}; sqlite takes path, create, timezone"
+        )
     path = config.get("path")
     if not isinstance(path, str) or not path.strip():
         raise ConfigError("config.path: required, the SQLite file's path as a string")
     create = config.get("create", False)
     if not isinstance(create, bool):
         raise ConfigError("config.create: must be true or false")
-    return Path(path).expanduser().resolve(), create
+    return Path(path).expanduser().resolve(), create, _zone(config.get("timezone"))
+
+
+def _zone(name: Any) -> tzinfo | None:
+    """config.timezone: the zone the file's naive date-times are in, so they
+    read as timestamptz (docs/data-types.md)."""
+    if name is None:
+        return None
+    if not isinstance(name, str) or not 0 < len(name) <= 64:
+        raise ConfigError('config.timezone: a time zone name such as "UTC" or "America/New_York"')
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(
+            f"config.timezone: unknown time zone {name!r} (an IANA name such as "
+            f'"America/New_York", or "UTC")'
+        ) from None
 
 
 def _open(path: Path, mode: str) -> sqlite3.Connection:
@@ -109,10 +135,13 @@ def quote(name: str) -> str:
 
 
 class SqliteConnector:
-    def __init__(self, path: Path, conn: sqlite3.Connection, *, writable: bool) -> None:
+    def __init__(
+        self, path: Path, conn: sqlite3.Connection, *, writable: bool, zone: tzinfo | None = None
+    ) -> None:
         self._path = path
         self._conn = conn
         self._writable = writable
+        self._zone = zone
         self._lock = asyncio.Lock()
 
     async def _run(self, what: str, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -131,11 +160,11 @@ class SqliteConnector:
         return await self._run("test", probe)
 
     async def discover(self) -> list[Stream]:
-        return await self._run("discover", _discover)
+        return await self._run("discover", functools.partial(_discover, zone=self._zone))
 
     async def preview(self, stream: Stream, limit: int) -> Batch:
         table = _table_of(stream)
-        convert = row_reader(table, stream.columns)
+        convert = row_reader(table, stream.columns, self._zone or UTC)
         sql = f"{_select(table, stream.columns)} LIMIT ?"
         what = f"reading {table!r}"
         rows = await self._run(what, lambda conn: conn.execute(sql, (limit,)).fetchall())
@@ -143,7 +172,7 @@ class SqliteConnector:
 
     async def read(self, stream: Stream, batch_rows: int) -> AsyncIterator[Batch]:
         table = _table_of(stream)
-        convert = row_reader(table, stream.columns)
+        convert = row_reader(table, stream.columns, self._zone or UTC)
         sql = _select(table, stream.columns)
         what = f"reading {table!r}"
         cursor = await self._run(what, lambda conn: conn.execute(sql))
@@ -166,7 +195,7 @@ class SqliteConnector:
         *,
         schema: str | None = None,
         marker: LoadMarker | None = None,
-    ) -> int:
+    ) -> Written | int:
         # One table of the file, quoted whole: SQLite has no schemas to land
         # in (an attached database is not the pipeline's to pick).
         table = f"{schema}.{stream}" if schema else stream
@@ -190,12 +219,32 @@ class SqliteConnector:
                     await _in_thread(_guarded, what, insert, conn)
                     written += len(batch)
                 finish = functools.partial(plan.finish, written=written)
-                await _in_thread(_guarded, what, finish, conn)
+                changes = await _in_thread(_guarded, what, finish, conn)
             except BaseException:
                 # Cancellation included: the destination keeps its old content.
                 await _in_thread(_rollback, conn)
                 raise
-            return written
+            return Written(written, changes)
+
+    # -- the destination's shape (engine/destination_plan.py)
+
+    async def inspect_table(self, table: str, schema: str | None) -> TableShape:
+        name = sqlite_shape.table_name(table, schema)
+        return await self._run(f"inspecting {name!r}", lambda c: sqlite_shape.inspect(c, name))
+
+    async def create_schema(self, schema: str) -> None:
+        return None  # no schemas: `schema.table` is one table name
+
+    async def add_columns(self, table: str, schema: str | None, columns: Sequence[Column]) -> None:
+        name = sqlite_shape.table_name(table, schema)
+        definitions = [(c.name, DECLARED[c.type]) for c in columns]
+        async with self._lock:
+            if not self._writable:
+                await _in_thread(self._conn.close)
+                self._conn = await _in_thread(_open, self._path, "rw")
+                self._writable = True
+            add = functools.partial(sqlite_shape.add_columns, table=name, definitions=definitions)
+            await _in_thread(_guarded, f"adding columns to {name!r}", add, self._conn)
 
     async def close(self) -> None:
         async with self._lock:
@@ -224,26 +273,50 @@ def _select(table: str, columns: Sequence[Column]) -> str:
     return f"SELECT {', '.join(quote(c.name) for c in columns)} FROM {quote(table)}"
 
 
-def _discover(conn: sqlite3.Connection) -> list[Stream]:
+def _discover(conn: sqlite3.Connection, zone: tzinfo | None = None) -> list[Stream]:
     objects = conn.execute(
         "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view') "
         "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name"
     ).fetchall()
     # The load markers are the runtime's books, not a stream.
-    return [_describe(conn, name, kind) for name, kind in objects if name != MARKERS]
+    return [_describe(conn, name, kind, zone) for name, kind in objects if name != MARKERS]
 
 
-def _describe(conn: sqlite3.Connection, name: str, kind: str) -> Stream:
+# A date-time text that ends in an offset: it names an instant.
+_OFFSET = re.compile(r".*[0-9](Z|[+-][0-9]{2}(:?[0-9]{2})?)")
+# Values a declared date-time column is sampled on to see whether they carry offsets.
+OFFSET_SAMPLE = 100
+
+
+def _column(
+    conn: sqlite3.Connection, table: str, info: tuple[Any, ...], nullable: bool, zone: tzinfo | None
+) -> Column:
+    """A column from its declaration: the neutral type, a date-time as
+    timestamptz when the connection names the zone or its values carry
+    offsets, and the declared SQL type where it says more (VARCHAR(20))."""
+    name, declared = info[0], str(info[1])
+    neutral = neutral_of(declared)
+    if neutral == "timestamp" and (zone is not None or _offsets(conn, table, name)):
+        neutral = "timestamptz"
+    return Column(name, neutral, nullable, kept(declared, neutral))
+
+
+def _offsets(conn: sqlite3.Connection, table: str, column: str) -> bool:
+    sample = conn.execute(
+        f"SELECT {quote(column)} FROM {quote(table)} WHERE {quote(column)} IS NOT NULL LIMIT ?",
+        (OFFSET_SAMPLE,),
+    ).fetchall()
+    return bool(sample) and all(isinstance(v, str) and _OFFSET.fullmatch(v) for (v,) in sample)
+
+
+def _describe(conn: sqlite3.Connection, name: str, kind: str, zone: tzinfo | None) -> Stream:
     info = conn.execute(
         'SELECT name, type, "notnull", pk FROM pragma_table_info(?) ORDER BY cid', (name,)
     ).fetchall()
     pk = [r[0] for r in sorted((r for r in info if r[3]), key=lambda r: r[3])]
     # An INTEGER PRIMARY KEY is the rowid: never NULL, whatever notnull says.
     rowid = pk[0] if len(pk) == 1 and _declared(info, pk[0]) == "INTEGER" else None
-    columns = tuple(
-        Column(col, neutral_of(declared), nullable=not notnull and col != rowid)
-        for col, declared, notnull, _ in info
-    )
+    columns = tuple(_column(conn, name, r, not r[2] and r[0] != rowid, zone) for r in info)
     estimate = 0
     if kind == "table":
         estimate = conn.execute(f"SELECT count(*) FROM {quote(name)}").fetchone()[0]
@@ -287,9 +360,18 @@ class _WritePlan:
             f"INSERT INTO {quote(table)} ({', '.join(map(quote, names))}) VALUES ({marks})"
         )
         if mode.needs_key:
-            updates = [f"{quote(n)} = excluded.{quote(n)}" for n in names if n not in key]
-            action = f"DO UPDATE SET {', '.join(updates)}" if updates else "DO NOTHING"
+            others = [n for n in names if n not in key]
+            updates = ", ".join(f"{quote(n)} = excluded.{quote(n)}" for n in others)
+            # A row already holding these values is left alone (IS NOT: NULL-safe).
+            differs = " OR ".join(
+                f"{quote(table)}.{quote(n)} IS NOT excluded.{quote(n)}" for n in others
+            )
+            action = f"DO UPDATE SET {updates} WHERE {differs}" if others else "DO NOTHING"
             self.insert_sql += f" ON CONFLICT ({', '.join(map(quote, key))}) {action}"
+        # Rows in the table before the write, and rows the inserts changed:
+        # what an upsert inserted, updated and left unchanged.
+        self.rows_before = 0
+        self.changed = 0
 
     def begin(self, conn: sqlite3.Connection) -> int | None:
         """Starts the write; with a marker already recorded, the rows it
@@ -309,9 +391,14 @@ class _WritePlan:
             conn.execute(self._create_sql())
         if self.mode is WriteMode.OVERWRITE:
             conn.execute(f"DELETE FROM {quote(self.table)}")
+        if self.mode.needs_key:
+            self.rows_before = self._rows(conn)
         if self.mode is WriteMode.MERGE:
             self._create_key_table(conn)
         return None
+
+    def _rows(self, conn: sqlite3.Connection) -> int:
+        return int(conn.execute(f"SELECT count(*) FROM {quote(self.table)}").fetchone()[0])
 
     def _create_sql(self) -> str:
         defs = [
@@ -348,7 +435,9 @@ class _WritePlan:
 
     def insert(self, conn: sqlite3.Connection, batch: Batch) -> None:
         rows = [self.to_sqlite(row) for row in batch]
-        conn.executemany(self.insert_sql, rows)
+        # rowcount: the rows these statements changed, not their triggers;
+        # an upsert that leaves a row alone changes none.
+        self.changed += max(conn.executemany(self.insert_sql, rows).rowcount, 0)
         if self.mode is WriteMode.MERGE:
             marks = ", ".join("?" for _ in self.key)
             conn.executemany(
@@ -356,7 +445,12 @@ class _WritePlan:
                 [tuple(row[i] for i in self.key_at) for row in rows],
             )
 
-    def finish(self, conn: sqlite3.Connection, written: int = 0) -> None:
+    def finish(self, conn: sqlite3.Connection, written: int = 0) -> RowChanges:
+        changes = RowChanges(written)
+        if self.mode.needs_key:
+            inserted = self._rows(conn) - self.rows_before
+            updated = self.changed - inserted
+            changes = RowChanges(inserted, updated, written - inserted - updated)
         if self.marker is not None:
             conn.execute(SET_MARKER, (*_marker_key(self.marker), written))
         if self.mode is WriteMode.MERGE:
@@ -367,6 +461,7 @@ class _WritePlan:
             )
             conn.execute("DROP TABLE temp.setu_merge_keys")
         conn.execute("COMMIT")
+        return changes
 
 
 # Load markers (engine/markers.py), written in the load's own transaction.

@@ -9,15 +9,17 @@ connection or I/O: the connector only asks it for a row reader or writer.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, tzinfo
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
 from setu_agent.engine.providers.base import ProviderError
 from setu_agent.engine.types import Column, Row
+from setu_agent.engine.values import INFINITIES, JSON_NULL, Infinite, ValueFault, shortest_real
 
 Convert = Callable[[Any], Any]
 
@@ -141,7 +143,9 @@ def _r_bytes(v: Any) -> bytes:
     return v
 
 
-def _r_date(v: Any) -> date:
+def _r_date(v: Any) -> date | Infinite:
+    if v in INFINITIES:
+        return INFINITIES[v]
     return date.fromisoformat(v)
 
 
@@ -152,17 +156,23 @@ def _r_time(v: Any) -> time:
     return value
 
 
-def _r_timestamp(v: Any) -> datetime:
+def _r_timestamp(v: Any) -> datetime | Infinite:
+    if v in INFINITIES:
+        return INFINITIES[v]
     value = datetime.fromisoformat(v)
     if value.tzinfo is not None:  # an offset in a naive column: keep the instant, in UTC
         value = value.astimezone(UTC).replace(tzinfo=None)
     return value
 
 
-def _r_timestamptz(v: Any) -> datetime:
+def _r_timestamptz(v: Any, zone: tzinfo = UTC) -> datetime | Infinite:
+    if v in INFINITIES:
+        return INFINITIES[v]
     value = datetime.fromisoformat(v)
-    if value.tzinfo is None:  # SQLite's CURRENT_TIMESTAMP and datetime() are UTC
-        return value.replace(tzinfo=UTC)
+    if value.tzinfo is None:
+        # In the connection's config.timezone; else UTC, as SQLite's
+        # CURRENT_TIMESTAMP and datetime() are.
+        value = value.replace(tzinfo=zone)
     return value.astimezone(UTC)
 
 
@@ -172,7 +182,10 @@ def _r_uuid(v: Any) -> UUID:
 
 def _r_json(v: Any) -> Any:
     # A JSON column's numbers may be stored as numbers (NUMERIC affinity).
-    return v if isinstance(v, int | float) else json.loads(v)
+    if isinstance(v, int | float):
+        return v
+    value = json.loads(v)
+    return JSON_NULL if value is None else value  # SQL NULL never gets here
 
 
 _READERS: dict[str, Convert] = {
@@ -195,6 +208,8 @@ _READERS: dict[str, Convert] = {
 
 
 def _w_timestamptz(v: Any) -> str:
+    if isinstance(v, Infinite):
+        return v.text
     if not isinstance(v, datetime) or v.utcoffset() is None:
         raise ValueError("a timestamptz needs an aware datetime")
     # UTC text sorts in time order.
@@ -202,7 +217,27 @@ def _w_timestamptz(v: Any) -> str:
 
 
 def _w_timestamp(v: Any) -> str:
-    return str(v.isoformat(sep=" "))
+    return v.text if isinstance(v, Infinite) else str(v.isoformat(sep=" "))
+
+
+def _w_date(v: Any) -> str:
+    return v.text if isinstance(v, Infinite) else date.isoformat(v)
+
+
+def _w_float(v: Any) -> Any:
+    # SQLite stores a NaN as NULL: as text it stays NaN (REAL affinity
+    # keeps text that is no number), and reads back through float().
+    return "NaN" if v != v else v
+
+
+def _w_real(v: Any) -> Any:
+    # The double of the float4's shortest digits: SQLite shows 0.01, not
+    # 0.009999999776482582, and it encodes back to the same float4.
+    return "NaN" if v != v else shortest_real(v)
+
+
+def _w_json(v: Any) -> str:
+    return "null" if v is JSON_NULL else _dump_json(v)
 
 
 _dump_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -211,12 +246,14 @@ _WRITERS: dict[str, Convert] = {
     "boolean": int,
     "numeric": str,
     "bytes": bytes,
-    "date": date.isoformat,
+    "real": _w_real,
+    "double": _w_float,
+    "date": _w_date,
     "time": time.isoformat,
     "timestamp": _w_timestamp,
     "timestamptz": _w_timestamptz,
     "uuid": str,
-    "json": _dump_json,
+    "json": _w_json,
 }
 
 
@@ -225,22 +262,30 @@ def _converter(
 ) -> Callable[[Sequence[Any]], Row]:
     convs = [table_of.get(c.type) for c in columns]
     pairs = [(i, f) for i, f in enumerate(convs) if f is not None]
+    done = 0  # rows converted: a bad value names its row in the table's order
 
     def convert(row: Sequence[Any]) -> Row:
+        nonlocal done
         values = list(row)
         try:
             for i, f in pairs:
                 if values[i] is not None:
                     values[i] = f(values[i])
         except (ValueError, TypeError, ArithmeticError, AttributeError) as exc:
-            raise _value_error(table, columns, convs, row, verb) from exc
+            raise _value_error(table, columns, convs, row, verb, done + 1) from exc
+        done += 1
         return tuple(values)
 
     return convert
 
 
 def _value_error(
-    table: str, columns: Sequence[Column], convs: list[Convert | None], row: Any, verb: str
+    table: str,
+    columns: Sequence[Column],
+    convs: list[Convert | None],
+    row: Any,
+    verb: str,
+    number: int,
 ) -> ProviderError:
     for column, f, value in zip(columns, convs, row, strict=True):
         if f is None or value is None:
@@ -248,16 +293,26 @@ def _value_error(
         try:
             f(value)
         except Exception as exc:
-            return ProviderError(
-                f"sqlite: table {table!r}, column {column.name!r}: cannot {verb} "
-                f"{value!r:.100} as {column.type} ({exc or type(exc).__name__})"
+            # Permanent: another attempt meets the same value.
+            return ValueFault(
+                f"sqlite table {table!r}: cannot {verb} it as {column.type} "
+                f"({exc or type(exc).__name__})",
+                column=column.name,
+                value=value,
+                row=number,
             )
     return ProviderError(f"sqlite: table {table!r}: cannot {verb} row {row!r:.200}")
 
 
-def row_reader(table: str, columns: Sequence[Column]) -> Callable[[Sequence[Any]], Row]:
-    """Converts a row as sqlite3 returns it into neutral values."""
-    return _converter(table, columns, _READERS, "read")
+def row_reader(
+    table: str, columns: Sequence[Column], zone: tzinfo = UTC
+) -> Callable[[Sequence[Any]], Row]:
+    """Converts a row as sqlite3 returns it into neutral values; a
+    timestamptz without an offset is in `zone`."""
+    readers = _READERS
+    if zone is not UTC:
+        readers = {**_READERS, "timestamptz": functools.partial(_r_timestamptz, zone=zone)}
+    return _converter(table, columns, readers, "read")
 
 
 def row_writer(table: str, columns: Sequence[Column]) -> Callable[[Sequence[Any]], Row]:

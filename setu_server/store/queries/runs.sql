@@ -57,16 +57,21 @@ SET task_id = EXCLUDED.task_id, blob_prefix = EXCLUDED.blob_prefix, parts = EXCL
 
 -- name: save_output
 -- One stream's counts; null keeps a value. $1 job_id, $2 stream,
--- $3 rows_extracted, $4 rows_loaded, $5 checksum, $6 loaded (marks loaded_at), $7 now
-INSERT INTO job_output (job_id, stream, rows_extracted, rows_loaded, checksum, loaded_at, updated_at)
+-- $3 rows_extracted, $4 rows_loaded, $5 checksum, $6 loaded (marks loaded_at), $7 now,
+-- $8 rows_inserted, $9 rows_updated, $10 rows_unchanged
+INSERT INTO job_output (job_id, stream, rows_extracted, rows_loaded, checksum, loaded_at,
+                        updated_at, rows_inserted, rows_updated, rows_unchanged)
 VALUES ($1, $2, coalesce($3, 0), coalesce($4, 0), coalesce($5, ''),
-        CASE WHEN $6 THEN coalesce($7, now()) END, coalesce($7, now()))
+        CASE WHEN $6 THEN coalesce($7, now()) END, coalesce($7, now()), $8, $9, $10)
 ON CONFLICT (job_id, stream) DO UPDATE
 SET rows_extracted = coalesce($3, job_output.rows_extracted),
     rows_loaded = coalesce($4, job_output.rows_loaded),
     checksum = coalesce($5, job_output.checksum),
     loaded_at = CASE WHEN $6 THEN coalesce($7, now()) ELSE job_output.loaded_at END,
-    updated_at = coalesce($7, now());
+    updated_at = coalesce($7, now()),
+    rows_inserted = coalesce($8, job_output.rows_inserted),
+    rows_updated = coalesce($9, job_output.rows_updated),
+    rows_unchanged = coalesce($10, job_output.rows_unchanged);
 
 -- name: set_run_phase
 -- Where a running run is (extract, load, direct), with an event; the row

@@ -278,7 +278,9 @@ class Agent(_message.Message):
     name: _builtins.str
     active: _builtins.bool
     online: _builtins.bool
-    """Active and seen within the last 90 s."""
+    """Active, not signed off, and seen within the presence window (see
+    WorkspaceAgent.online in agents.proto).
+    """
     version: _builtins.str
     hostname: _builtins.str
     @_builtins.property

@@ -576,26 +576,91 @@ class LoadResult(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class ChangesByStreamEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> _common_pb2.RowChanges: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _common_pb2.RowChanges | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     ROWS_LOADED_FIELD_NUMBER: _builtins.int
     ROWS_BY_STREAM_FIELD_NUMBER: _builtins.int
+    CHANGES_BY_STREAM_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    PLANNED_FIELD_NUMBER: _builtins.int
+    NOTES_FIELD_NUMBER: _builtins.int
     rows_loaded: _builtins.int
+    dry_run: _builtins.bool
+    """A dry run's load: nothing was written; `planned` says what would be."""
     @_builtins.property
     def rows_by_stream(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """Per-stream counts."""
+
+    @_builtins.property
+    def changes_by_stream(self) -> _containers.MessageMap[_builtins.str, _common_pb2.RowChanges]:
+        """Per stream, what the rows did, where the destination tells."""
+
+    @_builtins.property
+    def planned(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlannedStream]: ...
+    @_builtins.property
+    def notes(self) -> _containers.RepeatedCompositeFieldContainer[Global___LoadNote]:
+        """What the load changed in the destination ahead of its rows (a schema
+        created, columns added), one job event each.
+        """
 
     def __init__(
         self,
         *,
         rows_loaded: _builtins.int = ...,
         rows_by_stream: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        changes_by_stream: _abc.Mapping[_builtins.str, _common_pb2.RowChanges] | None = ...,
+        dry_run: _builtins.bool = ...,
+        planned: _abc.Iterable[Global___PlannedStream] | None = ...,
+        notes: _abc.Iterable[Global___LoadNote] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["rows_by_stream", b"rows_by_stream", "rows_loaded", b"rows_loaded"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes_by_stream", b"changes_by_stream", "dry_run", b"dry_run", "notes", b"notes", "planned", b"planned", "rows_by_stream", b"rows_by_stream", "rows_loaded", b"rows_loaded"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LoadResult: _TypeAlias = LoadResult  # noqa: Y015
+
+@_typing.final
+class LoadNote(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    message: _builtins.str
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "stream", b"stream"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LoadNote: _TypeAlias = LoadNote  # noqa: Y015
 
 @_typing.final
 class TestResult(_message.Message):
@@ -739,14 +804,39 @@ class PlannedStream(_message.Message):
     ROWS_ESTIMATE_FIELD_NUMBER: _builtins.int
     COLUMNS_FIELD_NUMBER: _builtins.int
     KEY_FIELD_NUMBER: _builtins.int
+    SCHEMA_FIELD_NUMBER: _builtins.int
+    TABLE_FIELD_NUMBER: _builtins.int
+    ACTIONS_FIELD_NUMBER: _builtins.int
+    INCOMPATIBILITIES_FIELD_NUMBER: _builtins.int
+    MAPPING_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     destination: _builtins.str
     """Where the stream would land in the destination."""
     rows_estimate: _builtins.int
+    schema: _builtins.str
+    """The destination's schema ("" for the connection's own) and table."""
+    table: _builtins.str
     @_builtins.property
     def columns(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Column]: ...
     @_builtins.property
     def key(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def actions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What the load would do there (create schema, create table, add
+        columns, append to the existing table); empty until the destination
+        was inspected.
+        """
+
+    @_builtins.property
+    def incompatibilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Every reason the real run would fail; a dry run with any fails."""
+
+    @_builtins.property
+    def mapping(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlannedColumn]:
+        """The columns after the operator chain, where each comes from and the
+        destination column it lands in.
+        """
+
     def __init__(
         self,
         *,
@@ -755,14 +845,49 @@ class PlannedStream(_message.Message):
         rows_estimate: _builtins.int = ...,
         columns: _abc.Iterable[_common_pb2.Column] | None = ...,
         key: _abc.Iterable[_builtins.str] | None = ...,
+        schema: _builtins.str = ...,
+        table: _builtins.str = ...,
+        actions: _abc.Iterable[_builtins.str] | None = ...,
+        incompatibilities: _abc.Iterable[_builtins.str] | None = ...,
+        mapping: _abc.Iterable[Global___PlannedColumn] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns", "destination", b"destination", "key", b"key", "rows_estimate", b"rows_estimate", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "columns", b"columns", "destination", b"destination", "incompatibilities", b"incompatibilities", "key", b"key", "mapping", b"mapping", "rows_estimate", b"rows_estimate", "schema", b"schema", "stream", b"stream", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PlannedStream: _TypeAlias = PlannedStream  # noqa: Y015
+
+@_typing.final
+class PlannedColumn(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLUMN_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    DESTINATION_TYPE_FIELD_NUMBER: _builtins.int
+    column: _builtins.str
+    type: _builtins.str
+    source: _builtins.str
+    """The source column it carries ("" where an operator computed it)."""
+    destination_type: _builtins.str
+    """The existing destination column's type ("" where the load creates it)."""
+    def __init__(
+        self,
+        *,
+        column: _builtins.str = ...,
+        type: _builtins.str = ...,
+        source: _builtins.str = ...,
+        destination_type: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["column", b"column", "destination_type", b"destination_type", "source", b"source", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlannedColumn: _TypeAlias = PlannedColumn  # noqa: Y015
 
 @_typing.final
 class CompleteTaskRequest(_message.Message):
@@ -875,3 +1000,196 @@ class FailTaskResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FailTaskResponse: _TypeAlias = FailTaskResponse  # noqa: Y015
+
+@_typing.final
+class SignOffRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REASON_FIELD_NUMBER: _builtins.int
+    reason: _builtins.str
+    """Why, for the server's log (e.g. "SIGTERM")."""
+    def __init__(
+        self,
+        *,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SignOffRequest: _TypeAlias = SignOffRequest  # noqa: Y015
+
+@_typing.final
+class SignOffResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SignOffResponse: _TypeAlias = SignOffResponse  # noqa: Y015
+
+@_typing.final
+class ListWorkspaceAgentsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    """Only this agent (of the caller's workspace); empty for all."""
+    page_size: _builtins.int
+    """0 for the default (100)."""
+    page_token: _builtins.str
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkspaceAgentsRequest: _TypeAlias = ListWorkspaceAgentsRequest  # noqa: Y015
+
+@_typing.final
+class ListWorkspaceAgentsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    @_builtins.property
+    def agents(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkspaceAgent]: ...
+    def __init__(
+        self,
+        *,
+        agents: _abc.Iterable[Global___WorkspaceAgent] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agents", b"agents", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkspaceAgentsResponse: _TypeAlias = ListWorkspaceAgentsResponse  # noqa: Y015
+
+@_typing.final
+class WorkspaceAgent(_message.Message):
+    """An agent and what it does right now."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    ACTIVE_FIELD_NUMBER: _builtins.int
+    ONLINE_FIELD_NUMBER: _builtins.int
+    LAST_SEEN_AT_FIELD_NUMBER: _builtins.int
+    SIGNED_OFF_AT_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    HOSTNAME_FIELD_NUMBER: _builtins.int
+    CAPABILITIES_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    RUNNING_FIELD_NUMBER: _builtins.int
+    QUEUED_TASKS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    name: _builtins.str
+    active: _builtins.bool
+    """False once an operator deactivated it: its token no longer works."""
+    online: _builtins.bool
+    """Active, not signed off, and with a LeaseTask parked or any call within
+    the presence window (the lease long-poll cap, or a third of the lease
+    TTL if longer, plus 15 s). Runs placed on an agent that is not online
+    are refused with AgentOffline.
+    """
+    version: _builtins.str
+    hostname: _builtins.str
+    queued_tasks: _builtins.int
+    """Tasks placed on it that wait to be leased."""
+    @_builtins.property
+    def last_seen_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def signed_off_at(self) -> _timestamp_pb2.Timestamp:
+        """Set when it stopped gracefully (SignOff); cleared when it checks in."""
+
+    @_builtins.property
+    def capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def running(self) -> _containers.RepeatedCompositeFieldContainer[Global___AgentTask]:
+        """The tasks it holds a lease on now."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        active: _builtins.bool = ...,
+        online: _builtins.bool = ...,
+        last_seen_at: _timestamp_pb2.Timestamp | None = ...,
+        signed_off_at: _timestamp_pb2.Timestamp | None = ...,
+        version: _builtins.str = ...,
+        hostname: _builtins.str = ...,
+        capabilities: _abc.Iterable[_builtins.str] | None = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        running: _abc.Iterable[Global___AgentTask] | None = ...,
+        queued_tasks: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "last_seen_at", b"last_seen_at", "signed_off_at", b"signed_off_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active", b"active", "capabilities", b"capabilities", "created_at", b"created_at", "hostname", b"hostname", "id", b"id", "last_seen_at", b"last_seen_at", "name", b"name", "online", b"online", "queued_tasks", b"queued_tasks", "running", b"running", "signed_off_at", b"signed_off_at", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkspaceAgent: _TypeAlias = WorkspaceAgent  # noqa: Y015
+
+@_typing.final
+class AgentTask(_message.Message):
+    """A task an agent holds."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    PIPELINE_ID_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    LEASE_EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    job_id: _builtins.str
+    pipeline_id: _builtins.str
+    """The run's pipeline; empty for a connection operation."""
+    kind: Global___TaskKind.ValueType
+    attempt: _builtins.int
+    @_builtins.property
+    def lease_expires_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+        pipeline_id: _builtins.str = ...,
+        kind: Global___TaskKind.ValueType = ...,
+        attempt: _builtins.int = ...,
+        lease_expires_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease_expires_at", b"lease_expires_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "job_id", b"job_id", "kind", b"kind", "lease_expires_at", b"lease_expires_at", "pipeline_id", b"pipeline_id", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AgentTask: _TypeAlias = AgentTask  # noqa: Y015

@@ -77,6 +77,11 @@ class AgentServiceStub:
                 request_serializer=setu_dot_v1_dot_agents__pb2.FailTaskRequest.SerializeToString,
                 response_deserializer=setu_dot_v1_dot_agents__pb2.FailTaskResponse.FromString,
                 _registered_method=True)
+        self.SignOff = channel.unary_unary(
+                '/setu.v1.AgentService/SignOff',
+                request_serializer=setu_dot_v1_dot_agents__pb2.SignOffRequest.SerializeToString,
+                response_deserializer=setu_dot_v1_dot_agents__pb2.SignOffResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -150,6 +155,17 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SignOff(self, request, context):
+        """Says the agent is stopping (setu-agent sends it on SIGTERM/SIGINT, once
+        it has stopped leasing): it is offline at once, so a run placed on it is
+        refused (AgentOffline) rather than left pending, until it checks in
+        again. Tasks it still runs may heartbeat and report as usual.
+        Idempotent; from a cloud worker, a no-op. Codes: OK.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -187,6 +203,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.FailTask,
                     request_deserializer=setu_dot_v1_dot_agents__pb2.FailTaskRequest.FromString,
                     response_serializer=setu_dot_v1_dot_agents__pb2.FailTaskResponse.SerializeToString,
+            ),
+            'SignOff': grpc.unary_unary_rpc_method_handler(
+                    servicer.SignOff,
+                    request_deserializer=setu_dot_v1_dot_agents__pb2.SignOffRequest.FromString,
+                    response_serializer=setu_dot_v1_dot_agents__pb2.SignOffResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -386,6 +407,120 @@ class AgentService:
             '/setu.v1.AgentService/FailTask',
             setu_dot_v1_dot_agents__pb2.FailTaskRequest.SerializeToString,
             setu_dot_v1_dot_agents__pb2.FailTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SignOff(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/setu.v1.AgentService/SignOff',
+            setu_dot_v1_dot_agents__pb2.SignOffRequest.SerializeToString,
+            setu_dot_v1_dot_agents__pb2.SignOffResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class AgentDirectoryServiceStub:
+    """The workspace's agents as its clients see them. Every call needs
+    `authorization: Bearer <API key>`; another workspace's agents never
+    appear. Common codes: UNAUTHENTICATED, PERMISSION_DENIED (an agent token
+    or the admin token), INVALID_ARGUMENT, UNAVAILABLE.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ListWorkspaceAgents = channel.unary_unary(
+                '/setu.v1.AgentDirectoryService/ListWorkspaceAgents',
+                request_serializer=setu_dot_v1_dot_agents__pb2.ListWorkspaceAgentsRequest.SerializeToString,
+                response_deserializer=setu_dot_v1_dot_agents__pb2.ListWorkspaceAgentsResponse.FromString,
+                _registered_method=True)
+
+
+class AgentDirectoryServiceServicer:
+    """The workspace's agents as its clients see them. Every call needs
+    `authorization: Bearer <API key>`; another workspace's agents never
+    appear. Common codes: UNAUTHENTICATED, PERMISSION_DENIED (an agent token
+    or the admin token), INVALID_ARGUMENT, UNAVAILABLE.
+    """
+
+    def ListWorkspaceAgents(self, request, context):
+        """The workspace's agents by name: presence (online, last seen, signed
+        off), and the tasks each holds or has waiting right now.
+        Codes: OK, INVALID_ARGUMENT (agent_id, page_size, page_token).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_AgentDirectoryServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ListWorkspaceAgents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkspaceAgents,
+                    request_deserializer=setu_dot_v1_dot_agents__pb2.ListWorkspaceAgentsRequest.FromString,
+                    response_serializer=setu_dot_v1_dot_agents__pb2.ListWorkspaceAgentsResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'setu.v1.AgentDirectoryService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('setu.v1.AgentDirectoryService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class AgentDirectoryService:
+    """The workspace's agents as its clients see them. Every call needs
+    `authorization: Bearer <API key>`; another workspace's agents never
+    appear. Common codes: UNAUTHENTICATED, PERMISSION_DENIED (an agent token
+    or the admin token), INVALID_ARGUMENT, UNAVAILABLE.
+    """
+
+    @staticmethod
+    def ListWorkspaceAgents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/setu.v1.AgentDirectoryService/ListWorkspaceAgents',
+            setu_dot_v1_dot_agents__pb2.ListWorkspaceAgentsRequest.SerializeToString,
+            setu_dot_v1_dot_agents__pb2.ListWorkspaceAgentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -72,6 +72,13 @@ class AgentServiceStub:
     """Reports failure; a retryable failure is retried while attempts remain.
     Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost).
     """
+    SignOff: _grpc.UnaryUnaryMultiCallable[_agents_pb2.SignOffRequest, _agents_pb2.SignOffResponse]
+    """Says the agent is stopping (setu-agent sends it on SIGTERM/SIGINT, once
+    it has stopped leasing): it is offline at once, so a run placed on it is
+    refused (AgentOffline) rather than left pending, until it checks in
+    again. Tasks it still runs may heartbeat and report as usual.
+    Idempotent; from a cloud worker, a no-op. Codes: OK.
+    """
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -116,6 +123,13 @@ class AgentServiceAsyncStub(AgentServiceStub):
     FailTask: _aio.UnaryUnaryMultiCallable[_agents_pb2.FailTaskRequest, _agents_pb2.FailTaskResponse]  # type: ignore[assignment]
     """Reports failure; a retryable failure is retried while attempts remain.
     Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost).
+    """
+    SignOff: _aio.UnaryUnaryMultiCallable[_agents_pb2.SignOffRequest, _agents_pb2.SignOffResponse]  # type: ignore[assignment]
+    """Says the agent is stopping (setu-agent sends it on SIGTERM/SIGINT, once
+    it has stopped leasing): it is offline at once, so a run placed on it is
+    refused (AgentOffline) rather than left pending, until it checks in
+    again. Tasks it still runs may heartbeat and report as usual.
+    Idempotent; from a cloud worker, a no-op. Codes: OK.
     """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -202,4 +216,69 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost).
         """
 
+    @_abc_1.abstractmethod
+    def SignOff(
+        self,
+        request: _agents_pb2.SignOffRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agents_pb2.SignOffResponse, _abc.Awaitable[_agents_pb2.SignOffResponse]]:
+        """Says the agent is stopping (setu-agent sends it on SIGTERM/SIGINT, once
+        it has stopped leasing): it is offline at once, so a run placed on it is
+        refused (AgentOffline) rather than left pending, until it checks in
+        again. Tasks it still runs may heartbeat and report as usual.
+        Idempotent; from a cloud worker, a no-op. Codes: OK.
+        """
+
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class AgentDirectoryServiceStub:
+    """The workspace's agents as its clients see them. Every call needs
+    `authorization: Bearer <API key>`; another workspace's agents never
+    appear. Common codes: UNAUTHENTICATED, PERMISSION_DENIED (an agent token
+    or the admin token), INVALID_ARGUMENT, UNAVAILABLE.
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> AgentDirectoryServiceAsyncStub: ...
+    ListWorkspaceAgents: _grpc.UnaryUnaryMultiCallable[_agents_pb2.ListWorkspaceAgentsRequest, _agents_pb2.ListWorkspaceAgentsResponse]
+    """The workspace's agents by name: presence (online, last seen, signed
+    off), and the tasks each holds or has waiting right now.
+    Codes: OK, INVALID_ARGUMENT (agent_id, page_size, page_token).
+    """
+
+@_typing.type_check_only
+class AgentDirectoryServiceAsyncStub(AgentDirectoryServiceStub):
+    """The workspace's agents as its clients see them. Every call needs
+    `authorization: Bearer <API key>`; another workspace's agents never
+    appear. Common codes: UNAUTHENTICATED, PERMISSION_DENIED (an agent token
+    or the admin token), INVALID_ARGUMENT, UNAVAILABLE.
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    ListWorkspaceAgents: _aio.UnaryUnaryMultiCallable[_agents_pb2.ListWorkspaceAgentsRequest, _agents_pb2.ListWorkspaceAgentsResponse]  # type: ignore[assignment]
+    """The workspace's agents by name: presence (online, last seen, signed
+    off), and the tasks each holds or has waiting right now.
+    Codes: OK, INVALID_ARGUMENT (agent_id, page_size, page_token).
+    """
+
+class AgentDirectoryServiceServicer(metaclass=_abc_1.ABCMeta):
+    """The workspace's agents as its clients see them. Every call needs
+    `authorization: Bearer <API key>`; another workspace's agents never
+    appear. Common codes: UNAUTHENTICATED, PERMISSION_DENIED (an agent token
+    or the admin token), INVALID_ARGUMENT, UNAVAILABLE.
+    """
+
+    @_abc_1.abstractmethod
+    def ListWorkspaceAgents(
+        self,
+        request: _agents_pb2.ListWorkspaceAgentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agents_pb2.ListWorkspaceAgentsResponse, _abc.Awaitable[_agents_pb2.ListWorkspaceAgentsResponse]]:
+        """The workspace's agents by name: presence (online, last seen, signed
+        off), and the tasks each holds or has waiting right now.
+        Codes: OK, INVALID_ARGUMENT (agent_id, page_size, page_token).
+        """
+
+def add_AgentDirectoryServiceServicer_to_server(servicer: AgentDirectoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

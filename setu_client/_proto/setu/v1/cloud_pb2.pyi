@@ -325,12 +325,17 @@ class RecordStreamLoadedRequest(_message.Message):
     ROWS_EXTRACTED_FIELD_NUMBER: _builtins.int
     ROWS_LOADED_FIELD_NUMBER: _builtins.int
     CHECKSUM_FIELD_NUMBER: _builtins.int
+    CHANGES_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     rows_extracted: _builtins.int
     rows_loaded: _builtins.int
     checksum: _builtins.str
     @_builtins.property
     def lease(self) -> Global___TaskLease: ...
+    @_builtins.property
+    def changes(self) -> _common_pb2.RowChanges:
+        """What the rows did, where the destination tells."""
+
     def __init__(
         self,
         *,
@@ -339,10 +344,11 @@ class RecordStreamLoadedRequest(_message.Message):
         rows_extracted: _builtins.int = ...,
         rows_loaded: _builtins.int = ...,
         checksum: _builtins.str = ...,
+        changes: _common_pb2.RowChanges | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checksum", b"checksum", "lease", b"lease", "rows_extracted", b"rows_extracted", "rows_loaded", b"rows_loaded", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "checksum", b"checksum", "lease", b"lease", "rows_extracted", b"rows_extracted", "rows_loaded", b"rows_loaded", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -344,26 +344,61 @@ class JobEvent(_message.Message):
 Global___JobEvent: _TypeAlias = JobEvent  # noqa: Y015
 
 @_typing.final
+class RowChanges(_message.Message):
+    """What a load did to the destination's rows: an upsert or merge leaves a
+    row whose values are already there unchanged (no new row version).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INSERTED_FIELD_NUMBER: _builtins.int
+    UPDATED_FIELD_NUMBER: _builtins.int
+    UNCHANGED_FIELD_NUMBER: _builtins.int
+    inserted: _builtins.int
+    updated: _builtins.int
+    unchanged: _builtins.int
+    def __init__(
+        self,
+        *,
+        inserted: _builtins.int = ...,
+        updated: _builtins.int = ...,
+        unchanged: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["inserted", b"inserted", "unchanged", b"unchanged", "updated", b"updated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RowChanges: _TypeAlias = RowChanges  # noqa: Y015
+
+@_typing.final
 class Column(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
     NULLABLE_FIELD_NUMBER: _builtins.int
+    SQL_TYPE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     type: _builtins.str
     """The provider's type name, e.g. "integer", "text", "timestamptz"."""
     nullable: _builtins.bool
+    sql_type: _builtins.str
+    """The exact SQL type the source declares, where it says more than `type`
+    ("character varying(20)", "numeric(5,2)", "integer[]"); else empty.
+    """
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         type: _builtins.str = ...,
         nullable: _builtins.bool = ...,
+        sql_type: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "nullable", b"nullable", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "nullable", b"nullable", "sql_type", b"sql_type", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

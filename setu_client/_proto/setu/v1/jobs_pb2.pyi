@@ -30,7 +30,11 @@ class SubmitRunRequest(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     pipeline_id: _builtins.str
     dry_run: _builtins.bool
-    """Validate and plan without moving data."""
+    """Plan against the source and the destination without writing anything:
+    the job's result is the plan (per stream: actions, columns, every
+    incompatibility); it ends FAILED, listing them, when the real run would
+    fail for them (docs/pipelines.md).
+    """
     start: _builtins.bool
     """false: the job is created READY and waits for StartJob."""
     idempotency_key: _builtins.str
@@ -436,11 +440,18 @@ class StreamOutput(_message.Message):
     ROWS_EXTRACTED_FIELD_NUMBER: _builtins.int
     ROWS_LOADED_FIELD_NUMBER: _builtins.int
     CHECKSUM_FIELD_NUMBER: _builtins.int
+    CHANGES_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     rows_extracted: _builtins.int
     rows_loaded: _builtins.int
     checksum: _builtins.str
     """Checksum of the staged rows, when the run staged them."""
+    @_builtins.property
+    def changes(self) -> _common_pb2.RowChanges:
+        """Rows the load inserted, updated and left unchanged; absent when the
+        destination does not tell (a file) or the stream is not loaded yet.
+        """
+
     def __init__(
         self,
         *,
@@ -448,10 +459,11 @@ class StreamOutput(_message.Message):
         rows_extracted: _builtins.int = ...,
         rows_loaded: _builtins.int = ...,
         checksum: _builtins.str = ...,
+        changes: _common_pb2.RowChanges | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checksum", b"checksum", "rows_extracted", b"rows_extracted", "rows_loaded", b"rows_loaded", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "checksum", b"checksum", "rows_extracted", b"rows_extracted", "rows_loaded", b"rows_loaded", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

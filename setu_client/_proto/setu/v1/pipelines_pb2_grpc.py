@@ -69,8 +69,10 @@ class PipelineServiceServicer:
     """
 
     def CreatePipeline(self, request, context):
-        """Codes: OK, INVALID_ARGUMENT (spec, write mode, schedule),
-        NOT_FOUND (a connection), ALREADY_EXISTS (name taken).
+        """Codes: OK, INVALID_ARGUMENT (spec, write mode, schedule; and, once the
+        source connection was discovered, a stream, operator column or key its
+        catalog says a run would not find), NOT_FOUND (a connection),
+        ALREADY_EXISTS (name taken).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -92,6 +94,8 @@ class PipelineServiceServicer:
 
     def UpdatePipeline(self, request, context):
         """Replaces the fields named in update_mask (all mutable fields when empty).
+        The result is checked against the source's catalog, as at create, when
+        the update changes the source, streams, spec or write mode.
         Codes: OK, NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

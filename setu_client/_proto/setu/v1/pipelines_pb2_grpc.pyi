@@ -36,8 +36,10 @@ class PipelineServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> PipelineServiceAsyncStub: ...
     CreatePipeline: _grpc.UnaryUnaryMultiCallable[_pipelines_pb2.CreatePipelineRequest, _pipelines_pb2.Pipeline]
-    """Codes: OK, INVALID_ARGUMENT (spec, write mode, schedule),
-    NOT_FOUND (a connection), ALREADY_EXISTS (name taken).
+    """Codes: OK, INVALID_ARGUMENT (spec, write mode, schedule; and, once the
+    source connection was discovered, a stream, operator column or key its
+    catalog says a run would not find), NOT_FOUND (a connection),
+    ALREADY_EXISTS (name taken).
     """
     GetPipeline: _grpc.UnaryUnaryMultiCallable[_pipelines_pb2.GetPipelineRequest, _pipelines_pb2.Pipeline]
     """Codes: OK, NOT_FOUND."""
@@ -45,6 +47,8 @@ class PipelineServiceStub:
     """Ordered by name. Codes: OK, INVALID_ARGUMENT (bad page token)."""
     UpdatePipeline: _grpc.UnaryUnaryMultiCallable[_pipelines_pb2.UpdatePipelineRequest, _pipelines_pb2.Pipeline]
     """Replaces the fields named in update_mask (all mutable fields when empty).
+    The result is checked against the source's catalog, as at create, when
+    the update changes the source, streams, spec or write mode.
     Codes: OK, NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS.
     """
     DeletePipeline: _grpc.UnaryUnaryMultiCallable[_pipelines_pb2.DeletePipelineRequest, _pipelines_pb2.DeletePipelineResponse]
@@ -58,8 +62,10 @@ class PipelineServiceAsyncStub(PipelineServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     CreatePipeline: _aio.UnaryUnaryMultiCallable[_pipelines_pb2.CreatePipelineRequest, _pipelines_pb2.Pipeline]  # type: ignore[assignment]
-    """Codes: OK, INVALID_ARGUMENT (spec, write mode, schedule),
-    NOT_FOUND (a connection), ALREADY_EXISTS (name taken).
+    """Codes: OK, INVALID_ARGUMENT (spec, write mode, schedule; and, once the
+    source connection was discovered, a stream, operator column or key its
+    catalog says a run would not find), NOT_FOUND (a connection),
+    ALREADY_EXISTS (name taken).
     """
     GetPipeline: _aio.UnaryUnaryMultiCallable[_pipelines_pb2.GetPipelineRequest, _pipelines_pb2.Pipeline]  # type: ignore[assignment]
     """Codes: OK, NOT_FOUND."""
@@ -67,6 +73,8 @@ class PipelineServiceAsyncStub(PipelineServiceStub):
     """Ordered by name. Codes: OK, INVALID_ARGUMENT (bad page token)."""
     UpdatePipeline: _aio.UnaryUnaryMultiCallable[_pipelines_pb2.UpdatePipelineRequest, _pipelines_pb2.Pipeline]  # type: ignore[assignment]
     """Replaces the fields named in update_mask (all mutable fields when empty).
+    The result is checked against the source's catalog, as at create, when
+    the update changes the source, streams, spec or write mode.
     Codes: OK, NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS.
     """
     DeletePipeline: _aio.UnaryUnaryMultiCallable[_pipelines_pb2.DeletePipelineRequest, _pipelines_pb2.DeletePipelineResponse]  # type: ignore[assignment]
@@ -83,8 +91,10 @@ class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _pipelines_pb2.CreatePipelineRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_pipelines_pb2.Pipeline, _abc.Awaitable[_pipelines_pb2.Pipeline]]:
-        """Codes: OK, INVALID_ARGUMENT (spec, write mode, schedule),
-        NOT_FOUND (a connection), ALREADY_EXISTS (name taken).
+        """Codes: OK, INVALID_ARGUMENT (spec, write mode, schedule; and, once the
+        source connection was discovered, a stream, operator column or key its
+        catalog says a run would not find), NOT_FOUND (a connection),
+        ALREADY_EXISTS (name taken).
         """
 
     @_abc_1.abstractmethod
@@ -110,6 +120,8 @@ class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_pipelines_pb2.Pipeline, _abc.Awaitable[_pipelines_pb2.Pipeline]]:
         """Replaces the fields named in update_mask (all mutable fields when empty).
+        The result is checked against the source's catalog, as at create, when
+        the update changes the source, streams, spec or write mode.
         Codes: OK, NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS.
         """
 

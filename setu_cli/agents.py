@@ -1,0 +1,55 @@
+"""setu's `agents` commands: the workspace's agents, whether each is online
+(the server's verdict, the one that decides whether a run placed on it is
+accepted), when it was last seen, and what it runs now."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from setu_cli.commands import Session, _Commands
+from setu_cli.render import as_dict, emit, table, when
+from setu_client import Agent, SetuClient
+
+
+def _running(agent: Agent) -> str:
+    """The tasks it holds: `extract job <id>`, one per task."""
+    held = [f"{t.kind} job {t.job_id}" for t in agent.running]
+    return ", ".join(held) or "-"
+
+
+def agents_table(agents: list[Agent]) -> str:
+    rows = [
+        (
+            a.name,
+            a.status,
+            when(a.signed_off_at if a.status == "stopped" else a.last_seen_at),
+            _running(a),
+            str(a.queued_tasks),
+            a.hostname or "-",
+            a.version or "-",
+            a.id,
+        )
+        for a in agents
+    ]
+    headers = ("NAME", "STATUS", "SEEN", "RUNNING", "QUEUED", "HOST", "VERSION", "ID")
+    return table(headers, rows) if rows else "no agents"
+
+
+async def agents_list(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    found = [a async for a in client.list_agents()]
+    emit(args, {"agents": [as_dict(a) for a in found]}, agents_table(found))
+    return 0
+
+
+def add_agent_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Registers `setu agents list`."""
+    parser = sub.add_parser(
+        "agents", help="the workspace's agents and whether they are online", parents=[common]
+    )
+    leaves = _Commands(parser.add_subparsers(dest="action", required=True), common)
+    leaves.add(
+        "list",
+        agents_list,
+        "list agents: status (online, offline, stopped, deactivated), last seen, tasks held",
+    )

@@ -1,0 +1,205 @@
+"""The monitor's aiohttp application: what handlers share, the middlewares
+that sign people in and refuse forged POSTs, and the routes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import quote, urlsplit
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from setu_client.clock import Clock
+from setu_client.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    SetuError,
+    Unavailable,
+)
+from setu_server import metrics
+from setu_server.config import Settings
+from setu_server.service.admin import AdminService
+from setu_server.service.agents import AgentPresence
+from setu_server.service.auth import Authenticator
+from setu_server.service.connection_ops import ConnectionOps
+from setu_server.service.connections import ConnectionService
+from setu_server.service.jobs import JobService
+from setu_server.service.pipelines import PipelineService
+from setu_server.service.runs import RunService
+from setu_server.web.render import render
+from setu_server.web.session import COOKIE, Session, SessionSigner
+
+if TYPE_CHECKING:
+    from setu_server.server import Services
+
+log = logging.getLogger("setu.http")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+STATIC = Path(__file__).parent / "static"
+# Reached without a session: the sign-in page, Prometheus, the stylesheet and script.
+PUBLIC = ("/signin", "/metrics", "/static/")
+
+
+@dataclass(frozen=True)
+class MonitorDeps:
+    """What the monitor reads and acts through: the server's own services,
+    so a page sees exactly what the gRPC API would show the same key."""
+
+    auth: Authenticator
+    admin: AdminService
+    jobs: JobService
+    runs: RunService
+    pipelines: PipelineService
+    connections: ConnectionService
+    connection_ops: ConnectionOps
+    presence: AgentPresence
+    clock: Clock
+    signer: SessionSigner = field(default_factory=lambda: SessionSigner(""))
+    # How often the runs list re-reads its first page for its live stream.
+    list_refresh_seconds: float = 2.0
+    # What /metrics renders: this server's own registry (Services.metrics).
+    registry: CollectorRegistry = metrics.REGISTRY
+
+    @classmethod
+    def of(cls, services: Services, clock: Clock, settings: Settings) -> MonitorDeps:
+        return cls(
+            auth=services.auth,
+            admin=services.admin,
+            jobs=services.jobs,
+            runs=services.runs,
+            pipelines=services.pipelines,
+            connections=services.connections,
+            connection_ops=services.connection_ops,
+            presence=services.presence,
+            clock=clock,
+            signer=SessionSigner(settings.page_token_key),
+            registry=services.metrics.registry,
+        )
+
+
+DEPS = web.AppKey("deps", MonitorDeps)
+SESSION = web.RequestKey("session", Session)
+
+
+def deps_of(request: web.Request) -> MonitorDeps:
+    return request.app[DEPS]
+
+
+def session_of(request: web.Request) -> Session:
+    return request[SESSION]
+
+
+def csrf_of(request: web.Request) -> str:
+    return deps_of(request).signer.csrf_token(session_of(request))
+
+
+async def metrics_page(request: web.Request) -> web.Response:
+    """Prometheus' scrape: no sign-in, as Prometheus expects (docs/monitor.md)."""
+    body, content_type = metrics.exposition(deps_of(request).registry)
+    response = web.Response(body=body)
+    response.headers["Content-Type"] = content_type
+    return response
+
+
+async def live_session(deps: MonitorDeps, cookie: str | None) -> Session | None:
+    """The request's session, if its cookie is good and its API key still live."""
+    session = deps.signer.read(cookie, deps.clock.now())
+    if session is None:
+        return None
+    try:
+        keys = await deps.admin.list_api_keys(session.workspace_id)
+    except NotFound:  # the workspace is gone
+        return None
+    if not any(k.id == session.credential_id and k.revoked_at is None for k in keys):
+        return None
+    return session
+
+
+@web.middleware
+async def signed_in(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every page but the public ones wants a live session; POSTs also a
+    same-origin request and the session's CSRF token."""
+    if request.path.startswith(PUBLIC):
+        if request.method == "POST":
+            _same_origin(request)
+        return await handler(request)
+    session = await live_session(deps_of(request), request.cookies.get(COOKIE))
+    if session is None:
+        if request.method == "GET" and "text/event-stream" not in request.headers.get("Accept", ""):
+            raise web.HTTPSeeOther(f"/signin?next={quote(request.path_qs, safe='')}")
+        raise web.HTTPUnauthorized(text="sign in first")
+    request[SESSION] = session
+    if request.method == "POST":
+        _same_origin(request)
+        form = await request.post()
+        token = form.get("csrf")
+        if not isinstance(token, str) or not deps_of(request).signer.csrf_ok(session, token):
+            raise web.HTTPForbidden(
+                text="this form is stale or was not sent by the monitor: reload the page and retry"
+            )
+    return await handler(request)
+
+
+def _same_origin(request: web.Request) -> None:
+    """A POST whose Origin names another site is refused (SameSite's backstop)."""
+    origin = request.headers.get("Origin")
+    if origin and origin != "null" and urlsplit(origin).netloc != request.host:
+        raise web.HTTPForbidden(text="cross-site form posts are refused")
+
+
+_ERROR_PAGES: tuple[tuple[type[SetuError], int], ...] = (
+    (NotFound, 404),
+    (InvalidArgument, 400),
+    (FailedPrecondition, 409),
+    (DeadlineExceeded, 504),
+    (Unavailable, 503),
+)
+
+
+@web.middleware
+async def error_pages(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Domain errors as pages that say what happened, with the right status."""
+    try:
+        return await handler(request)
+    except SetuError as exc:
+        status = next((code for kind, code in _ERROR_PAGES if isinstance(exc, kind)), 400)
+        session = request.get(SESSION)
+        context = {
+            "title": "Not found" if status == 404 else "Refused",
+            "message": exc.message,
+            "status": status,
+            "signed_in": session is not None,
+            "csrf": csrf_of(request) if session is not None else "",
+            "nav": "",
+        }
+        return render("error.html", context, status=status)
+
+
+def build_app(deps: MonitorDeps) -> web.Application:
+    from setu_server.web import actions, live, pages
+
+    app = web.Application(middlewares=[error_pages, signed_in], client_max_size=64 * 1024)
+    app[DEPS] = deps
+    app.router.add_get("/metrics", metrics_page)
+    app.router.add_static("/static/", STATIC)
+    app.router.add_get("/signin", pages.signin_page)
+    app.router.add_post("/signin", actions.sign_in)
+    app.router.add_post("/signout", actions.sign_out)
+    app.router.add_get("/", pages.home)
+    app.router.add_get("/runs", pages.runs_page)
+    app.router.add_get("/runs/live", live.runs_stream)
+    app.router.add_get("/runs/{job_id}", pages.run_page)
+    app.router.add_get("/runs/{job_id}/live", live.run_stream)
+    app.router.add_post("/runs/{job_id}/cancel", actions.cancel_run)
+    app.router.add_get("/pipelines", pages.pipelines_page)
+    app.router.add_post("/pipelines/{pipeline_id}/run", actions.run_now)
+    app.router.add_get("/connections", pages.connections_page)
+    app.router.add_post("/connections/{connection_id}/test", actions.test_connection)
+    app.router.add_get("/agents", pages.agents_page)
+    return app

@@ -1,0 +1,121 @@
+"""The monitor's pages (GET): runs, a run, pipelines, connections, agents."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from aiohttp import web
+
+from setu_client.errors import JobNotFound
+from setu_server.models import JobState
+from setu_server.web import chart, reads
+from setu_server.web.app import csrf_of, deps_of, session_of
+from setu_server.web.render import render
+
+
+def base(request: web.Request, nav: str, **context: Any) -> dict[str, Any]:
+    """What every signed-in page's layout needs."""
+    return {
+        "nav": nav,
+        "signed_in": True,
+        "csrf": csrf_of(request),
+        "now": deps_of(request).clock.now(),
+        **context,
+    }
+
+
+async def signin_page(request: web.Request) -> web.Response:
+    return render("signin.html", signin_context(request.query.get("next", "")))
+
+
+def signin_context(next_path: str, message: str = "") -> dict[str, Any]:
+    return {
+        "nav": "",
+        "signed_in": False,
+        "csrf": "",
+        "title": "Sign in",
+        "next": next_path,
+        "message": message,
+    }
+
+
+async def home(request: web.Request) -> web.Response:
+    raise web.HTTPSeeOther("/runs")
+
+
+async def runs_page(request: web.Request) -> web.Response:
+    deps, workspace = deps_of(request), session_of(request).workspace_id
+    state = request.query.get("state", "")
+    pipeline = request.query.get("pipeline", "")
+    page = request.query.get("page", "")
+    known = await reads.names(deps, workspace)
+    rows, next_page = await reads.run_rows(
+        deps, workspace, reads.job_filter(state, pipeline), page, known
+    )
+    day, partial = await chart.last_day(deps, workspace)
+    filters = {k: v for k, v in (("state", state), ("pipeline", pipeline)) if v}
+    return render(
+        "runs.html",
+        base(
+            request,
+            "runs",
+            title="Runs",
+            rows=rows,
+            next_page=next_page,
+            first_page=not page,
+            state=state,
+            pipeline=pipeline,
+            states=[s.value for s in JobState],
+            pipelines=sorted(known.pipelines.values(), key=lambda p: p.name),
+            query=filters,
+            chart=chart.svg(day),
+            chart_partial=partial,
+        ),
+    )
+
+
+def job_id_of(request: web.Request) -> UUID:
+    """The path's job id; anything but a UUID is a job that is not there."""
+    raw = request.match_info["job_id"]
+    try:
+        return UUID(raw)
+    except ValueError:
+        raise JobNotFound(f"job {raw} not found") from None
+
+
+async def run_page(request: web.Request) -> web.Response:
+    deps, workspace = deps_of(request), session_of(request).workspace_id
+    known = await reads.names(deps, workspace)
+    view = await reads.run_view(deps, workspace, job_id_of(request), known)
+    return render("run.html", base(request, "runs", title=view.what, run=view))
+
+
+async def pipelines_page(request: web.Request) -> web.Response:
+    deps, workspace = deps_of(request), session_of(request).workspace_id
+    known = await reads.names(deps, workspace)
+    rows = await reads.pipeline_rows(deps, workspace, known)
+    return render("pipelines.html", base(request, "pipelines", title="Pipelines", rows=rows))
+
+
+async def connections_page(request: web.Request) -> web.Response:
+    deps, workspace = deps_of(request), session_of(request).workspace_id
+    known = await reads.names(deps, workspace)
+    rows = await reads.connection_rows(deps, workspace, known)
+    tested = None
+    if "tested" in request.query:
+        try:
+            tested = await reads.test_outcome(deps, workspace, UUID(request.query["tested"]))
+        except (ValueError, JobNotFound):
+            tested = None
+    return render(
+        "connections.html",
+        base(request, "connections", title="Connections", rows=rows, tested=tested),
+    )
+
+
+async def agents_page(request: web.Request) -> web.Response:
+    deps, workspace = deps_of(request), session_of(request).workspace_id
+    known = await reads.names(deps, workspace)
+    rows = await reads.agent_rows(deps, workspace, known)
+    return render("agents.html", base(request, "agents", title="Agents", rows=rows))

@@ -1,0 +1,118 @@
+"""The run monitor in a real headless browser (Debian's Chromium, driven by
+Playwright): sign in, watch a run succeed live, cancel another from the page.
+
+Screenshots of the runs list and of a run land in tests/artifacts/ for
+people to look at. The browser is installed by scripts/ensure_browser.sh
+(`make test` runs it); without it this test fails, it never skips."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, Page, async_playwright
+
+from setu_client import JobState, SetuClient
+from setu_server.server import Running
+from tests.e2e.monitor_helpers import check_in, make_copy
+from tests.factories import Tenant
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+# Generous for a loaded CI machine; a passing run takes a second or two.
+WAIT_MS = 30_000
+
+# Counts what the page changes in place: a reload would start it from zero.
+WATCH_PAGE = """() => {
+  window.monitorTest = {frames: 0, loadedValues: [], eventCounts: []};
+  const record = () => {
+    const t = window.monitorTest;
+    t.frames += 1;
+    t.loadedValues.push(Number(document.querySelector('progress[data-progress="loaded"]').value));
+    t.eventCounts.push(document.querySelectorAll('#run-events li').length);
+  };
+  new MutationObserver(record).observe(document.getElementById('run-progress'), {childList: true});
+}"""
+
+
+def chromium() -> str:
+    found = os.environ.get("SETU_TEST_CHROMIUM") or shutil.which("chromium")
+    if not found:
+        raise AssertionError("no chromium: run scripts/ensure_browser.sh (make test does)")
+    return found
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        # The system's Chromium, never a downloaded one; root in CI needs --no-sandbox.
+        launched = await playwright.chromium.launch(
+            executable_path=chromium(), headless=True, args=["--no-sandbox"]
+        )
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+async def sign_in(page: Page, url: str, api_key: str) -> None:
+    await page.goto(f"{url}/runs")
+    assert "/signin" in page.url  # signed out: sent to sign in, then back
+    await page.fill('input[name="api_key"]', api_key)
+    await page.click('button[type="submit"]')
+    await page.wait_for_url(f"{url}/runs")
+
+
+# Staged (more rows than a direct copy takes), in batches: progress moves in steps.
+@pytest.mark.server(batch_rows=10, direct_max_rows=10)
+async def test_a_run_succeeds_live_and_another_is_cancelled_from_the_page(
+    server: Running, client: SetuClient, tenant: Tenant, tmp_path: Path, browser: Browser
+) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    copy = await make_copy(client, tmp_path / "copy", rows=45)
+    ready = await client.submit_run(copy.pipeline_id, start=False)
+    page = await browser.new_page(viewport={"width": 1280, "height": 900})
+    await sign_in(page, server.http_url, tenant.api_key)
+
+    await page.goto(f"{server.http_url}/runs/{ready.id}")
+    # Selectors, not wait_for_function: the page's CSP forbids the eval it needs.
+    await page.locator("#live-status", has_text="live").wait_for(timeout=WAIT_MS)
+    before = await page.locator("#run-events li").count()
+    await page.evaluate(WATCH_PAGE)
+    await client.start_job(ready.id)
+    await page.wait_for_selector("#run-header .state-succeeded", timeout=WAIT_MS)
+    seen = await page.evaluate("window.monitorTest")
+    after = await page.locator("#run-events li").count()
+    loaded = await page.locator('#run-progress progress[data-progress="loaded"]').get_attribute(
+        "value"
+    )
+    await page.locator("#live-status", has_text="ended").wait_for(timeout=WAIT_MS)
+    await page.screenshot(path=str(ARTIFACTS / "monitor-run.png"), full_page=True)
+
+    # A run on an agent that is online but takes no work waits: cancel it.
+    await check_in(server.port, tenant.agent_token)
+    edge = await client.create_connection(
+        "edge-src",
+        "sqlite",
+        {"path": "/nowhere.db"},
+        placement="agent",
+        agent_id=str(tenant.agent_id),
+    )
+    waiting_pipeline = await client.create_pipeline("edge", edge.id, copy.destination_id)
+    waiting = await client.submit_run(waiting_pipeline.id)
+    await page.goto(f"{server.http_url}/runs/{waiting.id}")
+    await page.click("form.cancel button")
+    await page.wait_for_selector("#run-header .state-cancelled", timeout=WAIT_MS)
+    cancelled = await client.get_job(waiting.id)
+
+    await page.goto(f"{server.http_url}/runs")
+    await page.wait_for_selector(f'tr[data-job="{ready.id}"] .state-succeeded')
+    await page.screenshot(path=str(ARTIFACTS / "monitor-runs.png"), full_page=True)
+
+    assert seen["frames"] >= 1, "the page never changed in place"
+    assert seen["loadedValues"][-1] == 45 and int(loaded or 0) == 45
+    assert after > before, (before, after)
+    assert seen["eventCounts"][-1] == after
+    assert cancelled.state is JobState.CANCELLED

@@ -239,7 +239,9 @@ async def test_a_partitioned_agent_stops_its_task_and_the_retry_loads_once(
         await conn.execute("CREATE TABLE events (id integer PRIMARY KEY, body text)")
     finally:
         await conn.close()
-    server, client = await client_for(**FAST)
+    # A longer lease than FAST's: on a loaded machine the retrying agent's
+    # heartbeats must not miss a 3 s lease twice (the retry would give up).
+    server, client = await client_for(**(FAST | {"lease_ttl_seconds": 6}))
     pipeline = await edge_pipeline(client, tenant, source, destination)
     stopped = asyncio.Event()
 

@@ -26,7 +26,10 @@ destination table of the same shape. Three ways to move every row:
 
 Each copy runs in a fresh child process, so its peak RSS is its own; a
 smaller table is copied too, to show that memory does not grow with it.
-Targets: staged ≥ 50% and direct ≥ 70% of raw's rows/s; jsonl ≥ 50% of
+Each round runs raw, staged, direct and the file modes back to back; a
+share is the median over rounds of (mode's rows/s ÷ its baseline's in that
+round), as the raw pipe alone swings by 2x between rounds on a busy machine.
+Targets: staged ≥ 80% and direct ≥ 90% of raw's rows/s; jsonl ≥ 50% of
 direct's (PostgreSQL → PostgreSQL on the same table).
 """
 
@@ -37,6 +40,7 @@ import asyncio
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -285,7 +289,11 @@ def main() -> None:
         if args.only:
             modes = [m for m in modes if m in args.only.split(",")]
         best: dict[str, dict[str, float]] = {}
+        # Each round runs every mode back to back, so a share is judged on
+        # rounds that saw the same machine: the median of per-round shares.
+        rounds: list[dict[str, dict[str, float]]] = []
         for round_ in range(args.rounds):
+            rounds.append({})
             for mode in modes:
                 result = run_child(server, mode, args.rows)
                 rate = result["rows"] / result["seconds"]
@@ -294,6 +302,7 @@ def main() -> None:
                     f"({result['seconds']:.2f} s, peak RSS {result['peak_rss_mib']:.0f} MiB)",
                     flush=True,
                 )
+                rounds[-1][mode] = result
                 if mode not in best or result["seconds"] < best[mode]["seconds"]:
                     best[mode] = result
         small = {mode: run_child(server, mode, args.small) for mode in modes}
@@ -307,7 +316,7 @@ def main() -> None:
         if embedded is not None:
             embedded.cleanup()
 
-    report(args, modes, best, small, merged)
+    report(args, modes, best, small, merged, rounds)
 
 
 def rate_of(result: dict[str, float]) -> float:
@@ -320,19 +329,23 @@ def report(
     best: dict[str, dict[str, float]],
     small: dict[str, dict[str, float]],
     merged: dict[tuple[str, int], dict[str, float]],
+    rounds: list[dict[str, dict[str, float]]],
 ) -> None:
     # Each mode's share is of its baseline: PostgreSQL → PostgreSQL modes of
     # the raw pipe, file formats of direct PostgreSQL → PostgreSQL.
     baselines = {"raw": None, "staged": "raw", "direct": "raw"}
-    targets = {"raw": None, "staged": 0.5, "direct": 0.7}
-    print(f"\n{args.rows:,} rows, best of {args.rounds} (rows/s; share of baseline; peak RSS):")
+    targets = {"raw": None, "staged": 0.8, "direct": 0.9}
+    print(
+        f"\n{args.rows:,} rows, {args.rounds} rounds (best rows/s; median of per-round "
+        f"shares of the baseline; peak RSS):"
+    )
     for mode in modes:
         base = baselines.get(mode, "direct")
         target = targets.get(mode, 0.5)
         rate = rate_of(best[mode])
         share = ""
         if base is not None and base in best:
-            part = rate / rate_of(best[base])
+            part = statistics.median(rate_of(r[mode]) / rate_of(r[base]) for r in rounds)
             verdict = "" if target is None else (" met" if part >= target else " NOT met")
             share = f"{part:>5.0%} of {base} (target ≥ {target:.0%}:{verdict})"
         print(

@@ -1,12 +1,24 @@
-"""LeaseTask pickup latency and lease->complete throughput, end to end.
+"""LeaseTask pickup latency and lease->complete throughput, each next to its
+floor measured in the same run (the machine may be shared: compare ratios).
 
 A real setu-server process on an embedded PostgreSQL (or SETU_DATABASE_URL);
 lessees are gRPC clients in this process, all holding one agent's token (one
 queue, so they contend for the same rows). Prints:
+  - the SQL path alone: Setu's lease and complete statements (store
+    functions, no gRPC) from 16 asyncpg workers, against a bare
+    `FOR UPDATE SKIP LOCKED` lease + complete loop on a table of its own,
+    run here on the same database (target: >= 50 % of the bare loop);
+  - the gRPC floor: bench_grpc_floor.py's bare grpc.aio server, empty unary
+    calls/s from 16 callers, in the same run;
+  - throughput over gRPC with 1, 4 and 16 lessees, two ways: LeaseTask then
+    CompleteTask (two round trips per task), and the eager way (CompleteTask
+    with lease_next hands out the next task: about one round trip per task),
+    each with its round trips per task and, at 16, its share of (floor calls/s
+    / round trips per task) (target: >= 70 %);
   - pickup latency: task insert commit -> a parked LeaseTask returns it,
     side by side with a naive lessee that sleeps 1 s between empty attempts;
-  - throughput: tasks leased and completed per second over gRPC with 1, 4 and
-    16 concurrent lessees, and the double leases found in the database (0).
+  - double leases found (must be 0): a task id leased twice, or a job with
+    two lease events.
 
     python scripts/bench_lease.py [--rounds 300] [--tasks 4000]
 """
@@ -28,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -122,7 +136,9 @@ class Bench:
                             held_at.append(time.perf_counter())
                             await stub.CompleteTask(
                                 pb.CompleteTaskRequest(
-                                    task_id=answer.task.id, lease_token=answer.task.lease_token
+                                    task_id=answer.task.id,
+                                    lease_token=answer.task.lease_token,
+                                    test=pb.TestResult(ok=True),
                                 )
                             )
                             got.set()
@@ -141,25 +157,37 @@ class Bench:
                 latencies.append(held_at[0] - committed)
         return latencies
 
-    async def throughput(self, lessees: int, n: int) -> tuple[float, int]:
-        """(tasks/s, double leases) for n tasks drained by `lessees` loops."""
+    async def throughput(self, lessees: int, n: int, eager: bool) -> tuple[float, float, int]:
+        """(tasks/s, round trips per task, double leases) for n tasks drained
+        by `lessees` loops; `eager`: each completion asks for the next task."""
         await self.add_tasks(n)
-        done = 0
+        done = calls = 0
         finished = asyncio.Event()
         leased_ids: list[str] = []
 
         async def lessee(stub: Any) -> None:
-            nonlocal done
+            nonlocal done, calls
+            task: pb.Task | None = None
             while not finished.is_set():
-                answer = await stub.LeaseTask(pb.LeaseTaskRequest(wait_seconds=1), timeout=16)
-                if not answer.HasField("task"):
-                    continue
-                leased_ids.append(answer.task.id)
-                await stub.CompleteTask(
+                if task is None:
+                    calls += 1
+                    answer = await stub.LeaseTask(
+                        pb.LeaseTaskRequest(wait_seconds=1, max_tasks=1), timeout=16
+                    )
+                    if not answer.tasks:
+                        continue
+                    task = answer.tasks[0]
+                leased_ids.append(task.id)
+                calls += 1
+                completed = await stub.CompleteTask(
                     pb.CompleteTaskRequest(
-                        task_id=answer.task.id, lease_token=answer.task.lease_token
+                        task_id=task.id,
+                        lease_token=task.lease_token,
+                        test=pb.TestResult(ok=True),
+                        lease_next=eager,
                     )
                 )
+                task = completed.next if completed.HasField("next") else None
                 done += 1
                 if done >= n:
                     finished.set()
@@ -182,7 +210,128 @@ class Bench:
             "'Task test leased by %' GROUP BY job_id HAVING count(*) > 1) twice"
         )
         await self.pool.execute("DELETE FROM job WHERE workspace_id = $1", self.ws)
-        return n / elapsed, double
+        return done / elapsed, calls / max(done, 1), double
+
+    async def sql_path(self, url: str, workers: int, n: int, eager: bool) -> float:
+        """Tasks/s through Setu's own lease and complete statements alone;
+        `eager`: each completion leases the next task in its transaction
+        (what CompleteTask with lease_next runs), so one commit per task."""
+        await self.add_tasks(n)
+        runtime = str(self.agent_id)
+        result = {"kind": "test", "ok": True, "message": ""}
+        done = 0
+
+        async def lease(conn: asyncpg.Connection) -> tuple[uuid.UUID, uuid.UUID] | None:
+            token = uuid.uuid4()
+            leased = await tasks.lease_tasks(conn, runtime, [token], 60.0, None)
+            return (leased[0][0].id, token) if leased else None
+
+        async def worker(conn: asyncpg.Connection) -> None:
+            nonlocal done
+            held = await lease(conn)
+            while held is not None:
+                if eager:
+                    async with conn.transaction():
+                        await tasks.complete_task_and_job(
+                            conn, held[0], runtime, held[1], result, None, "test"
+                        )
+                        following = await lease(conn)
+                else:
+                    await tasks.complete_task_and_job(
+                        conn, held[0], runtime, held[1], result, None, "test"
+                    )
+                    following = await lease(conn)
+                held = following
+                done += 1
+
+        rate = await _timed_workers(url, workers, worker, lambda: done)
+        await self.pool.execute("DELETE FROM job WHERE workspace_id = $1", self.ws)
+        return rate
+
+
+BARE_SETUP = """
+DROP TABLE IF EXISTS bench_bare_task;
+CREATE TABLE bench_bare_task (
+    id uuid PRIMARY KEY, state text NOT NULL, lease_token uuid,
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE INDEX ON bench_bare_task (created_at) WHERE state = 'pending';
+"""
+BARE_LEASE = """
+UPDATE bench_bare_task SET state = 'leased', lease_token = $1
+WHERE id = (SELECT id FROM bench_bare_task WHERE state = 'pending'
+            ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING id"""
+BARE_COMPLETE = """
+UPDATE bench_bare_task SET state = 'succeeded' WHERE id = $1 AND lease_token = $2"""
+
+
+async def bare_loop(pool: asyncpg.Pool, url: str, workers: int, n: int) -> float:
+    """Tasks/s of the textbook SKIP LOCKED queue: the floor for the SQL path."""
+    await pool.execute(BARE_SETUP)
+    await pool.executemany(
+        "INSERT INTO bench_bare_task (id, state) VALUES ($1, 'pending')",
+        [(uuid.uuid4(),) for _ in range(n)],
+    )
+    done = 0
+
+    async def worker(conn: asyncpg.Connection) -> None:
+        nonlocal done
+        while done < n:
+            token = uuid.uuid4()
+            leased = await conn.fetchval(BARE_LEASE, token)
+            if leased is None:
+                return
+            await conn.execute(BARE_COMPLETE, leased, token)
+            done += 1
+
+    try:
+        return await _timed_workers(url, workers, worker, lambda: done)
+    finally:
+        await pool.execute("DROP TABLE bench_bare_task")
+
+
+async def _timed_workers(url: str, workers: int, work: Any, done: Any) -> float:
+    conns = [await db.connect(url) for _ in range(workers)]
+    try:
+        started = time.perf_counter()
+        await asyncio.gather(*(work(c) for c in conns))
+        return float(done()) / (time.perf_counter() - started)
+    finally:
+        for c in conns:
+            await c.close()
+
+
+async def grpc_floor(calls: int) -> float:
+    """bench_grpc_floor.py's throughput floor, measured now: empty unary
+    calls/s from 16 callers on 4 channels against its bare grpc.aio server."""
+    port = _free_port()
+    floor = subprocess.Popen(  # noqa: ASYNC220 - the floor's server, stopped below
+        [sys.executable, str(ROOT / "scripts" / "bench_grpc_floor.py"), "--serve", str(port)]
+    )
+    channels = [
+        grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.channel_pool_index", i)])
+        for i in range(4)
+    ]
+    try:
+        stubs = [health_pb2_grpc.HealthStub(c) for c in channels]
+        now = health_pb2.HealthCheckRequest(service="now")
+        await stubs[0].Check(now, wait_for_ready=True, timeout=30)
+        done = 0
+
+        async def caller(i: int) -> None:
+            nonlocal done
+            while done < calls:
+                await stubs[i % len(stubs)].Check(now)
+                done += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(caller(i) for i in range(16)))
+        return done / (time.perf_counter() - started)
+    finally:
+        for c in channels:
+            await c.close()
+        floor.kill()
+        floor.wait()
 
 
 async def _database() -> tuple[str, Any]:
@@ -211,6 +360,7 @@ async def main(rounds: int, total: int) -> None:
         "SETU_DATABASE_URL": url,
         "SETU_LISTEN": f"127.0.0.1:{port}",
         "SETU_LOG_LEVEL": "warning",
+        "SETU_HTTP_LISTEN": "",  # no run monitor: port 8080 may be taken
     }
     server = subprocess.Popen(  # noqa: ASYNC220 - started once, before measuring
         [sys.executable, "-m", "setu_server.main"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL
@@ -219,6 +369,40 @@ async def main(rounds: int, total: int) -> None:
         bench = Bench(pool, port, workspace.id, agent.value.id, agent.secret)
         await _wait_up(bench)
         print(f"setu-server pid {server.pid}; PostgreSQL {'embedded' if embedded else url}")
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (shared machine)")
+        print(f"{'the SQL path alone, 16 asyncpg workers, no gRPC':<52} {'tasks/s':>9}")
+        bare = await bare_loop(pool, url, 16, total)
+        print(f"  {'bare FOR UPDATE SKIP LOCKED lease + complete':<50} {bare:9.0f}")
+        for eager in (False, True):
+            sql = await bench.sql_path(url, 16, total, eager)
+            label = (
+                "Setu, completion + next lease in one transaction"
+                if eager
+                else ("Setu lease_tasks, then complete_task_and_job")
+            )
+            print(f"  {label:<50} {sql:9.0f}  {sql / bare:.0%} of bare (target >= 50 %)")
+        floor = await grpc_floor(total * 2)
+        print(f"gRPC floor (bench_grpc_floor), 16 callers, empty unary: {floor:,.0f} calls/s")
+        print(
+            f"{'lease -> complete over gRPC, one agent queue':<52} {'tasks/s':>9} "
+            f"{'calls/task':>10} {'double':>7}"
+        )
+        doubles = 0
+        for eager in (False, True):
+            for lessees in (1, 4, 16):
+                rate, trips, double = await bench.throughput(
+                    lessees, total if lessees > 1 else total // 4, eager
+                )
+                doubles += double
+                way = "eager (lease_next)" if eager else "LeaseTask + CompleteTask"
+                label = f"{way}, {lessees} lessees"
+                share = ""
+                if lessees == 16:
+                    ceiling = floor / trips
+                    share = f"  {rate / ceiling:.0%} of floor/{trips:.2f} = {ceiling:.0f}/s"
+                    share += " (target >= 70 %)" if eager else ""
+                print(f"  {label:<50} {rate:9.0f} {trips:10.2f} {double:7d}{share}")
+        print(f"double leases in all: {doubles} (must be 0)")
         print(f"{'pickup latency (insert commit -> lessee holds it)':<52} {'p50':>9} {'p99':>9}")
         for naive in (False, True):
             n = rounds if not naive else max(20, rounds // 10)
@@ -230,10 +414,6 @@ async def main(rounds: int, total: int) -> None:
                 else ("LeaseTask long-poll (wakes on NOTIFY)")
             )
             print(f"  {label:<50} {statistics.median(ms):7.2f}ms {_pct(ms, 0.99):7.2f}ms  (n={n})")
-        print(f"{'lease -> complete over gRPC, one agent queue':<52} {'tasks/s':>9} {'double':>9}")
-        for lessees in (1, 4, 16):
-            rate, double = await bench.throughput(lessees, total if lessees > 1 else total // 4)
-            print(f"  {lessees:>2} concurrent lessees{'':<30} {rate:9.0f} {double:9d}")
     finally:
         server.terminate()
         server.wait(30)

@@ -21,7 +21,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
-from setu_agent.engine import dry_run, transfer
+from setu_agent.engine import dry_run, incremental, transfer
 from setu_agent.engine.blob import BlobSettings, BlobStore, open_blob
 from setu_agent.engine.markers import LoadIdentity
 from setu_agent.engine.operators import PipelineSpec, SpecError, parse_spec
@@ -33,10 +33,12 @@ from setu_agent.engine.providers.base import (
     PermanentError,
     ProviderError,
 )
+from setu_agent.engine.resumable import DEFAULT_POLICY, ResumePolicy
 from setu_agent.engine.s3 import S3Settings
 from setu_agent.engine.secrets import SecretStore, references
 from setu_agent.engine.staging import Manifest, read_manifest
-from setu_agent.engine.values import JSON_NULL, Infinite, nonfinite_text
+from setu_agent.engine.types import Column, Row
+from setu_agent.engine.values import JSON_NULL, Infinite, nonfinite_text, shortest_real
 from setu_agent.results import (
     Artifact,
     DiscoverResult,
@@ -122,6 +124,20 @@ def jsonable(value: Any) -> Any:
     return value  # json: already dicts, lists and scalars
 
 
+def preview_row(columns: tuple[Column, ...], row: Row) -> dict[str, Any]:
+    """A row as a preview shows it, in JSON Lines' spellings
+    (docs/data-types.md): a real with its float4's shortest digits (0.01);
+    in a json column, JSON's null as null and SQL NULL as the key left out."""
+    shown: dict[str, Any] = {}
+    for column, value in zip(columns, row, strict=True):
+        if value is None and column.type == "json":
+            continue
+        if column.type == "real" and isinstance(value, float):
+            value = shortest_real(value)
+        shown[column.name] = jsonable(value)
+    return shown
+
+
 class EngineHandlers:
     def __init__(
         self,
@@ -131,8 +147,10 @@ class EngineHandlers:
         blob_override: BlobSettings | None = None,
         batch_rows: int = transfer.DEFAULT_BATCH_ROWS,
         policy: ConnectPolicy | None = None,
+        resume: ResumePolicy = DEFAULT_POLICY,
     ) -> None:
         self._secrets = secrets
+        self._resume = resume
         self._specs = specs
         self._blob_override = blob_override
         self._batch_rows = batch_rows
@@ -173,10 +191,9 @@ class EngineHandlers:
         async with self._connected(ctx, _connection(ctx)) as connector:
             stream = transfer.select_streams(await connector.discover(), [wanted])[0]
             rows = await connector.preview(stream, limit)
-        names = stream.column_names
         return PreviewResult(
             columns=tuple(stream.columns),
-            rows=tuple({n: jsonable(v) for n, v in zip(names, row, strict=True)} for row in rows),
+            rows=tuple(preview_row(stream.columns, row) for row in rows),
         )
 
     # -- run stages: the spec comes from the server, by task id
@@ -188,7 +205,11 @@ class EngineHandlers:
             self._connected(ctx, spec.source) as source,
             self._blob(spec.blob) as blob,
         ):
-            streams = transfer.select_streams(await source.discover(), spec.streams)
+            chosen = transfer.select_streams(await source.discover(), spec.streams)
+            deltas = await incremental.windows(
+                source, chosen, spec.spec, spec.cursors, spec.write_mode
+            )
+            streams = [d.stream for d in deltas]
             manifest = await transfer.stage(
                 source, streams, blob, spec.blob_prefix, ContextReporter(ctx), self._batch_rows
             )
@@ -219,12 +240,14 @@ class EngineHandlers:
                     spec.write_mode,
                     reporter,
                     identity=LoadIdentity(spec.job_id),
+                    resume=self._resume,
                 )
         return LoadResult(
             rows_loaded=sum(t.loaded for t in totals),
             rows_by_stream={t.stream: t.loaded for t in totals},
             changes_by_stream={t.stream: t.changes for t in totals if t.changes is not None},
             notes=tuple(reporter.notes),
+            cursors_by_stream={t.stream: t.cursor for t in totals if t.cursor is not None},
         )
 
     async def _plan_load(

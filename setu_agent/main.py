@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from setu_agent.engine.blob import BlobSettings
+from setu_agent.engine.resumable import DEFAULT_MIN_BYTES, ResumePolicy
 from setu_agent.engine.secrets import SecretStore
 from setu_agent.handlers import EngineHandlers, load_extra
 from setu_agent.runtime import Runtime
@@ -89,6 +90,13 @@ def parser() -> argparse.ArgumentParser:
         help="rows per batch: the grain of progress and cancel (env SETU_AGENT_BATCH_ROWS)",
     )
     p.add_argument(
+        "--resumable-load-min-bytes",
+        type=int,
+        default=int(_env("AGENT_RESUMABLE_LOAD_MIN_BYTES", str(DEFAULT_MIN_BYTES))),
+        help="a staged stream of several parts and this many bytes loads part by part "
+        "(env SETU_AGENT_RESUMABLE_LOAD_MIN_BYTES)",
+    )
+    p.add_argument(
         "--grace-seconds",
         type=float,
         default=float(_env("GRACE_SECONDS", "30")),
@@ -123,6 +131,7 @@ async def run(args: argparse.Namespace) -> None:
             source,
             blob_override=blob_override(args.blob_url),
             batch_rows=args.batch_rows,
+            resume=ResumePolicy(args.resumable_load_min_bytes),
         )
         handlers = engine.table()
         if args.extra_handlers:

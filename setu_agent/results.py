@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from setu_agent.engine import sqltypes
+from setu_agent.engine.incremental import MARK_TYPES, CursorMark
 from setu_agent.engine.providers.base import RowChanges
 from setu_agent.engine.staging import MANIFEST, Manifest
 from setu_agent.engine.types import Column, Stream
@@ -127,6 +128,9 @@ class LoadResult:
     planned: tuple[PlannedStream, ...] = ()
     # (stream, message): what the load changed ahead of its rows.
     notes: tuple[tuple[str, str], ...] = ()
+    # Per incremental stream, the highest cursor value loaded: its saved
+    # state advances to it with this result (engine/incremental.py).
+    cursors_by_stream: Mapping[str, CursorMark] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         body = {
@@ -134,6 +138,8 @@ class LoadResult:
             "rows_loaded": self.rows_loaded,
             "rows_by_stream": dict(self.rows_by_stream),
         }
+        if self.cursors_by_stream:
+            body["cursors_by_stream"] = {s: c.to_dict() for s, c in self.cursors_by_stream.items()}
         if self.changes_by_stream:
             body["changes_by_stream"] = {
                 stream: changes_json(c) for stream, c in self.changes_by_stream.items()
@@ -154,10 +160,21 @@ class LoadResult:
             if stream not in self.rows_by_stream:
                 raise MalformedResult(f"load result: changes of {stream!r}, which it did not load")
             check_changes(changes, f"load result: changes of {stream}")
+        for stream, cursor in self.cursors_by_stream.items():
+            if stream not in self.rows_by_stream:
+                raise MalformedResult(f"load result: cursor of {stream!r}, which it did not load")
+            if cursor.type not in MARK_TYPES or not cursor.column or not cursor.value:
+                raise MalformedResult(f"load result: cursor of {stream!r} is not a cursor")
 
     @classmethod
     def from_json(cls, data: Any) -> LoadResult:
-        optional = {"changes_by_stream": dict, "dry_run": bool, "planned": list, "notes": list}
+        optional = {
+            "changes_by_stream": dict,
+            "dry_run": bool,
+            "planned": list,
+            "notes": list,
+            "cursors_by_stream": dict,
+        }
         body = _fields(
             data, "load result", optional, kind=str, rows_loaded=int, rows_by_stream=dict
         )
@@ -177,7 +194,16 @@ class LoadResult:
             body.get("dry_run", False),
             plans_from_json(body.get("planned", []), "planned"),
             notes,
+            _cursors(body.get("cursors_by_stream", {})),
         )
+
+
+def _cursors(data: Mapping[str, Any]) -> dict[str, CursorMark]:
+    out: dict[str, CursorMark] = {}
+    for stream, raw in data.items():
+        said = _fields(raw, f"cursors_by_stream[{stream!r}]", column=str, type=str, value=str)
+        out[stream] = CursorMark(said["column"], said["type"], said["value"])
+    return out
 
 
 def changes_json(changes: RowChanges) -> dict[str, int]:

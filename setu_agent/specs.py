@@ -36,6 +36,11 @@ class ExtractSpec:
     streams: list[str]
     blob_prefix: str
     blob: BlobSettings
+    # For incremental streams (engine/incremental.py): the pipeline spec, the
+    # write mode and each stream's saved cursor (qualified name → value).
+    spec: dict[str, Any] = field(default_factory=dict)
+    write_mode: WriteMode = WriteMode.APPEND
+    cursors: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,8 @@ class MigrateSpec:
     blob: BlobSettings
     cancel_requested: bool = False
     ended: bool = False
+    # Saved cursor of each incremental stream (qualified name → value).
+    cursors: dict[str, str] = field(default_factory=dict)
 
 
 class SpecSource(Protocol):

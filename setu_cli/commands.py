@@ -527,6 +527,9 @@ def _object_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         leaves.add("get", get, f"show one of the {noun}", "NAME_OR_ID")
         leaves.add("delete", delete, f"delete one of the {noun}", "NAME_OR_ID")
     add_change_commands(by_noun)
+    from setu_cli.state import add_state_commands  # here: state.py imports this module
+
+    add_state_commands(by_noun)
 
 
 def _job_commands(sub: Any, common: argparse.ArgumentParser) -> None:

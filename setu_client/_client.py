@@ -67,6 +67,7 @@ from setu_client.messages import (
     Connection,
     DiscoverStreamsResponse,
     Pipeline,
+    PipelineState,
     PreviewStreamResponse,
     TestConnectionResponse,
 )
@@ -661,6 +662,25 @@ class SetuClient:
             if found.name == name:
                 return found
         raise NotFound(f"no pipeline named {name!r}")
+
+    async def get_pipeline_state(self, pipeline_id: str) -> PipelineState:
+        """The saved cursor of each incremental stream of the pipeline (a
+        stream without one is read in full by its next run)."""
+        request = pipelines_pb2.GetPipelineStateRequest(pipeline_id=pipeline_id)
+        answer: PipelineState = await self._retrying(
+            self._call, self._pipelines.GetPipelineState, request
+        )
+        return answer
+
+    async def reset_pipeline_state(self, pipeline_id: str, stream: str = "") -> list[str]:
+        """Forgets the saved cursor of `stream` (every stream when empty): the
+        next run reads it in full. Returns the streams reset; NotFound when
+        the named stream has no saved state."""
+        request = pipelines_pb2.ResetPipelineStateRequest(pipeline_id=pipeline_id, stream=stream)
+        answer: pipelines_pb2.ResetPipelineStateResponse = await self._call(
+            self._pipelines.ResetPipelineState, request
+        )
+        return list(answer.streams)
 
     async def delete_pipeline(self, pipeline_id: str) -> None:
         """Its runs remain. Raises FailedPrecondition while a run is active."""

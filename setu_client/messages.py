@@ -8,14 +8,14 @@ doubles; `setu_client.struct_to_dict` turns them into plain values with
 whole numbers as ints.
 """
 
-from setu_client._proto.setu.v1.common_pb2 import CatalogStream, Column
+from setu_client._proto.setu.v1.common_pb2 import CatalogStream, Column, StreamCursor
 from setu_client._proto.setu.v1.connections_pb2 import (
     Connection,
     DiscoverStreamsResponse,
     PreviewStreamResponse,
     TestConnectionResponse,
 )
-from setu_client._proto.setu.v1.pipelines_pb2 import Pipeline
+from setu_client._proto.setu.v1.pipelines_pb2 import Pipeline, PipelineState, StreamState
 
 __all__ = [
     "CatalogStream",
@@ -23,6 +23,9 @@ __all__ = [
     "Connection",
     "DiscoverStreamsResponse",
     "Pipeline",
+    "PipelineState",
     "PreviewStreamResponse",
+    "StreamCursor",
+    "StreamState",
     "TestConnectionResponse",
 ]

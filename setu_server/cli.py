@@ -35,7 +35,6 @@ from setu_client.errors import SetuError, from_rpc_error
 from setu_server import demo, dev_banner, dev_secrets
 from setu_server.config import Settings
 from setu_server.dev_banner import DevServer
-from setu_server.server import database_url, start
 from setu_server.service.secrets import TokenKind, new_secret
 
 DEV_WORKSPACE = "dev"
@@ -97,6 +96,10 @@ async def _dev(args: argparse.Namespace, data_dir: Path) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    # The server's imports (its services, metrics, the engine's blob stores)
+    # cost every other command half a second of start: only `dev` pays them.
+    from setu_server.server import database_url, start
+
     async with contextlib.AsyncExitStack() as stack:
         url = await database_url(settings, stack)  # the demo's warehouse goes beside it
         running = await start(settings, url)

@@ -78,6 +78,13 @@ class Settings:
         default=50_000,
         metadata={"help": "a fresh cloud run of at most this many rows copies without staging"},
     )
+    resumable_load_min_bytes: int = field(
+        default=64 * 1024 * 1024,
+        metadata={
+            "help": "a staged stream of several parts and at least this many bytes loads "
+            "part by part, resumably"
+        },
+    )
     admin_token: str = field(
         default="", metadata={"help": "token for AdminService; empty disables admin calls"}
     )

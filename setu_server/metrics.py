@@ -234,6 +234,12 @@ class Metrics:
         timing = self.long_poll_seconds if name in LONG_POLLS else self.grpc_seconds
         timing.labels(service, name).observe(seconds)
 
+    def parked_gauge(self, method: str) -> Gauge | None:
+        """The parked-calls gauge of a long-poll method; None for other calls
+        (the interceptor looks it up once per method, not per call)."""
+        service, name = _split(method)
+        return self.parked.labels(service, name) if name in LONG_POLLS else None
+
     @contextlib.contextmanager
     def parking(self, method: str) -> Iterator[None]:
         """Counts a long-poll as parked while it is open; other calls pass."""

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import grpc
 
 from setu_agent.engine.blob import BlobSettings
+from setu_agent.engine.incremental import CursorMark
 from setu_agent.engine.providers.base import RowChanges
 from setu_agent.results import Artifact
 from setu_agent.runtime.grpc_source import (
@@ -74,6 +75,7 @@ class RunBook(Protocol):
         loaded: int,
         checksum: str,
         changes: RowChanges | None = None,
+        cursor: CursorMark | None = None,
     ) -> None: ...
 
     async def outputs(self) -> list[RunOutput]: ...
@@ -110,6 +112,7 @@ class GrpcRunBook:
             blob=BlobSettings(blob.backend, blob.root, blob.endpoint_url, blob.region),
             cancel_requested=answer.cancel_requested,
             ended=answer.ended,
+            cursors=dict(answer.cursors),
         )
 
     async def plan(
@@ -148,6 +151,7 @@ class GrpcRunBook:
         loaded: int,
         checksum: str,
         changes: RowChanges | None = None,
+        cursor: CursorMark | None = None,
     ) -> None:
         request = cloud_pb2.RecordStreamLoadedRequest(
             lease=self._lease,
@@ -156,6 +160,11 @@ class GrpcRunBook:
             rows_loaded=loaded,
             checksum=checksum,
             changes=changes_message(changes) if changes is not None else None,
+            cursor=(
+                common_pb2.StreamCursor(column=cursor.column, type=cursor.type, value=cursor.value)
+                if cursor is not None
+                else None
+            ),
         )
         await self._call(self._stub.RecordStreamLoaded, request)
 

@@ -27,6 +27,7 @@ from setu_agent.cloud.book import GrpcRunBook
 from setu_agent.cloud.migrate import Migrate, MigrateSettings
 from setu_agent.cloud.policy import CloudPolicy, cloud_egress
 from setu_agent.engine.blob import BlobSettings, BlobStore, open_blob
+from setu_agent.engine.resumable import DEFAULT_MIN_BYTES, ResumePolicy
 from setu_agent.engine.s3 import S3Settings
 from setu_agent.engine.secrets import SecretStore
 from setu_agent.handlers import EngineHandlers
@@ -99,6 +100,13 @@ def parser() -> argparse.ArgumentParser:
         help="a fresh small cloud → cloud run copies directly (SETU_DIRECT_MAX_ROWS)",
     )
     add(
+        "--resumable-load-min-bytes",
+        type=int,
+        default=int(_env("RESUMABLE_LOAD_MIN_BYTES", str(DEFAULT_MIN_BYTES))),
+        help="a staged stream of several parts and this many bytes loads part by part "
+        "(SETU_RESUMABLE_LOAD_MIN_BYTES)",
+    )
+    add(
         "--grace-seconds",
         type=float,
         default=float(_env("GRACE_SECONDS", "30")),
@@ -142,7 +150,11 @@ async def run(args: argparse.Namespace) -> None:
             finally:
                 await store.close()
 
-        settings = MigrateSettings(batch_rows=args.batch_rows, direct_max_rows=args.direct_max_rows)
+        settings = MigrateSettings(
+            batch_rows=args.batch_rows,
+            direct_max_rows=args.direct_max_rows,
+            resume=ResumePolicy(args.resumable_load_min_bytes),
+        )
         handlers: dict[str, Handler] = {
             # The cloud's part of a run is `migrate`: no extract or load here.
             **EngineHandlers(secrets, batch_rows=args.batch_rows, policy=policy).table(),

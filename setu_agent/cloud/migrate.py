@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from setu_agent.cloud.book import RunBook
-from setu_agent.engine import dry_run, transfer
+from setu_agent.engine import dry_run, incremental, transfer
 from setu_agent.engine.blob import BlobSettings, BlobStore
 from setu_agent.engine.markers import LoadIdentity
 from setu_agent.engine.operators import SpecError, parse_spec
-from setu_agent.engine.providers.base import ConfigError, Connector
+from setu_agent.engine.providers.base import ConfigError, Connector, qualified
+from setu_agent.engine.resumable import DEFAULT_POLICY, ResumePolicy
 from setu_agent.engine.secrets import SecretStore
 from setu_agent.engine.staging import Manifest, read_manifest
 from setu_agent.handlers import ConnectPolicy, open_connector
@@ -51,6 +52,8 @@ DIRECT_MAX_ROWS = 50_000
 class MigrateSettings:
     batch_rows: int = transfer.DEFAULT_BATCH_ROWS
     direct_max_rows: int = DIRECT_MAX_ROWS
+    # Which staged streams load part by part (engine/resumable.py).
+    resume: ResumePolicy = DEFAULT_POLICY
 
 
 BookOf = Callable[[LeasedTask], RunBook]
@@ -160,14 +163,22 @@ class _Run:
             source = await self._migrate.connect(self._ctx, run, run.source)
             try:
                 offered = await source.discover()
-                streams = transfer.select_streams(offered, run.streams)
-                total = sum(s.row_estimate for s in streams)
+                chosen = transfer.select_streams(offered, run.streams)
+                deltas = await incremental.windows(
+                    source, chosen, run.spec, run.cursors, run.write_mode
+                )
+                streams = [d.stream for d in deltas]
+                # An incremental stream's delta is counted with its cursor
+                # predicate; a full one is the provider's estimate.
+                total = sum(d.stream.row_estimate if d.rows is None else d.rows for d in deltas)
+                exact = all(d.rows is not None for d in deltas)
                 await book.plan(rows_total=total, extract=True)
                 if run.dry_run:
                     return await self._dry_run(streams)
+                await self._say_windows(streams)
                 # 0 means the provider cannot tell (a file): stage, to be safe.
                 fresh = run.phase is None and not run.load_on_agent
-                if fresh and 0 < total <= self._settings.direct_max_rows:
+                if fresh and (total > 0 or exact) and total <= self._settings.direct_max_rows:
                     return await self._direct(source, streams, total)
                 await book.enter_phase(
                     "extract",
@@ -210,6 +221,7 @@ class _Run:
                     run.write_mode,
                     self._reporter,
                     identity=LoadIdentity(run.job_id),
+                    resume=self._settings.resume,
                 )
                 for total in totals:
                     await self._record(total)
@@ -274,9 +286,20 @@ class _Run:
         )
         return MigrateResult(MigrateMode.DRY_RUN, planned=planned)
 
+    async def _say_windows(self, streams: list[Any]) -> None:
+        for stream in streams:
+            if stream.since is not None:
+                name = qualified(stream)
+                await self._book.event(f"stream {name}: {stream.since.describe()}", stream=name)
+
     async def _record(self, totals: transfer.StreamTotals) -> None:
         await self._book.stream_loaded(
-            totals.stream, totals.extracted, totals.loaded, totals.checksum or "", totals.changes
+            totals.stream,
+            totals.extracted,
+            totals.loaded,
+            totals.checksum or "",
+            totals.changes,
+            totals.cursor,
         )
         await self._book.event(
             f"Loaded {totals.loaded} of {totals.extracted} rows{changes_said(totals.changes)}",

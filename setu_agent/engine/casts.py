@@ -33,6 +33,7 @@ from typing import Any
 
 from setu_agent.engine.expr_compile import (
     NUMERIC_CTX,
+    CastError,
     Compiled,
     OperatorError,
     check_int,
@@ -40,6 +41,7 @@ from setu_agent.engine.expr_compile import (
     quote_literal,
 )
 from setu_agent.engine.types import INTEGERS, NUMBERS, PG_TYPES, Row
+from setu_agent.engine.values import INFINITIES, JSON_NULL, Infinite
 
 Conv = Callable[[Any], Any]
 SqlOf = Callable[[str], str]
@@ -139,6 +141,40 @@ def _parts(text: str) -> tuple[dt.datetime, re.Match[str]]:
     return value, m
 
 
+# PostgreSQL's ±infinity of a date or timestamp (values.py's markers), in
+# its canonical spelling: a text cast reads it, a cast to text writes it,
+# and casts between date, timestamp and timestamptz keep it.
+_INFINITE = r"|infinity|-infinity"
+
+
+def _or_infinite(conv: Callable[[str], Any]) -> Conv:
+    def read(text: str) -> Any:
+        marker = INFINITIES.get(text) if text in ("infinity", "-infinity") else None
+        return marker if marker is not None else conv(text)
+
+    return read
+
+
+def _keeping_infinite(conv: Conv) -> Conv:
+    """`conv` of a finite value; an infinity stays the same marker."""
+    return lambda v: v if isinstance(v, Infinite) else conv(v)
+
+
+def _time_of(value: dt.datetime | Infinite) -> dt.time:
+    if isinstance(value, Infinite):
+        raise OperatorError(f"{value.text} has no time of day")
+    return value.time()
+
+
+def _sql_time_of(x: str) -> str:
+    # PostgreSQL gives NULL for infinity::time; reading 'infinity' as a time
+    # raises instead, as the Python side does.
+    return (
+        f"CAST(CASE WHEN isfinite({x}) THEN CAST(CAST({x} AS time) AS text) "
+        f"ELSE CAST({x} AS text) END AS time)"
+    )
+
+
 def _text_to_date(text: str) -> dt.date:
     _matching(_DATE, "date")(text)
     return _parts(text)[0].date()
@@ -166,7 +202,7 @@ def _text_to_timestamptz(text: str) -> dt.datetime:
 
 
 def _sql_text_to_timestamptz(x: str) -> str:
-    naive = _gate(_TS, "timestamp")(x)
+    naive = _gate(_TS + _INFINITE, "timestamp")(x)
     pattern = quote_literal(f"^({_TSTZ})$")
     return (
         f"CASE WHEN {x} ~ {pattern} THEN CAST({x} AS timestamptz) "
@@ -219,7 +255,8 @@ def _text_to_json(text: str) -> Any:
         value = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise OperatorError(f"invalid input syntax for type json: {exc}") from None
-    return _check_json(value)
+    # 'null' is JSON's null, a value (SQL NULL is None).
+    return JSON_NULL if value is None else _check_json(value)
 
 
 # Value -> PostgreSQL's text output.
@@ -282,6 +319,8 @@ def _timestamptz_text(value: dt.datetime) -> str:
 
 def _json_text(value: Any) -> str:
     """jsonb's output: keys by (byte length, bytes), numbers as numeric."""
+    if value is JSON_NULL:
+        return "null"
     if isinstance(value, dict):
         keys = sorted(value, key=lambda k: (len(k.encode()), k.encode()))
         inner = ", ".join(f"{_json_text(k)}: {_json_text(value[k])}" for k in keys)
@@ -302,10 +341,10 @@ TEXT_OUT: dict[str, Conv] = {
     "double": _double_text,
     "numeric": _numeric_text,
     "bytes": lambda v: "\\x" + bytes(v).hex(),
-    "date": lambda v: v.isoformat(),
+    "date": lambda v: v.text if isinstance(v, Infinite) else v.isoformat(),
     "time": _time_text,
-    "timestamp": _timestamp_text,
-    "timestamptz": _timestamptz_text,
+    "timestamp": lambda v: v.text if isinstance(v, Infinite) else _timestamp_text(v),
+    "timestamptz": lambda v: v.text if isinstance(v, Infinite) else _timestamptz_text(v),
     "uuid": str,
     "json": _json_text,
 }
@@ -315,11 +354,16 @@ def _to_char(x: str) -> str:
     return f"(to_char({x}, 'YYYY-MM-DD HH24:MI:SS') || rtrim(rtrim(to_char({x}, '.US'), '0'), '.'))"
 
 
+def _finite_text(to_char: SqlOf) -> SqlOf:
+    # to_char gives NULL for an infinity; its own text is 'infinity'.
+    return lambda x: f"(CASE WHEN isfinite({x}) THEN {to_char(x)} ELSE CAST({x} AS text) END)"
+
+
 _SQL_TEXT_OUT: dict[str, SqlOf] = {
     "bytes": lambda x: f"(E'\\\\x' || encode({x}, 'hex'))",
-    "date": lambda x: f"to_char({x}, 'YYYY-MM-DD')",
-    "timestamp": _to_char,
-    "timestamptz": lambda x: f"({_to_char(f'({x} AT TIME ZONE {_UTC})')} || '+00')",
+    "date": _finite_text(lambda x: f"to_char({x}, 'YYYY-MM-DD')"),
+    "timestamp": _finite_text(_to_char),
+    "timestamptz": _finite_text(lambda x: f"({_to_char(f'({x} AT TIME ZONE {_UTC})')} || '+00')"),
 }
 _UTC = "'UTC'"
 
@@ -404,29 +448,42 @@ def _build_casts() -> dict[tuple[str, str], tuple[Conv, SqlOf]]:
     table["text", "double"] = (_text_to_float, _gate(_FLOAT, "double precision"))
     table["text", "real"] = (lambda t: _f32(_text_to_float(t)), _gate(_FLOAT, "real"))
     table["text", "boolean"] = (_text_to_bool, plain("boolean"))
-    table["text", "date"] = (_text_to_date, _gate(_DATE, "date"))
+    table["text", "date"] = (_or_infinite(_text_to_date), _gate(_DATE + _INFINITE, "date"))
     table["text", "time"] = (_text_to_time, _gate(_TIME, "time"))
-    table["text", "timestamp"] = (_text_to_timestamp, _gate(_TS, "timestamp"))
-    table["text", "timestamptz"] = (_text_to_timestamptz, _sql_text_to_timestamptz)
+    table["text", "timestamp"] = (
+        _or_infinite(_text_to_timestamp),
+        _gate(_TS + _INFINITE, "timestamp"),
+    )
+    table["text", "timestamptz"] = (
+        _or_infinite(_text_to_timestamptz),
+        _sql_text_to_timestamptz,
+    )
     table["text", "uuid"] = (_text_to_uuid, _gate(_UUID, "uuid"))
     table["text", "json"] = (_text_to_json, plain("json"))
     for src, out in TEXT_OUT.items():
         table[src, "text"] = (out, _SQL_TEXT_OUT.get(src, plain("text")))
     utc = f" AT TIME ZONE {_UTC}"
-    table["date", "timestamp"] = (lambda d: dt.datetime(d.year, d.month, d.day), plain("timestamp"))
+    keep = _keeping_infinite
+    table["date", "timestamp"] = (
+        keep(lambda d: dt.datetime(d.year, d.month, d.day)),
+        plain("timestamp"),
+    )
     table["date", "timestamptz"] = (
-        lambda d: dt.datetime(d.year, d.month, d.day, tzinfo=UTC),
+        keep(lambda d: dt.datetime(d.year, d.month, d.day, tzinfo=UTC)),
         lambda x: f"(CAST({x} AS timestamp){utc})",
     )
-    table["timestamp", "date"] = (lambda v: v.date(), plain("date"))
-    table["timestamp", "time"] = (lambda v: v.time(), plain("time"))
+    table["timestamp", "date"] = (keep(lambda v: v.date()), plain("date"))
+    table["timestamp", "time"] = (_time_of, _sql_time_of)
     table["timestamptz", "date"] = (
-        lambda v: v.astimezone(UTC).date(),
+        keep(lambda v: v.astimezone(UTC).date()),
         lambda x: f"CAST(({x}{utc}) AS date)",
     )
-    table["timestamp", "timestamptz"] = (lambda v: v.replace(tzinfo=UTC), lambda x: f"({x}{utc})")
+    table["timestamp", "timestamptz"] = (
+        keep(lambda v: v.replace(tzinfo=UTC)),
+        lambda x: f"({x}{utc})",
+    )
     table["timestamptz", "timestamp"] = (
-        lambda v: v.astimezone(UTC).replace(tzinfo=None),
+        keep(lambda v: v.astimezone(UTC).replace(tzinfo=None)),
         lambda x: f"({x}{utc})",
     )
     return table
@@ -452,7 +509,7 @@ def cast_column(expr: Compiled, to: str, name: str) -> Compiled:
         try:
             return conv(value)
         except (ValueError, ArithmeticError) as exc:
-            raise OperatorError(f"column {name!r}: cannot cast {value!r} to {to}: {exc}") from None
+            raise CastError(f"cannot cast to {to} ({exc})", name, value) from None
 
     return Compiled(to, sql_of(expr.sql), fn, expr.const)
 

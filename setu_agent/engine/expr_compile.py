@@ -42,11 +42,52 @@ from setu_agent.engine.expr import (
     Unary,
 )
 from setu_agent.engine.types import INTEGERS, NUMBERS, PG_TYPES, Row
+from setu_agent.engine.values import ValueFault
 
 
 class OperatorError(ValueError):
     """A row the chain cannot process (an uncastable value, a division by
     zero); PostgreSQL raises for the same row in the compiled SQL."""
+
+
+class CastError(OperatorError):
+    """A value a cast cannot convert, with its column and the value."""
+
+    def __init__(self, reason: str, column: str, value: Any) -> None:
+        self.reason = reason
+        self.column = column
+        self.value = value
+        super().__init__(f"column {column!r}: {reason}")
+
+
+class RowFault(ValueFault, OperatorError):
+    """An OperatorError met running a chain over a row, located: a bad
+    value, so permanent (ValueFault), naming column (for a cast) and row."""
+
+
+def row_fault(
+    error: Exception, batch: Sequence[Row], run: Callable[[Row], object], before: int
+) -> RowFault:
+    """The fault a batch raised, at the first row that raises it again when
+    `run` (the chain over one row) takes the rows one by one; `before`:
+    rows of earlier batches."""
+    for index, row in enumerate(batch):
+        try:
+            run(row)
+        except (OperatorError, ArithmeticError, TypeError, AttributeError) as exc:
+            return _fault(exc, row, before + index + 1)
+    return _fault(error, None, None)
+
+
+def _fault(error: Exception, row: Row | None, number: int | None) -> RowFault:
+    if isinstance(error, CastError):
+        return RowFault(error.reason, column=error.column, value=error.value, row=number)
+    reason = (
+        str(error)
+        if isinstance(error, OperatorError | ArithmeticError)
+        else (f"the operators cannot process this row ({type(error).__name__}: {error})")
+    )
+    return RowFault(reason, column=None, value=row, row=number)
 
 
 Fn = Callable[[Row], Any]

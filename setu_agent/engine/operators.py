@@ -20,13 +20,23 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+import itertools
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from operator import itemgetter
 from typing import Any
 
 from setu_agent.engine import sqltypes
+from setu_agent.engine.blocking import (
+    METRICS,
+    SEQ,
+    Aggregate,
+    BlockingError,
+    Dedupe,
+    Metric,
+    Step,
+)
 from setu_agent.engine.casts import cast_column, cast_literal, from_json, sql_literal, supported
 from setu_agent.engine.expr import ExprError, Node, parse
 from setu_agent.engine.expr_compile import (
@@ -37,6 +47,7 @@ from setu_agent.engine.expr_compile import (
     constant,
     quote_ident,
     quote_literal,
+    row_fault,
 )
 from setu_agent.engine.types import Batch, Column, Row, TypeNameError, neutral
 
@@ -57,7 +68,18 @@ class SpecError(ValueError):
     "spec.operators[2].columns: unknown column 'x' (stream has: id, name)"."""
 
 
-OPS = ("rename", "select", "drop", "cast", "filter", "constant", "hash", "mask")
+OPS = (
+    "rename",
+    "select",
+    "drop",
+    "cast",
+    "filter",
+    "constant",
+    "hash",
+    "mask",
+    "dedupe",
+    "aggregate",
+)
 _FIELDS: dict[str, frozenset[str]] = {
     "rename": frozenset({"columns"}),
     "select": frozenset({"columns"}),
@@ -67,6 +89,8 @@ _FIELDS: dict[str, frozenset[str]] = {
     "constant": frozenset({"column", "value", "type"}),
     "hash": frozenset({"columns"}),
     "mask": frozenset({"columns", "keep", "char"}),
+    "dedupe": frozenset({"keys", "order_by", "order"}),
+    "aggregate": frozenset({"group_by", "metrics"}),
 }
 
 
@@ -88,6 +112,10 @@ class Operator:
     raw: Any = None  # constant: the JSON value as written
     keep: int = 4
     char: str = "*"
+    # dedupe: keys in `columns`, order_by in `column`; aggregate: group_by
+    # in `columns`.
+    descending: bool = True
+    metrics: tuple[Metric, ...] = ()
 
     @property
     def path(self) -> str:
@@ -110,6 +138,8 @@ class Operator:
             out["where"] = self.where
         if self.op == "constant":
             out.update(column=self.column, value=self.raw, type=self.type)
+        if self.op in ("dedupe", "aggregate"):
+            out.update(_blocking_dict(self))
         if self.streams is not None:
             out["streams"] = list(self.streams)
         return out
@@ -125,6 +155,7 @@ def parse_spec(doc: Mapping[str, Any] | None) -> PipelineSpec:
     if not isinstance(doc, Mapping):
         raise SpecError("spec: must be an object")
     unknown = set(doc) - {"operators", "primary_key", "destination", "columns", EVOLUTION_KEY}
+    unknown -= {"sync"}  # read by engine/incremental.py
     if unknown:
         raise SpecError(f"spec: unknown field {sorted(unknown)[0]!r}")
     raw_ops = doc.get("operators")
@@ -238,6 +269,10 @@ def _parse_operator(index: int, raw: Any) -> Operator:
         return _parse_mask(base, raw, path)
     if op == "filter":
         return _parse_filter(base, raw.get("where"), path)
+    if op == "dedupe":
+        return _parse_dedupe(base, raw, path)
+    if op == "aggregate":
+        return _parse_aggregate(base, raw, path)
     return _parse_constant(base, raw, path)
 
 
@@ -280,6 +315,63 @@ def _parse_constant(base: Operator, raw: Mapping[str, Any], path: str) -> Operat
     except (ValueError, ArithmeticError) as exc:
         raise SpecError(f"{path}.value: {exc}") from None
     return _replace(base, column=column, type=type_, value=converted, raw=value)
+
+
+def _parse_dedupe(base: Operator, raw: Mapping[str, Any], path: str) -> Operator:
+    keys = _name_list(raw.get("keys"), f"{path}.keys")
+    order_by = "" if raw.get("order_by") is None else _name(raw["order_by"], f"{path}.order_by")
+    order = raw.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise SpecError(f"{path}.order: one of asc, desc, not {order!r}")
+    return _replace(base, columns=keys, column=order_by, descending=order == "desc")
+
+
+def _parse_aggregate(base: Operator, raw: Mapping[str, Any], path: str) -> Operator:
+    group_by = raw.get("group_by")
+    group = () if group_by is None else _name_list(group_by, f"{path}.group_by", allow_empty=True)
+    metrics = raw.get("metrics")
+    if not isinstance(metrics, Mapping) or not metrics:
+        raise SpecError(
+            f"{path}.metrics: must be a non-empty object of output column -> "
+            f'{{count: "*"}}, {{sum: column}}, {{min: column}} or {{max: column}}'
+        )
+    # In name order: a spec travels as a JSON object (a protobuf Struct),
+    # whose key order is not kept; a `select` after orders them otherwise.
+    parsed = tuple(
+        _parse_metric(f"{path}.metrics", k, metrics[k]) for k in sorted(metrics, key=str)
+    )
+    clash = sorted({m.name for m in parsed} & set(group))
+    if clash:
+        raise SpecError(f"{path}.metrics.{clash[0]}: {clash[0]!r} is a group_by column already")
+    return _replace(base, columns=group, metrics=parsed)
+
+
+def _parse_metric(path: str, name: Any, raw: Any) -> Metric:
+    where = f"{path}.{_name(name, path)}"
+    if not isinstance(raw, Mapping) or len(raw) != 1:
+        raise SpecError(
+            f'{where}: must be one of {{count: "*"}}, {{count: column}}, '
+            f"{{sum: column}}, {{min: column}}, {{max: column}}"
+        )
+    ((function, column),) = raw.items()
+    if function not in METRICS:
+        raise SpecError(f"{where}: unknown metric {function!r}; use one of {', '.join(METRICS)}")
+    if column == "*":
+        if function != "count":
+            raise SpecError(f'{where}.{function}: "*" is for count only; name a column')
+        return Metric(name, function, None)
+    return Metric(name, function, _name(column, f"{where}.{function}"))
+
+
+def _blocking_dict(op: Operator) -> dict[str, Any]:
+    if op.op == "dedupe":
+        out: dict[str, Any] = {"keys": list(op.columns)}
+        if op.column:
+            out["order_by"] = op.column
+        out["order"] = "desc" if op.descending else "asc"
+        return out
+    metrics = {m.name: {m.function: m.column or "*"} for m in op.metrics}
+    return {"group_by": list(op.columns), "metrics": metrics}
 
 
 def _infer_type(value: Any, path: str) -> str:
@@ -344,6 +436,11 @@ def _lookup(table: Mapping[str, Any], stream: str, namespace: str) -> Any:
     return table.get(stream)
 
 
+# Operators that see the whole stream before they emit a row (dedupe,
+# aggregate): a chain holding one loads its stream in one piece.
+BLOCKING_OPS: frozenset[str] = frozenset({"dedupe", "aggregate"})
+
+
 @dataclass(frozen=True)
 class Chain:
     operators: tuple[Operator, ...] = ()
@@ -354,19 +451,60 @@ class Chain:
     def empty(self) -> bool:
         return not self.operators and not self.declared
 
-    def plan(self, columns: Sequence[Column]) -> Plan:
-        """Checks the chain against the input schema; raises SpecError."""
-        state = _State(tuple(columns))
-        for name, sql_type in self.declared:
-            _declare(state, name, sql_type)
-        for op in self.operators:
-            try:
-                _STEPS[op.op](state, op)
-            except ExprError as exc:
-                raise SpecError(f"{op.path}.where: {exc}") from None
-        if not state.slots:
-            raise SpecError("spec.operators: the chain leaves no columns")
-        return Plan(tuple(columns), state.slots, state.filters)
+    @property
+    def blocking(self) -> bool:
+        """True when an operator needs the whole stream before it emits
+        (BLOCKING_OPS): such a stream's load resumes from its first part
+        (engine/resumable.py)."""
+        return any(op.op in BLOCKING_OPS for op in self.operators)
+
+    def plan(self, columns: Sequence[Column], cursor: str | None = None) -> Plan:
+        """Checks the chain against the input schema; raises SpecError.
+        `cursor`: the stream's incremental cursor, dedupe's default order."""
+        held = [op for op in self.operators if op.op in BLOCKING_OPS]
+        if not held:
+            return _plan_rows(columns, self.declared, self.operators)
+        if len(held) > 1:
+            raise SpecError(
+                f"{held[1].path}: a stream's chain holds one blocking operator "
+                f"(dedupe or aggregate); {held[0].path} is one already"
+            )
+        at = self.operators.index(held[0])
+        before = _plan_rows(columns, self.declared, self.operators[:at])
+        step = _blocking_step(held[0], before.output, cursor)
+        after = _plan_rows(step.output, (), self.operators[at + 1 :])
+        return BlockingPlan(before, step, after)
+
+
+def _plan_rows(
+    columns: Sequence[Column], declared: tuple[tuple[str, str], ...], ops: Sequence[Operator]
+) -> Plan:
+    """Row-by-row operators: each output row depends on one input row."""
+    state = _State(tuple(columns))
+    for name, sql_type in declared:
+        _declare(state, name, sql_type)
+    for op in ops:
+        try:
+            _STEPS[op.op](state, op)
+        except ExprError as exc:
+            raise SpecError(f"{op.path}.where: {exc}") from None
+    if not state.slots:
+        raise SpecError("spec.operators: the chain leaves no columns")
+    return Plan(tuple(columns), state.slots, state.filters)
+
+
+def _blocking_step(op: Operator, columns: Sequence[Column], cursor: str | None) -> Step:
+    try:
+        if op.op == "aggregate":
+            return Aggregate.plan(columns, op.path, op.columns, op.metrics)
+        order_by = op.column or cursor
+        if not order_by:
+            raise SpecError(
+                f"{op.path}.order_by: required: the stream has no incremental cursor to order by"
+            )
+        return Dedupe.plan(columns, op.path, op.columns, order_by, op.descending)
+    except BlockingError as exc:
+        raise SpecError(str(exc)) from None
 
 
 # -- planning ------------------------------------------------------------------
@@ -499,6 +637,9 @@ _STEPS: dict[str, Callable[[_State, Operator], None]] = {
 class Plan:
     """A chain bound to an input schema, ready to run either way."""
 
+    # Needs the whole stream before it emits (BlockingPlan).
+    blocking = False
+
     def __init__(
         self, input: tuple[Column, ...], slots: list[_Slot], filters: list[Compiled]
     ) -> None:
@@ -513,6 +654,7 @@ class Plan:
         )
         self._project = _projection(positions, self._exprs)
         self._keep = _predicate(self._filters)
+        self._read = 0  # rows applied so far: a fault's row number
 
     def sources(self) -> tuple[str | None, ...]:
         """Per output column, the input column it carries as it is (renamed
@@ -522,16 +664,35 @@ class Plan:
         return tuple(None if p is None else self.input[p].name for p in found)
 
     def apply(self, batch: Batch) -> Batch:
+        """The chain over a batch; a row it cannot process raises a RowFault
+        (permanent) naming its column and row, counted from the stream's start."""
+        read = self._read
+        self._read += len(batch)
         if self.identity:
             return batch
         keep, project = self._keep, self._project
-        rows = batch if keep is None else [r for r in batch if keep(r)]
-        return [project(r) for r in rows]
+        try:
+            rows = batch if keep is None else [r for r in batch if keep(r)]
+            return [project(r) for r in rows]
+        except (OperatorError, ArithmeticError, TypeError, AttributeError) as exc:
+            raise row_fault(exc, batch, self._one, read) from exc
 
-    def select_sql(self, relation: str) -> str:
+    def _one(self, row: Row) -> object:
+        return self._project(row) if self._keep is None or self._keep(row) else None
+
+    async def apply_stream(self, batches: AsyncIterator[Batch]) -> AsyncIterator[Batch]:
+        """The chain over a whole stream, arriving in batches."""
+        async for batch in batches:
+            yield batch if self.identity else self.apply(batch)
+
+    def select_sql(self, relation: str, extra: str = "") -> str:
+        """`extra`: one more select-list item, carried through (BlockingPlan)."""
         columns = ", ".join(
-            f"{e.sql} AS {quote_ident(c.name)}"
-            for c, e in zip(self.output, self._exprs, strict=True)
+            [
+                f"{e.sql} AS {quote_ident(c.name)}"
+                for c, e in zip(self.output, self._exprs, strict=True)
+            ]
+            + ([extra] if extra else [])
         )
         sql = f"SELECT {columns} FROM {relation}"
         if self._filters:
@@ -543,6 +704,54 @@ class Plan:
                 where = f"CASE WHEN {f.sql} THEN {where} ELSE false END"
             sql += f" WHERE {where}"
         return sql
+
+
+class BlockingPlan(Plan):
+    """A chain holding a blocking operator (engine/blocking.py): the row
+    operators before it, the operator over the whole stream, the row
+    operators after it (a filter there reads like SQL's HAVING)."""
+
+    blocking = True
+
+    def __init__(self, before: Plan, step: Step, after: Plan) -> None:
+        self.input = before.input
+        self.output = after.output
+        self.identity = False
+        self._before, self._step, self._after = before, step, after
+
+    def sources(self) -> tuple[str | None, ...]:
+        carried = dict(
+            zip((c.name for c in self._before.output), self._before.sources(), strict=True)
+        )
+        through = [None if s is None else carried[s] for s in self._step.sources()]
+        by_name = dict(zip((c.name for c in self._step.output), through, strict=True))
+        return tuple(None if s is None else by_name[s] for s in self._after.sources())
+
+    def apply(self, batch: Batch) -> Batch:
+        """The chain over a whole stream given as one batch."""
+        held = self._step.accumulator()
+        held.add(self._before.apply(batch))
+        return self._after.apply(list(held.rows()))
+
+    async def apply_stream(self, batches: AsyncIterator[Batch]) -> AsyncIterator[Batch]:
+        held = self._step.accumulator()
+        size = 1
+        async for batch in batches:
+            size = max(size, len(batch))
+            held.add(self._before.apply(batch))
+        rows = held.rows()
+        while chunk := list(itertools.islice(rows, size)):
+            out = self._after.apply(chunk)
+            if out:
+                yield out
+
+    def select_sql(self, relation: str, extra: str = "") -> str:
+        assert not extra, "a blocking plan is not nested"
+        # ctid: the staging table's row order, dedupe's tie-break (blocking.py).
+        seq = f"ctid AS {quote_ident(SEQ)}"
+        before = self._before.select_sql(relation, seq)
+        step = self._step.sql(f"({before}) AS _setu_rows")
+        return self._after.select_sql(f"({step}) AS _setu_blocked")
 
 
 def _position(expr: Compiled, refs: dict[str, Compiled], input: tuple[Column, ...]) -> int | None:

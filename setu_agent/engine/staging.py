@@ -39,6 +39,7 @@ from typing import Any
 import zstandard
 
 from setu_agent.engine.blob import BlobStore
+from setu_agent.engine.incremental import CursorMark
 from setu_agent.engine.providers.base import CopyBatch, qualified
 from setu_agent.engine.types import Stream
 
@@ -85,6 +86,9 @@ class Part:
 class StagedStream:
     stream: Stream
     parts: list[Part] = field(default_factory=list)
+    # An incremental stream's highest cursor value extracted (text); what
+    # its state advances to once the load commits, wherever that runs.
+    cursor: CursorMark | None = None
 
     @property
     def name(self) -> str:
@@ -110,6 +114,7 @@ class StagedStream:
             "rows": self.rows,
             "checksum": self.checksum,
             "parts": [part.to_dict() for part in self.parts],
+            **({"cursor": self.cursor.to_dict()} if self.cursor is not None else {}),
         }
 
     @classmethod
@@ -118,7 +123,7 @@ class StagedStream:
             Part(str(p["path"]), int(p["rows"]), int(p["bytes"]), str(p["sha256"]))
             for p in data["parts"]
         ]
-        staged = cls(Stream.from_dict(data), parts)
+        staged = cls(Stream.from_dict(data), parts, CursorMark.from_dict(data.get("cursor")))
         if staged.rows != int(data["rows"]) or staged.checksum != data["checksum"]:
             raise StagingError(f"manifest entry for {staged.name} contradicts its parts")
         return staged

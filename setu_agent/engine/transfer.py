@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import difflib
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Protocol, TypeGuard, TypeVar, runtime_checkable
 
-from setu_agent.engine import destination_plan, pgcopy, staging
+from setu_agent.engine import destination_plan, pgcopy, resumable, staging
 from setu_agent.engine.blob import BlobStore
+from setu_agent.engine.incremental import OBJECTS, CursorMark
 from setu_agent.engine.markers import LoadIdentity, LoadMarker
 from setu_agent.engine.operators import PipelineSpec, Plan
 from setu_agent.engine.providers.base import (
@@ -92,6 +94,8 @@ class StreamTotals:
     checksum: str = ""
     # What the load did to the destination, where the provider tells.
     changes: RowChanges | None = None
+    # An incremental stream's highest cursor value loaded (engine/incremental.py).
+    cursor: CursorMark | None = None
 
 
 def select_streams(available: Sequence[Stream], wanted: Sequence[str]) -> list[Stream]:
@@ -154,7 +158,10 @@ def landing_name(spec: PipelineSpec, stream: Stream) -> tuple[str | None, str]:
 
 
 def plan_stream(spec: PipelineSpec, stream: Stream, mode: WriteMode) -> StreamPlan:
-    plan = spec.chain_for(stream.name, stream.namespace).plan(stream.columns)
+    since = stream.since
+    # A file stream's window has no cursor column to order a dedupe by.
+    cursor = since.cursor if since is not None and since.cursor_type != OBJECTS else None
+    plan = spec.chain_for(stream.name, stream.namespace).plan(stream.columns, cursor)
     key = spec.primary_key_for(stream.name, stream.namespace)
     if key is None:
         output = {c.name for c in plan.output}
@@ -195,6 +202,7 @@ async def stage(
         batches = _copy_batches(source, stream, batch_rows)
         with _naming(name):
             written = await staging.write_stream(blob, prefix, index, stream, batches, counted)
+        written.cursor = stream.since.mark if stream.since else None
         staged.append(written)
     manifest = staging.Manifest(staged)
     await staging.write_manifest(blob, prefix, manifest)
@@ -211,9 +219,11 @@ async def load(
     reporter: Reporter,
     *,
     identity: LoadIdentity,
+    resume: resumable.ResumePolicy = resumable.DEFAULT_POLICY,
 ) -> list[StreamTotals]:
     """Loads every staged stream, each atomically and once: a stream the
-    destination's markers show loaded for this run is not written again."""
+    destination's markers show loaded for this run is not written again.
+    A large one loads part by part, resumably (engine/resumable.py)."""
     plans = [plan_stream(spec, s.stream, mode) for s in manifest.streams]
     totals: list[StreamTotals] = []
     for staged, landing in zip(manifest.streams, plans, strict=True):
@@ -221,10 +231,46 @@ async def load(
         marker = identity.marker(staged.name)
         await _prepare(destination, staged.name, landing, mode, spec, reporter)
         with _naming(staged.name):
-            written = await _write(destination, staged.stream.columns, parts, landing, mode, marker)
+            if _resumable(destination, staged, spec, resume):
+                written = await _load_resumably(
+                    destination, staged, blob, prefix, landing, mode, reporter, identity
+                )
+            else:
+                written = await _write(
+                    destination, staged.stream.columns, parts, landing, mode, marker
+                )
         changes = changes_of(written)
-        totals.append(StreamTotals(staged.name, staged.rows, written, staged.checksum, changes))
+        totals.append(
+            StreamTotals(staged.name, staged.rows, written, staged.checksum, changes, staged.cursor)
+        )
     return totals
+
+
+def _resumable(
+    destination: Connector,
+    staged: staging.StagedStream,
+    spec: PipelineSpec,
+    resume: resumable.ResumePolicy,
+) -> TypeGuard[resumable.StagingDestination]:
+    chain = spec.chain_for(staged.stream.name, staged.stream.namespace)
+    return isinstance(destination, resumable.StagingDestination) and resume.applies(staged, chain)
+
+
+async def _load_resumably(
+    destination: resumable.StagingDestination,
+    staged: staging.StagedStream,
+    blob: BlobStore,
+    prefix: str,
+    landing: StreamPlan,
+    mode: WriteMode,
+    reporter: Reporter,
+    identity: LoadIdentity,
+) -> int:
+    target = resumable.Target(landing.table, landing.schema, landing.plan, mode, landing.key)
+    note = reporter.note if isinstance(reporter, Noting) else None
+    return await resumable.load_stream(
+        destination, staged, blob, prefix, target, reporter, note, identity
+    )
 
 
 async def direct(
@@ -245,11 +291,11 @@ async def direct(
     for stream, landing in zip(streams, plans, strict=True):
         await _prepare(destination, qualified(stream), landing, mode, spec, reporter)
         with _naming(qualified(stream)):
-            totals.append(
-                await _direct_stream(
-                    source, destination, stream, landing, mode, reporter, batch_rows, identity
-                )
+            done = await _direct_stream(
+                source, destination, stream, landing, mode, reporter, batch_rows, identity
             )
+            mark = stream.since.mark if stream.since else None
+            totals.append(dataclasses.replace(done, cursor=mark))
     return totals
 
 
@@ -409,8 +455,9 @@ async def _decoded(
 
 
 async def _applied(batches: AsyncIterator[Batch], plan: Plan) -> AsyncIterator[Batch]:
-    async for batch in batches:
-        yield batch if plan.identity else plan.apply(batch)
+    # apply_stream: a blocking chain (dedupe, aggregate) sees every batch first.
+    async for batch in plan.apply_stream(batches):
+        yield batch
 
 
 async def _counted_parts(

@@ -30,9 +30,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from setu_agent.engine import sqltypes
+
+if TYPE_CHECKING:
+    from setu_agent.engine.incremental import Since
 
 TYPES: tuple[str, ...] = (
     "boolean",
@@ -181,6 +184,8 @@ class Stream:
     row_estimate: int = 0
     # Provider-specific locator (a qualified table name, a file path).
     locator: dict[str, Any] = field(default_factory=dict, compare=False)
+    # An incremental read's window (engine/incremental.py); None: read all.
+    since: Since | None = field(default=None, compare=False)
 
     @property
     def column_names(self) -> list[str]:

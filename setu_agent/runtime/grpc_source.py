@@ -66,24 +66,16 @@ class GrpcTaskSource:
         request = pb.SignOffRequest(reason=reason[:200])
         await self._call(self._stub.SignOff, request, timeout=SIGN_OFF_TIMEOUT_SECONDS)
 
-    async def lease(self, wait_seconds: float) -> LeasedTask | None:
+    async def lease(self, wait_seconds: float, max_tasks: int = 1) -> list[LeasedTask]:
+        """Up to `max_tasks` tasks (the runtime's free slots), none after the wait."""
         answer: pb.LeaseTaskResponse = await self._call(
             self._stub.LeaseTask,
-            pb.LeaseTaskRequest(wait_seconds=int(wait_seconds)),
+            pb.LeaseTaskRequest(wait_seconds=int(wait_seconds), max_tasks=max_tasks),
             timeout=wait_seconds + LEASE_TIMEOUT_MARGIN_SECONDS,
         )
-        if not answer.HasField("task"):
-            return None
-        task = answer.task
-        return LeasedTask(
-            id=task.id,
-            job_id=task.job_id,
-            kind=KIND_NAMES.get(task.kind, "unspecified"),
-            attempt=task.attempt,
-            max_attempts=task.max_attempts,
-            lease_token=task.lease_token,
-            payload=MessageToDict(task.payload),
-        )
+        # A server that predates max_tasks answers one, in `task`.
+        tasks = list(answer.tasks) or ([answer.task] if answer.HasField("task") else [])
+        return [leased_task(task) for task in tasks]
 
     async def heartbeat(self, task: LeasedTask, progress: dict[str, Any]) -> bool:
         request = pb.HeartbeatRequest(
@@ -104,6 +96,9 @@ class GrpcTaskSource:
             streams=list(spec.streams),
             blob_prefix=spec.blob_prefix,
             blob=_blob(spec.blob),
+            spec=struct_to_dict(spec.spec),
+            write_mode=WRITE_MODES[spec.write_mode],
+            cursors=dict(spec.cursors),
         )
 
     async def load_spec(self, task: LeasedTask) -> LoadSpec:
@@ -121,9 +116,15 @@ class GrpcTaskSource:
             streams=[s.stream for s in spec.artifact.streams],
         )
 
-    async def complete(self, task: LeasedTask, result: TaskResult) -> None:
+    async def complete(
+        self, task: LeasedTask, result: TaskResult, *, lease_next: bool = False
+    ) -> LeasedTask | None:
+        """Report success; with `lease_next`, the runtime's next task comes
+        back in the same answer (an eager lease), when one is waiting."""
         request = completion(task, result)
-        await self._call(self._stub.CompleteTask, request)
+        request.lease_next = lease_next
+        answer: pb.CompleteTaskResponse = await self._call(self._stub.CompleteTask, request)
+        return leased_task(answer.next) if answer.HasField("next") else None
 
     async def fail(self, task: LeasedTask, error: str, retryable: bool) -> None:
         request = pb.FailTaskRequest(
@@ -139,6 +140,18 @@ class GrpcTaskSource:
             return await method(request, timeout=timeout)
         except grpc.aio.AioRpcError as exc:
             raise from_rpc_error(exc) from exc
+
+
+def leased_task(task: pb.Task) -> LeasedTask:
+    return LeasedTask(
+        id=task.id,
+        job_id=task.job_id,
+        kind=KIND_NAMES.get(task.kind, "unspecified"),
+        attempt=task.attempt,
+        max_attempts=task.max_attempts,
+        lease_token=task.lease_token,
+        payload=MessageToDict(task.payload),
+    )
 
 
 # -- a typed result as the CompleteTaskRequest oneof: the agent's one edge
@@ -169,6 +182,10 @@ def completion(task: LeasedTask, result: TaskResult) -> pb.CompleteTaskRequest:
                 dry_run=result.dry_run,
                 planned=[planned_message(p) for p in result.planned],
                 notes=[pb.LoadNote(stream=s, message=m) for s, m in result.notes],
+                cursors_by_stream={
+                    s: common_pb2.StreamCursor(column=c.column, type=c.type, value=c.value)
+                    for s, c in result.cursors_by_stream.items()
+                },
             )
         )
     elif isinstance(result, TestResult):

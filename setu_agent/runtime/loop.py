@@ -1,6 +1,11 @@
-"""The runtime loop: N slots, each leasing one task at a time (a long-poll),
-running it through the handler for its kind while heartbeating at a third of
-the lease, then reporting how it ended.
+"""The runtime loop: N slots, each running one task at a time through the
+handler for its kind while heartbeating at a third of the lease, then
+reporting how it ended.
+
+- One leasing call at a time (a long-poll) asks for as many tasks as there
+  are free slots (LeaseTask's max_tasks), and a completion asks for the
+  slot's next task in its answer (CompleteTask's lease_next), so a busy
+  runtime pays one round trip per task.
 
 - A lost lease (the server answers LeaseLost) stops the task: another runtime
   may hold it now, so nothing is reported.
@@ -118,6 +123,15 @@ class Runtime:
         self._stopping = asyncio.Event()
         self._slots: list[asyncio.Task[None]] = []
         self._running: dict[str, asyncio.Task[None]] = {}
+        # Leased, waiting for a free slot; slots waiting for a task; the
+        # leasing loop waits for `_wanted` when every slot is served.
+        self._ready: asyncio.Queue[LeasedTask] = asyncio.Queue()
+        self._idle = 0
+        self._wanted = asyncio.Event()
+        self._leasing: asyncio.Task[None] | None = None
+        # A completion's eager lease, by the completed task's id, until its
+        # slot takes it.
+        self._eager: dict[str, LeasedTask] = {}
         # Slots still working (each logs when it starts and ends): below
         # `concurrency` while not stopping means one died.
         self.live_slots = 0
@@ -133,6 +147,7 @@ class Runtime:
             asyncio.create_task(self._slot(i), name=f"{self.name}-slot-{i}")
             for i in range(self._concurrency)
         ]
+        self._leasing = asyncio.create_task(self._lease_loop(), name=f"{self.name}-leasing")
         await asyncio.gather(*self._slots, return_exceptions=True)
 
     async def stop(self, grace_seconds: float = 30.0) -> None:
@@ -148,6 +163,12 @@ class Runtime:
         for slot in self._slots:
             slot.cancel()
         await asyncio.gather(*self._slots, return_exceptions=True)
+        if self._leasing is not None:
+            self._leasing.cancel()
+            await asyncio.gather(self._leasing, return_exceptions=True)
+        unstarted = [self._ready.get_nowait() for _ in range(self._ready.qsize())]
+        await self._hand_back([*unstarted, *self._eager.values()])
+        self._eager.clear()
         await signing_off
 
     async def _signing_off(self) -> None:
@@ -180,20 +201,14 @@ class Runtime:
             )
 
     async def _work(self, index: int) -> None:
+        task: LeasedTask | None = None
         while not self._stopping.is_set():
-            leasing = asyncio.create_task(self._lease())
-            try:
-                task = await leasing
-            except asyncio.CancelledError:
-                await self._hand_back_if_leased(leasing)
-                return
             if task is None:
-                continue
+                task = await self._next_task()
             if self._stopping.is_set():
                 # Leased while stop() began: stop's grace does not cover it,
                 # so hand it back at once, unstarted, to run elsewhere.
-                with contextlib.suppress(Exception):
-                    await self._source.fail(task, f"{self.name} is shutting down", True)
+                await self._hand_back([task])
                 return
             execution = asyncio.create_task(self._execute(task), name=f"task-{task.id}")
             self._running[task.id] = execution
@@ -209,23 +224,53 @@ class Runtime:
                 log.exception("task execution broke; the slot goes on", extra={"task_id": task.id})
             finally:
                 self._running.pop(task.id, None)
+            task = self._eager.pop(task.id, None)
 
-    async def _hand_back_if_leased(self, leasing: asyncio.Task[LeasedTask | None]) -> None:
-        """stop() cancelled a lease call. If the task had already come back,
-        return it to the queue at once rather than leave it to the reaper."""
+    async def _next_task(self) -> LeasedTask:
+        """The next leased task for this slot, from the leasing loop."""
+        self._idle += 1
+        self._wanted.set()
+        try:
+            return await self._ready.get()
+        finally:
+            self._idle -= 1
+
+    async def _lease_loop(self) -> None:
+        """One lease call at a time, for as many tasks as slots are free."""
+        while not self._stopping.is_set():
+            free = self._idle - self._ready.qsize()
+            if free <= 0:
+                self._wanted.clear()
+                await self._wanted.wait()
+                continue
+            leasing = asyncio.create_task(self._lease(free))
+            try:
+                leased = await leasing
+            except asyncio.CancelledError:
+                await self._hand_back_if_leased(leasing)
+                raise
+            for task in leased:
+                self._ready.put_nowait(task)
+
+    async def _hand_back_if_leased(self, leasing: asyncio.Task[list[LeasedTask]]) -> None:
+        """stop() cancelled a lease call. If tasks had already come back,
+        return them to the queue at once rather than leave them to the reaper."""
         leasing.cancel()
         outcome = await asyncio.gather(leasing, return_exceptions=True)
-        task = outcome[0]
-        if isinstance(task, LeasedTask):
+        if isinstance(outcome[0], list):
+            await self._hand_back(outcome[0])
+
+    async def _hand_back(self, tasks: list[LeasedTask]) -> None:
+        for task in tasks:
             with contextlib.suppress(Exception):
                 await self._source.fail(task, f"{self.name} is shutting down", True)
 
-    async def _lease(self) -> LeasedTask | None:
-        # Any error backs off and tries again: no answer may end a slot.
+    async def _lease(self, max_tasks: int) -> list[LeasedTask]:
+        # Any error backs off and tries again: no answer may end the leasing.
         async for attempt in backoff(self._max_backoff, self.name, retry_on=_any_error):
             with attempt:
-                return await self._source.lease(self._wait)
-        return None  # pragma: no cover - tenacity reraises
+                return await self._source.lease(self._wait, max_tasks)
+        return []  # pragma: no cover - tenacity reraises
 
     # -- one task
 
@@ -283,7 +328,7 @@ class Runtime:
                 await self._report_failure(task, str(exc), retryable=False)
             else:
                 await _delivered(
-                    self._report(lambda: self._source.complete(task, typed), "completed", task)
+                    self._report(lambda: self._complete(task, typed), "completed", task)
                 )
         finally:
             beats.cancel()
@@ -334,6 +379,17 @@ class Runtime:
         )
         work.cancel()
         raise LeaseLost(f"no heartbeat answered for {silent:.1f} s of a {self._ttl:g} s lease")
+
+    async def _complete(self, task: LeasedTask, result: TaskResult) -> None:
+        """Report success, asking for this slot's next task in the answer
+        unless stopping (then one that comes anyway is handed back)."""
+        upcoming = await self._source.complete(task, result, lease_next=not self._stopping.is_set())
+        if upcoming is None:
+            return
+        if self._stopping.is_set():
+            await self._hand_back([upcoming])
+        else:
+            self._eager[task.id] = upcoming
 
     async def _report_failure(self, task: LeasedTask, error: str, *, retryable: bool) -> None:
         await self._report(lambda: self._source.fail(task, error, retryable), "failed", task)

@@ -102,12 +102,19 @@ class TaskSource(Protocol):
     """Where a runtime gets work and reports it: the server over gRPC (agents)
     the cloud worker's too."""
 
-    async def lease(self, wait_seconds: float) -> LeasedTask | None: ...
+    async def lease(self, wait_seconds: float, max_tasks: int = 1) -> list[LeasedTask]:
+        """Up to `max_tasks` tasks, as soon as any is there; none after the wait."""
+        ...
 
     async def heartbeat(self, task: LeasedTask, progress: dict[str, Any]) -> bool:
         """True when cancellation was requested; raises LeaseLost when the lease is gone."""
         ...
 
-    async def complete(self, task: LeasedTask, result: TaskResult) -> None: ...
+    async def complete(
+        self, task: LeasedTask, result: TaskResult, *, lease_next: bool = False
+    ) -> LeasedTask | None:
+        """Report success; with `lease_next`, maybe the runtime's next task
+        (an eager lease: one round trip per task for a busy runtime)."""
+        ...
 
     async def fail(self, task: LeasedTask, error: str, retryable: bool) -> None: ...

@@ -37,6 +37,7 @@ from setu_server.config import Settings
 from setu_server.models import CLOUD, Role, Task, TaskKind
 from setu_server.rpc import convert
 from setu_server.rpc.convert import WRITE_MODES, uid
+from setu_server.rpc.cursors import cursor_of
 from setu_server.rpc.interceptor import principal
 from setu_server.rpc.types import Ctx
 from setu_server.service.agents import AgentPresence
@@ -136,6 +137,10 @@ def _load_result(message: pb.LoadResult) -> LoadResult:
         dry_run=message.dry_run,
         planned=tuple(planned_of(p) for p in message.planned),
         notes=tuple((n.stream, n.message) for n in message.notes),
+        cursors_by_stream={
+            s: cursor_of(c, f"load.cursors_by_stream[{s!r}]")
+            for s, c in message.cursors_by_stream.items()
+        },
     )
 
 
@@ -247,14 +252,18 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
         spec = await self._runs.extract_spec(
             _runtime(), uid(request.task_id), uid(request.lease_token)
         )
-        return pb.ExtractSpec(
+        answer = pb.ExtractSpec(
             job_id=spec.job_id,
             pipeline_id=spec.pipeline_id,
             source=connection_message(spec.source),
             streams=spec.streams,
             blob_prefix=spec.blob_prefix,
             blob=blob_message(spec.blob),
+            write_mode=WRITE_MODES[spec.write_mode],
+            cursors=spec.cursors,
         )
+        answer.spec.update(spec.spec)
+        return answer
 
     async def GetLoadSpec(self, request: pb.GetLoadSpecRequest, context: Ctx) -> pb.LoadSpec:
         spec = await self._runs.load_spec(
@@ -301,11 +310,15 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
         if remaining is not None:
             wait = min(wait, remaining - DEADLINE_MARGIN_SECONDS)
         agent_id = principal().agent_id
+        # A runtime that predates max_tasks reads `task`: it gets one, there.
+        many = request.HasField("max_tasks")
         async with self._presence.leasing(agent_id) if agent_id else contextlib.nullcontext():
-            task = await self._tasks.lease(_runtime(), wait)
-        if task is None:
-            return pb.LeaseTaskResponse()
-        return pb.LeaseTaskResponse(task=task_message(task))
+            leased = await self._tasks.lease_many(
+                _runtime(), wait, request.max_tasks if many else 1
+            )
+        if many:
+            return pb.LeaseTaskResponse(tasks=[task_message(t) for t in leased])
+        return pb.LeaseTaskResponse(task=task_message(leased[0]) if leased else None)
 
     async def SignOff(self, request: pb.SignOffRequest, context: Ctx) -> pb.SignOffResponse:
         agent_id = principal().agent_id
@@ -327,10 +340,14 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
     async def CompleteTask(
         self, request: pb.CompleteTaskRequest, context: Ctx
     ) -> pb.CompleteTaskResponse:
-        await self._tasks.complete(
-            _runtime(), uid(request.task_id), uid(request.lease_token), task_result(request)
+        task = await self._tasks.complete(
+            _runtime(),
+            uid(request.task_id),
+            uid(request.lease_token),
+            task_result(request),
+            lease_next=request.lease_next,
         )
-        return pb.CompleteTaskResponse()
+        return pb.CompleteTaskResponse(next=task_message(task) if task else None)
 
     async def FailTask(self, request: pb.FailTaskRequest, context: Ctx) -> pb.FailTaskResponse:
         retry = await self._tasks.fail(

@@ -11,6 +11,7 @@ from setu_client.errors import InvalidArgument
 from setu_server.models import EventLevel, Phase
 from setu_server.rpc.agents import artifact_of, blob_message, changes_of, connection_message
 from setu_server.rpc.convert import LEVELS, PHASES, WRITE_MODES, uid
+from setu_server.rpc.cursors import cursor_of
 from setu_server.rpc.types import Ctx
 from setu_server.service.cloud_runs import CloudRuns
 
@@ -46,6 +47,7 @@ class CloudRunServicer(cloud_pb2_grpc.CloudRunServiceServicer):
             blob=blob_message(spec.blob),
             cancel_requested=spec.cancel_requested,
             ended=spec.ended,
+            cursors=spec.cursors,
         )
         answer.spec.update(spec.spec)
         return answer
@@ -95,6 +97,7 @@ class CloudRunServicer(cloud_pb2_grpc.CloudRunServiceServicer):
             request.rows_loaded,
             request.checksum,
             changes,
+            cursor_of(request.cursor) if request.HasField("cursor") else None,
         )
         return pb.RecordStreamLoadedResponse()
 

@@ -59,9 +59,15 @@ def caller_workspace() -> UUID:
 
 
 class CallInterceptor(grpc.aio.ServerInterceptor):
+    """Wraps each method's handler once, on its first call, and serves every
+    later call of it with the same wrapper: a parked long-poll holds its own
+    coroutine and nothing per call besides (no closures, no metadata dict)."""
+
     def __init__(self, authenticator: Authenticator, metrics: Metrics | None = None) -> None:
         self._auth = authenticator
         self._metrics = metrics or Metrics(process=False)
+        # method -> (grpc's handler, ours); grpc's is kept to notice a change.
+        self._wrapped: dict[str, tuple[Any, grpc.RpcMethodHandler[Any, Any]]] = {}
 
     async def intercept_service(
         self,
@@ -71,15 +77,23 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(details)
-        method: str = details.method
-        service = method.lstrip("/").split("/")[0]
-        role = SERVICE_ROLES.get(service)
         if handler is None:
             return handler
+        method: str = details.method
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._wrap(method, handler)
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    def _wrap(
+        self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        role = SERVICE_ROLES.get(method.lstrip("/").split("/")[0])
         if role is None:
             return _public(handler)
-        metadata = dict(details.invocation_metadata or ())
-        call = _Call(self._auth, method, role, metadata, self._metrics)
+        call = _Call(self._auth, method, role, self._metrics)
         decode = _tolerant(handler.request_deserializer)
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
@@ -161,30 +175,28 @@ def _public(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[A
 
 
 class _Call:
-    def __init__(
-        self,
-        auth: Authenticator,
-        method: str,
-        role: Role,
-        metadata: dict[str, Any],
-        metrics: Metrics,
-    ) -> None:
+    """One method's treatment, shared by all its calls (what differs per call
+    comes from the call's context)."""
+
+    def __init__(self, auth: Authenticator, method: str, role: Role, metrics: Metrics) -> None:
         self.auth = auth
         self.method = method
         self.role = role
-        self.metadata = metadata
         self.metrics = metrics
+        # Long-polls count as parked while they are open; other calls pass.
+        self.parked = metrics.parked_gauge(method)
 
     def unary(self, behavior: Callable[..., Awaitable[Message]]) -> Callable[..., Awaitable[Any]]:
         async def handle(request: Message, context: Ctx) -> Any:
             started = self._begin(context)
-            with self.metrics.parking(self.method):
-                try:
-                    await self._admit(request)
-                    response = await behavior(request, context)
-                except BaseException as exc:
-                    await self._fail(exc, context, started)
-                    raise
+            try:
+                await self._admit(request, context)
+                response = await behavior(request, context)
+            except BaseException as exc:
+                await self._fail(exc, context, started)
+                raise
+            finally:
+                self._unpark()
             self._log(grpc.StatusCode.OK, started)
             return response
 
@@ -193,27 +205,34 @@ class _Call:
     def stream(self, behavior: Callable[..., AsyncIterator[Message]]) -> Callable[..., Any]:
         async def handle(request: Message, context: Ctx) -> Any:
             started = self._begin(context)
-            with self.metrics.parking(self.method):
-                try:
-                    await self._admit(request)
-                    async for response in behavior(request, context):
-                        yield response
-                except BaseException as exc:
-                    await self._fail(exc, context, started)
-                    raise
+            try:
+                await self._admit(request, context)
+                async for response in behavior(request, context):
+                    yield response
+            except BaseException as exc:
+                await self._fail(exc, context, started)
+                raise
+            finally:
+                self._unpark()
             self._log(grpc.StatusCode.OK, started)
 
         return handle
 
     def _begin(self, context: Ctx) -> float:
-        rid = str(self.metadata.get(REQUEST_ID_KEY) or uuid.uuid4().hex)[:64]
+        if self.parked is not None:
+            self.parked.inc()
+        rid = str(_header(context, REQUEST_ID_KEY) or uuid.uuid4().hex)[:64]
         request_id.set(rid)
         context.set_trailing_metadata(((REQUEST_ID_KEY, rid),))
         # Durations are measured on the host's monotonic clock, not domain time.
         return time.monotonic()
 
-    async def _admit(self, request: Message | Undecodable) -> None:
-        who = await self.auth.authenticate(self.metadata.get("authorization"), self.role)
+    def _unpark(self) -> None:
+        if self.parked is not None:
+            self.parked.dec()
+
+    async def _admit(self, request: Message | Undecodable, context: Ctx) -> None:
+        who = await self.auth.authenticate(_header(context, "authorization"), self.role)
         _principal.set(who)
         if isinstance(request, Undecodable):
             raise request.refusal()
@@ -265,6 +284,14 @@ class _Call:
 
     def _count(self, code: grpc.StatusCode, started: float) -> None:
         self.metrics.handled(self.method, code.name, time.monotonic() - started)
+
+
+def _header(context: Ctx, key: str) -> Any:
+    """The first value of a request header (grpc lowercases their names)."""
+    for name, value in context.invocation_metadata() or ():
+        if name == key:
+            return value
+    return None
 
 
 def _is_abort(exc: BaseException) -> bool:

@@ -8,9 +8,11 @@ from setu_client.errors import InvalidArgument
 from setu_server.models import Pipeline, WriteMode
 from setu_server.rpc import convert
 from setu_server.rpc.convert import WRITE_MODES, optional_uid, struct_dict, uid
+from setu_server.rpc.cursors import cursor_message
 from setu_server.rpc.interceptor import caller_workspace
 from setu_server.rpc.types import Ctx
 from setu_server.service.pipelines import PipelineDraft, PipelineService
+from setu_server.store.stream_state import StreamState
 
 WRITE_MODES_BACK = {v: k for k, v in WRITE_MODES.items()} | {
     common_pb2.WRITE_MODE_UNSPECIFIED: WriteMode.APPEND
@@ -51,6 +53,32 @@ class PipelineServicer(pipelines_pb2_grpc.PipelineServiceServicer):
     ) -> pb.DeletePipelineResponse:
         await self._pipelines.delete(caller_workspace(), uid(request.pipeline_id))
         return pb.DeletePipelineResponse()
+
+    async def GetPipelineState(
+        self, request: pb.GetPipelineStateRequest, context: Ctx
+    ) -> pb.PipelineState:
+        found = await self._pipelines.state(caller_workspace(), uid(request.pipeline_id))
+        return pb.PipelineState(
+            pipeline_id=request.pipeline_id, streams=[_stream_state(s) for s in found]
+        )
+
+    async def ResetPipelineState(
+        self, request: pb.ResetPipelineStateRequest, context: Ctx
+    ) -> pb.ResetPipelineStateResponse:
+        reset = await self._pipelines.reset_state(
+            caller_workspace(), uid(request.pipeline_id), request.stream or None
+        )
+        return pb.ResetPipelineStateResponse(streams=reset)
+
+
+def _stream_state(state: StreamState) -> pb.StreamState:
+    return pb.StreamState(
+        stream=state.stream,
+        cursor=cursor_message(state.cursor),
+        rows=state.rows,
+        last_job_id=str(state.last_job_id) if state.last_job_id else "",
+        updated_at=convert.ts(state.updated_at),
+    )
 
 
 def pipeline(p: Pipeline) -> pb.Pipeline:

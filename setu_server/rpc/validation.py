@@ -216,6 +216,8 @@ def _check(
         if rules.max_length and len(value) > rules.max_length:
             raise InvalidArgument(f"{name}: at most {rules.max_length} characters")
     if isinstance(value, int) and not isinstance(value, bool):
+        if field.has_presence and not message.HasField(field.name):
+            return  # an `optional` number left out: its default applies, unchecked
         if rules.HasField("min") and value < rules.min:
             raise InvalidArgument(f"{name}: must be at least {rules.min}, got {value}")
         if rules.HasField("max") and value > rules.max:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from uuid import UUID
 
 from setu_agent.engine.blob import BlobSettings
+from setu_agent.engine.incremental import CursorMark
 from setu_agent.engine.staging import run_prefix
 from setu_agent.results import Artifact
 from setu_agent.specs import MigrateSpec
@@ -29,7 +30,7 @@ from setu_server.models import (
 )
 from setu_server.service.runbook import RunBook
 from setu_server.service.runs import connection_spec, snapshot_of
-from setu_server.store import jobs, tasks
+from setu_server.store import jobs, stream_state, tasks
 from setu_server.store.db import Database
 
 
@@ -78,6 +79,7 @@ class CloudRuns:
             blob=self._blob,
             cancel_requested=job.cancel_requested,
             ended=job.state.terminal,
+            cursors=await stream_state.stream_cursors(self._pool, job.pipeline_id),
         )
 
     async def plan(
@@ -118,9 +120,12 @@ class CloudRuns:
         loaded: int,
         checksum: str,
         changes: RowChanges | None = None,
+        cursor: CursorMark | None = None,
     ) -> None:
         job = await self._run(task_id, token)
-        await self._book.stream_loaded(job.id, stream, extracted, loaded, checksum or None, changes)
+        await self._book.stream_loaded(
+            job.id, stream, extracted, loaded, checksum or None, changes, cursor
+        )
 
     async def outputs(self, task_id: UUID, token: UUID) -> list[JobOutput]:
         job = await self._run(task_id, token)

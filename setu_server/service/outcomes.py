@@ -55,7 +55,7 @@ from setu_server.service.dry_runs import DryRunPlans
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.runbook import record_staged
 from setu_server.service.runs import RunService, snapshot_of
-from setu_server.store import jobs, runs, tasks
+from setu_server.store import jobs, runs, stream_state, tasks
 from setu_server.store.catalog import record_discovery
 from setu_server.store.db import Executor
 
@@ -283,6 +283,9 @@ class LastLoadEndsRun:
             await runs.save_output(
                 db, job.id, stream, now=now, rows_loaded=rows, loaded=True, changes=changes
             )
+            cursor = loaded_now.cursors_by_stream.get(stream)
+            if cursor is not None:  # committed at the edge: the state follows
+                await stream_state.advance(db, job.id, stream, cursor, rows, now)
             await jobs.insert_job_event(
                 db,
                 job.id,

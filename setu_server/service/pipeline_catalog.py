@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from setu_agent.engine import dry_run, transfer
+from setu_agent.engine import dry_run, incremental, transfer
 from setu_agent.engine.operators import SpecError, parse_spec
-from setu_agent.engine.providers.base import ProviderError, WriteMode
+from setu_agent.engine.providers.base import ConfigError, ProviderError, WriteMode
 from setu_agent.engine.types import Column, Stream, TypeNameError
 from setu_agent.results import incompatibilities
 from setu_client.errors import InvalidArgument
@@ -45,6 +45,14 @@ async def check_against_catalog(
         parsed = parse_spec(spec)
     except SpecError as exc:
         raise InvalidArgument(str(exc)) from None
+    try:
+        rules = incremental.parse_sync(spec)
+        incremental.check(
+            rules, chosen, merge=write_mode == "merge", overwrite=write_mode == "overwrite"
+        )
+    except (ConfigError, incremental.SyncError) as exc:
+        raise InvalidArgument(f"{exc} ({FROM_CATALOG})") from None
+    chosen = [incremental.as_planned(rules, stream) for stream in chosen]
     planned = dry_run.plan(parsed, chosen, WriteMode(write_mode))
     problems = incompatibilities(planned)
     if problems:

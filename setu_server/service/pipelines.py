@@ -16,6 +16,7 @@ from uuid import UUID
 
 from croniter import CroniterError, croniter
 
+from setu_agent.engine.incremental import SyncError, parse_sync
 from setu_agent.engine.operators import SpecError, parse_spec
 from setu_client.clock import Clock
 from setu_client.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
@@ -23,8 +24,9 @@ from setu_server.models import Pipeline, WriteMode
 from setu_server.service import paging
 from setu_server.service.connections import DEFAULT_PAGE_SIZE, check_name, merge_fields
 from setu_server.service.pipeline_catalog import check_against_catalog
-from setu_server.store import connections, pipelines
+from setu_server.store import connections, pipelines, stream_state
 from setu_server.store.db import Connection, Database, transaction
+from setu_server.store.stream_state import StreamState
 
 SpecValidator = Callable[[dict[str, Any]], object]
 
@@ -150,6 +152,24 @@ class PipelineService:
         assert updated is not None, "the row is locked"
         return updated
 
+    async def state(self, workspace_id: UUID, pipeline_id: UUID) -> list[StreamState]:
+        """The saved cursor of each incremental stream that has one."""
+        await self.get(workspace_id, pipeline_id)
+        return await stream_state.pipeline_state(self._pool, pipeline_id, workspace_id)
+
+    async def reset_state(
+        self, workspace_id: UUID, pipeline_id: UUID, stream: str | None
+    ) -> list[str]:
+        """Forgets the saved cursor of `stream` (all when None): the next run
+        reads it in full. Returns the streams reset."""
+        if stream is not None and not stream.strip():
+            raise InvalidArgument("stream: must not be blank (leave it out to reset every stream)")
+        await self.get(workspace_id, pipeline_id)
+        reset = await stream_state.reset(self._pool, pipeline_id, workspace_id, stream)
+        if stream is not None and not reset:
+            raise NotFound(f"pipeline {pipeline_id} has no saved state for stream {stream!r}")
+        return reset
+
     async def delete(self, workspace_id: UUID, pipeline_id: UUID) -> None:
         async with transaction(self._pool) as conn:
             if await pipelines.lock_pipeline(conn, pipeline_id, workspace_id) is None:
@@ -169,11 +189,36 @@ class PipelineService:
             self._parse_spec(draft.spec)
         except SpecError as exc:
             raise InvalidArgument(str(exc)) from None
+        check_sync(draft)
         if not draft.schedule:
             return None
         # Checked even when paused, so that unpausing cannot meet a bad schedule.
         tick = next_tick(draft.schedule, self._clock.now())
         return None if draft.paused else tick
+
+
+def check_sync(draft: PipelineDraft) -> None:
+    """spec.sync's structure, and no merge or overwrite over an incremental
+    stream: a cursor never sees a delete, so merge would drop every row not
+    re-read, and overwrite over a cursor would keep only the delta (a file
+    read by object is read whole, so it may overwrite)."""
+    try:
+        rules = parse_sync(draft.spec)
+    except SyncError as exc:
+        raise InvalidArgument(str(exc)) from None
+    if rules and draft.write_mode == WriteMode.MERGE:
+        stream = sorted(rules)[0]
+        raise InvalidArgument(
+            f"spec.sync.{stream}: write_mode merge needs a full sync (an incremental read "
+            f"does not see deletes); use upsert or append, or sync the stream in full"
+        )
+    by_cursor = sorted(name for name, rule in rules.items() if rule.cursor)
+    if by_cursor and draft.write_mode == WriteMode.OVERWRITE:
+        stream = by_cursor[0]
+        raise InvalidArgument(
+            f"spec.sync.{stream}: write_mode overwrite needs a full sync (it would replace "
+            f"the table with the rows of one delta); use upsert or append"
+        )
 
 
 async def _hold_connections(conn: Connection, workspace_id: UUID, draft: PipelineDraft) -> None:
@@ -184,6 +229,23 @@ async def _hold_connections(conn: Connection, workspace_id: UUID, draft: Pipelin
             raise InvalidArgument(f"{end}_connection_id: required")
         if not await connections.hold_connection(conn, connection_id, workspace_id):
             raise NotFound(f"{end} connection {connection_id} not found")
+    assert draft.source_connection_id is not None, "checked above"
+    source = await connections.get_connection(conn, draft.source_connection_id, workspace_id)
+    if source is not None:
+        _check_cursors(draft, source.provider)
+
+
+def _check_cursors(draft: PipelineDraft, provider: str) -> None:
+    """A stream incremental without a cursor column is a file's (by object)."""
+    if provider == "file":
+        return
+    for stream, rule in parse_sync(draft.spec).items():
+        if not rule.cursor:
+            raise InvalidArgument(
+                f"spec.sync.{stream}.cursor: required for an incremental stream of a "
+                f"{provider} source (a column name); only a file source is incremental "
+                f"without one (by object)"
+            )
 
 
 async def _check_catalog(conn: Connection, draft: PipelineDraft) -> None:

@@ -8,11 +8,12 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
+from setu_agent.engine.incremental import CursorMark
 from setu_agent.results import Artifact
 from setu_client.clock import Clock
 from setu_server.models import EventLevel, Job, JobOutput, Phase, RowChanges
 from setu_server.service.lifecycle import JobLifecycle
-from setu_server.store import jobs, runs
+from setu_server.store import jobs, runs, stream_state
 from setu_server.store.db import Database, Executor, transaction
 
 
@@ -75,18 +76,25 @@ class RunBook:
         loaded: int,
         checksum: str | None,
         changes: RowChanges | None = None,
+        cursor: CursorMark | None = None,
     ) -> None:
-        await runs.save_output(
-            self._pool,
-            job_id,
-            stream,
-            now=self._clock.sql_now(),
-            rows_extracted=extracted,
-            rows_loaded=loaded,
-            checksum=checksum,
-            loaded=True,
-            changes=changes,
-        )
+        """Records a stream's committed load; an incremental stream's saved
+        cursor advances in the same transaction, to what that load carried."""
+        now = self._clock.sql_now()
+        async with transaction(self._pool) as conn:
+            await runs.save_output(
+                conn,
+                job_id,
+                stream,
+                now=now,
+                rows_extracted=extracted,
+                rows_loaded=loaded,
+                checksum=checksum,
+                loaded=True,
+                changes=changes,
+            )
+            if cursor is not None:
+                await stream_state.advance(conn, job_id, stream, cursor, loaded, now)
 
     async def outputs(self, job_id: UUID) -> list[JobOutput]:
         return await jobs.job_outputs(self._pool, job_id)

@@ -41,7 +41,7 @@ from setu_server.models import (
 from setu_server.service.agents import AgentPresence
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.placement import placement
-from setu_server.store import jobs, runs, tasks
+from setu_server.store import jobs, runs, stream_state, tasks
 from setu_server.store.db import Database, Executor, transaction
 
 # Attempts of a run's tasks: a retry resumes where the last one stopped.
@@ -271,6 +271,7 @@ class RunService:
         references unresolved, and where to stage."""
         job, _ = await self._leased_job(runtime, task_id, token, TaskKind.EXTRACT)
         taken = snapshot_of(job)
+        assert job.pipeline_id is not None, "a run has a pipeline"
         return ExtractSpec(
             job_id=str(job.id),
             pipeline_id=str(job.pipeline_id),
@@ -278,6 +279,9 @@ class RunService:
             streams=list(taken.streams),
             blob_prefix=run_prefix(job.workspace_id, job.pipeline_id, job.id),
             blob=self._blob,
+            spec=taken.spec,
+            write_mode=taken.write_mode,
+            cursors=await stream_state.stream_cursors(self._pool, job.pipeline_id),
         )
 
     async def load_spec(self, runtime: str, task_id: UUID, token: UUID) -> LoadSpec:

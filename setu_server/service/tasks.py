@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -34,6 +35,9 @@ from setu_server.service.signals import TaskSignals
 from setu_server.service.watch import CLOCK_SLACK
 from setu_server.store import jobs, tasks
 from setu_server.store.db import Connection, Database, Executor, transaction
+
+# Tasks leased in a statement, and the jobs that statement moved to running.
+_Leased = tuple[list[Task], list[Job]]
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,13 @@ class TaskService:
     # -- leasing
 
     async def lease(self, runtime: str, wait_seconds: float) -> Task | None:
-        """A task of `runtime`, as soon as one is eligible, or None after the wait.
+        """A task of `runtime`, as soon as one is eligible, or None after the wait."""
+        leased = await self.lease_many(runtime, wait_seconds, 1)
+        return leased[0] if leased else None
+
+    async def lease_many(self, runtime: str, wait_seconds: float, max_tasks: int) -> list[Task]:
+        """Up to `max_tasks` tasks of `runtime`, as soon as any is eligible,
+        or none after the wait.
         A closing server leases nothing: a new call is refused (UNAVAILABLE, so
         the runtime backs off and finds another replica), a parked one ends
         empty, without another lease."""
@@ -83,13 +93,13 @@ class TaskService:
             while True:
                 woken = signal.armed()
                 if self._signals.closing.is_set():
-                    return None
-                task = await self._lease_once(runtime)
-                if task is not None:
-                    return task
+                    return []
+                leased = await self._lease_once(runtime, max_tasks)
+                if leased:
+                    return leased
                 remaining = deadline - loop.time()
                 if remaining < CLOCK_SLACK or self._signals.closing.is_set():
-                    return None
+                    return []
                 if not parked:
                     parked = True
                     await self.hooks.parked(runtime)
@@ -105,17 +115,28 @@ class TaskService:
             return self.policy.poll_seconds
         return max(CLOCK_SLACK, min(self.policy.poll_seconds, seconds))
 
-    async def _lease_once(self, runtime: str) -> Task | None:
-        leased = await tasks.lease_task(
-            self._pool, runtime, uuid.uuid4(), self.policy.ttl_seconds, self._clock.sql_now()
+    async def _lease_once(self, runtime: str, max_tasks: int) -> list[Task]:
+        return self._leased(await self._lease_on(self._pool, runtime, max_tasks))
+
+    async def _lease_on(self, db: Executor, runtime: str, max_tasks: int) -> _Leased:
+        leased = await tasks.lease_tasks(
+            db,
+            runtime,
+            [uuid.uuid4() for _ in range(max_tasks)],
+            self.policy.ttl_seconds,
+            self._clock.sql_now(),
         )
-        if leased is None:
-            return None
-        task, moved = leased
-        self._metrics.task_leased(task)
-        if moved is not None:
-            self._lifecycle.moved([moved])
-        return task
+        moved = {job.id: job for _, job in leased if job is not None}
+        return [task for task, _ in leased], list(moved.values())
+
+    def _leased(self, leased: _Leased) -> list[Task]:
+        """Once committed: count the leases, publish the jobs they started."""
+        handed, moved = leased
+        for task in handed:
+            self._metrics.task_leased(task)
+        if moved:
+            self._lifecycle.moved(moved)
+        return handed
 
     # -- reports
 
@@ -136,37 +157,66 @@ class TaskService:
         return beat
 
     async def complete(
-        self, runtime: str, task_id: UUID, token: UUID, result: TaskResult | None
-    ) -> None:
+        self,
+        runtime: str,
+        task_id: UUID,
+        token: UUID,
+        result: TaskResult | None,
+        *,
+        lease_next: bool = False,
+    ) -> Task | None:
         """Record success once; the same completion again is accepted quietly.
-        A result must be of the task's kind; none at all completes nothing."""
+        A result must be of the task's kind; none at all completes nothing.
+
+        `lease_next` (an eager lease): also lease the runtime's next eligible
+        task, without waiting, in the completion's own transaction, so the
+        two commit (and notify) once; a refused completion leases nothing.
+        None from a closing server."""
+        leased: _Leased | None = None
+        if lease_next and not self._signals.closing.is_set():
+            async with transaction(self._pool) as conn:
+                publish = await self._record_success(conn, runtime, task_id, token, result)
+                leased = await self._lease_on(conn, runtime, 1)
+        elif result is not None and self.outcomes.success_ends_job(result):
+            # One statement: no transaction needed.
+            publish = await self._record_success(self._pool, runtime, task_id, token, result)
+        else:
+            async with transaction(self._pool) as conn:
+                publish = await self._record_success(conn, runtime, task_id, token, result)
+        publish()
+        handed = self._leased(leased) if leased else []
+        return handed[0] if handed else None
+
+    async def _record_success(
+        self, db: Executor, runtime: str, task_id: UUID, token: UUID, result: TaskResult | None
+    ) -> Callable[[], None]:
+        """The completion on `db` (a transaction's connection unless its
+        success ends its job: one statement); what to publish once it commits."""
         now = self._clock.sql_now()
         if result is None:
-            await self._repeated_completion(self._pool, runtime, task_id, token, check_kind=None)
-            return
+            await self._repeated_completion(db, runtime, task_id, token, check_kind=None)
+            return _nothing
         record = result.to_json()
         if self.outcomes.success_ends_job(result):
             result.validate()
             done = await tasks.complete_task_and_job(
-                self._pool, task_id, runtime, token, record, now, result.kind
+                db, task_id, runtime, token, record, now, result.kind
             )
             if done is None:
-                await self._repeated_completion(
-                    self._pool, runtime, task_id, token, check_kind=result.kind
-                )
-            elif done[1] is not None:
-                self._lifecycle.moved([done[1]])
-            return
-        async with transaction(self._pool) as conn:
-            task = await tasks.complete_task(conn, task_id, runtime, token, record, now)
-            if task is None:
-                await self._repeated_completion(conn, runtime, task_id, token)
-                return
-            if result.kind != task.kind.value:
-                raise _wrong_result(task, result.kind)  # rolls the completion back
-            result.validate()  # so does a malformed one
-            changed = await self.outcomes.succeeded(conn, task, result)
-        self._lifecycle.published(changed)
+                await self._repeated_completion(db, runtime, task_id, token, check_kind=result.kind)
+                return _nothing
+            ended = done[1]
+            return (lambda: self._lifecycle.moved([ended])) if ended is not None else _nothing
+        conn = db  # here a transaction's connection (complete() opens one)
+        task = await tasks.complete_task(conn, task_id, runtime, token, record, now)
+        if task is None:
+            await self._repeated_completion(conn, runtime, task_id, token)
+            return _nothing
+        if result.kind != task.kind.value:
+            raise _wrong_result(task, result.kind)  # rolls the completion back
+        result.validate()  # so does a malformed one
+        changed = await self.outcomes.succeeded(conn, task, result)
+        return lambda: self._lifecycle.published(changed)
 
     async def _repeated_completion(
         self,
@@ -263,6 +313,10 @@ def _wrong_result(task: Task, claimed: str) -> InvalidArgument:
     return InvalidArgument(
         f"task {task.id} is a {kind} task: its result must be a {kind} result, not {claimed}"
     )
+
+
+def _nothing() -> None:
+    pass
 
 
 def _lost_lease(task: Task) -> LeaseLost:

@@ -3,22 +3,32 @@
 A Watch holds the latest snapshot of its job and wakes its waiters when a
 newer version arrives. Snapshots come from three places: transitions made in
 this process (published at once), notifications from any process (the
-listener calls `notified`; the hub re-reads those jobs in batches), and
-re-reads of every watched job after the listener reconnects or on a slow
-periodic re-check, so a lost notification cannot strand a waiter.
+listener calls `notified`), and re-reads of every watched job after the
+listener reconnects or on a slow periodic re-check, so a lost notification
+cannot strand a waiter.
+
+A notification carries the job's snapshot (setu_job_notice, migration 0007):
+the hub applies it to the snapshot it holds and wakes the waiters with no
+database round trip, so one commit that ends 50,000 watched jobs costs their
+parsing, not 50 re-reads. Only a notification without a snapshot (one that
+would have passed PostgreSQL's 8,000-byte payload limit), or one for a job
+whose watch holds nothing yet, is re-read, in batches.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from setu_server.metrics import Metrics
-from setu_server.models import Job
+from setu_server.models import Job, JobState, Phase
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +44,31 @@ CLOCK_SLACK = 1e-3
 
 
 class Watch:
-    def __init__(self, job_id: UUID) -> None:
+    """One watched job: its latest snapshot and the waiters parked on it.
+
+    Also the context manager `WatchHub.subscribe` hands out: entering counts
+    a subscriber, leaving the last one drops the watch from its hub. Slots,
+    one future per parked waiter and one timer for its deadline: a parked
+    wait holds little more than grpc's own call (scripts/bench_park.py)."""
+
+    __slots__ = ("_waiters", "_watches", "job_id", "latest", "subscribers")
+
+    def __init__(self, job_id: UUID, watches: dict[UUID, Watch] | None = None) -> None:
         self.job_id = job_id
         self.latest: Job | None = None
         self.subscribers = 0
-        self._changed = asyncio.Event()
+        self._waiters: list[asyncio.Future[None]] = []
+        self._watches = watches
+
+    def __enter__(self) -> Watch:
+        self.subscribers += 1
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.subscribers -= 1
+        watches = self._watches
+        if self.subscribers == 0 and watches is not None and watches.get(self.job_id) is self:
+            del watches[self.job_id]
 
     @property
     def version(self) -> int:
@@ -51,8 +81,9 @@ class Watch:
             self.wake()
 
     def wake(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            _resolve(waiter)
 
     async def newer_than(self, version: int, timeout: float | None, closing: asyncio.Event) -> Job:
         """The first snapshot newer than `version`, or the latest one when the
@@ -60,15 +91,25 @@ class Watch:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while self.version <= version and not closing.is_set():
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining < CLOCK_SLACK:
+            if deadline is not None and deadline - loop.time() < CLOCK_SLACK:
                 break
-            changed = self._changed
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining):
-                    await changed.wait()
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(waiter)
+            timer = None if deadline is None else loop.call_at(deadline, _resolve, waiter)
+            try:
+                await waiter
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                if waiter in self._waiters:  # still there unless wake() took it
+                    self._waiters.remove(waiter)
         assert self.latest is not None, "a watch is read before anyone waits on it"
         return self.latest
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class WatchHub:
@@ -83,21 +124,19 @@ class WatchHub:
         self._recheck_interval = recheck_interval
         self._rechecker: asyncio.Task[None] | None = None
         self.closing = asyncio.Event()
+        # Observability (and tests): jobs re-read from the database, and
+        # notifications applied from their snapshot alone.
+        self.reads = 0
+        self.applied = 0
 
     # -- subscribers
 
-    @contextlib.contextmanager
-    def subscribe(self, job_id: UUID) -> Iterator[Watch]:
+    def subscribe(self, job_id: UUID) -> Watch:
+        """`with hub.subscribe(job_id) as watch:` watches the job while inside."""
         watch = self._watches.get(job_id)
         if watch is None:
-            watch = self._watches[job_id] = Watch(job_id)
-        watch.subscribers += 1
-        try:
-            yield watch
-        finally:
-            watch.subscribers -= 1
-            if watch.subscribers == 0:
-                del self._watches[job_id]
+            watch = self._watches[job_id] = Watch(job_id, self._watches)
+        return watch
 
     @property
     def watched(self) -> int:
@@ -113,7 +152,7 @@ class WatchHub:
                 watch.offer(job)
 
     def notified(self, payload: str) -> None:
-        """A `setu_job` notification: {job_id, version, state}."""
+        """A `setu_job` notification: {job_id, version, state, snapshot?}."""
         try:
             message = json.loads(payload)
             job_id, version = UUID(message["job_id"]), int(message["version"])
@@ -121,9 +160,20 @@ class WatchHub:
             log.warning("malformed job notification", extra={"payload": payload[:200]})
             return
         watch = self._watches.get(job_id)
-        if watch is not None and version > watch.version:
-            self._stale.add(job_id)
-            self._ensure_reader()
+        if watch is None or version <= watch.version:
+            return
+        snapshot = message.get("snapshot")
+        if watch.latest is not None and isinstance(snapshot, dict):
+            try:
+                job = _applied(watch.latest, version, message["state"], snapshot)
+            except (ValueError, KeyError, TypeError):
+                log.warning("malformed job snapshot", extra={"payload": payload[:200]})
+            else:
+                self.applied += 1
+                watch.offer(job)
+                return
+        self._stale.add(job_id)
+        self._ensure_reader()
 
     async def refresh_all(self) -> None:
         """Re-read every watched job (after a reconnect; on the periodic re-check)."""
@@ -147,6 +197,7 @@ class WatchHub:
             except Exception:
                 log.exception("watch re-read failed; the periodic re-check will retry")
                 return
+            self.reads += len(batch)
             self.publish(jobs)
 
     # -- lifecycle
@@ -177,3 +228,30 @@ class WatchHub:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+
+def _applied(job: Job, version: int, state: str, snapshot: dict[str, Any]) -> Job:
+    """`job` as a notification's snapshot says it is now (what a transition
+    or a progress write may change; the rest of a job never changes)."""
+    phase = snapshot["phase"]
+    return dataclasses.replace(
+        job,
+        version=version,
+        state=JobState(state),
+        phase=Phase(phase) if phase else None,
+        cancel_requested=bool(snapshot["cancel_requested"]),
+        error_message=str(snapshot["error_message"]),
+        rows_extracted=int(snapshot["rows_extracted"]),
+        rows_loaded=int(snapshot["rows_loaded"]),
+        rows_total=int(snapshot["rows_total"]),
+        extract_runtime=str(snapshot["extract_runtime"]),
+        load_runtime=str(snapshot["load_runtime"]),
+        result=snapshot["result"],
+        updated_at=_time(snapshot["updated_at"]) or job.updated_at,
+        started_at=_time(snapshot["started_at"]),
+        finished_at=_time(snapshot["finished_at"]),
+    )
+
+
+def _time(value: object) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) else None

@@ -50,6 +50,9 @@ class Listener:
         # Observability (and tests): how many sessions this listener has had.
         self.sessions = 0
         self._session_changed = asyncio.Condition()
+        # Notifications handled (loop time of the last): a session that
+        # delivers them is alive even when a ping's answer is late.
+        self._heard = 0
 
     async def start(self) -> None:
         """Connect and LISTEN before returning, so no notification is missed
@@ -84,6 +87,7 @@ class Listener:
             await self._session_changed.wait_for(lambda: self.sessions >= number)
 
     def _dispatch(self, conn: object, pid: int, channel: str, payload: str) -> None:
+        self._heard += 1
         try:
             self._handlers[channel](payload)
         except Exception:
@@ -121,8 +125,17 @@ class Listener:
                     await self._lost.wait()
             if self._lost.is_set() or conn.is_closed():
                 raise OSError("listen session terminated")
-            async with asyncio.timeout(self._ping_timeout):
-                await conn.fetchval(QUERIES.ping)
+            heard = self._heard
+            try:
+                async with asyncio.timeout(self._ping_timeout):
+                    await conn.fetchval(QUERIES.ping)
+            except TimeoutError:
+                # A storm of notifications (one commit ending 50,000 watched
+                # jobs) can keep this loop from reading the ping's answer in
+                # time; a session that delivered notifications meanwhile is
+                # alive, and a reconnect would re-read every watched job.
+                if self._heard == heard:
+                    raise
 
 
 async def _close_quietly(conn: asyncpg.Connection) -> None:

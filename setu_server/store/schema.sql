@@ -172,6 +172,20 @@ CREATE TABLE job_output (
     PRIMARY KEY (job_id, stream)
 );
 
+-- The saved cursor of each incremental stream (docs/pipelines.md); advanced
+-- with the stream's committed load, deleted by a reset.
+CREATE TABLE pipeline_stream_state (
+    pipeline_id   uuid NOT NULL REFERENCES pipeline (id) ON DELETE CASCADE,
+    stream        text NOT NULL,
+    cursor_column text NOT NULL,
+    cursor_type   text NOT NULL,
+    cursor_value  text NOT NULL,
+    rows          bigint NOT NULL DEFAULT 0,
+    last_job_id   uuid REFERENCES job (id) ON DELETE SET NULL,
+    updated_at    timestamptz NOT NULL,
+    PRIMARY KEY (pipeline_id, stream)
+);
+
 -- Tasks: what runtimes lease ------------------------------------------------
 
 CREATE TABLE task (
@@ -222,9 +236,28 @@ CREATE TABLE artifact (
 
 -- The one job transition path -----------------------------------------------
 
+-- The payload of a `setu_job` notification for one job row: {job_id,
+-- version, state, snapshot: {what a transition or progress write changes}},
+-- or, past 7,999 bytes, without the snapshot.
+CREATE FUNCTION setu_job_notice(j job) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN octet_length(full_notice) < 8000 THEN full_notice
+                ELSE json_build_object(
+                    'job_id', j.id, 'version', j.version, 'state', j.state)::text END
+    FROM (SELECT json_build_object(
+        'job_id', j.id, 'version', j.version, 'state', j.state,
+        'snapshot', json_build_object(
+            'phase', j.phase, 'cancel_requested', j.cancel_requested,
+            'error_message', j.error_message, 'rows_extracted', j.rows_extracted,
+            'rows_loaded', j.rows_loaded, 'rows_total', j.rows_total,
+            'extract_runtime', j.extract_runtime, 'load_runtime', j.load_runtime,
+            'result', j.result, 'updated_at', j.updated_at, 'started_at', j.started_at,
+            'finished_at', j.finished_at))::text AS full_notice) AS notice
+$$;
+
 -- Moves every job of p_ids that is in one of the states p_from to p_to, bumps
--- its version, appends an event and notifies `setu_job` with
--- {job_id, version, state}. Returns the jobs that moved. A function, so
+-- its version, appends an event and notifies `setu_job` with its
+-- setu_job_notice. Returns the jobs that moved. A function, so
 -- statements that change a task and its job (lease, complete) do both in one
 -- round trip and still share one definition.
 CREATE FUNCTION setu_transition_jobs(
@@ -262,8 +295,7 @@ BEGIN
     LOOP
         INSERT INTO job_event (job_id, level, message, created_at)
         VALUES (moved.id, p_level, p_message, coalesce(p_now, now()));
-        PERFORM pg_notify('setu_job', json_build_object(
-            'job_id', moved.id, 'version', moved.version, 'state', moved.state)::text);
+        PERFORM pg_notify('setu_job', setu_job_notice(moved));
         RETURN NEXT moved;
     END LOOP;
 END;

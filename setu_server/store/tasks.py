@@ -78,9 +78,18 @@ async def lease_task(
     db: Executor, runtime: str, token: UUID, seconds: float, now: datetime | None
 ) -> tuple[Task, Job | None] | None:
     """The leased task and, when it moved to running, its job."""
+    leased = await lease_tasks(db, runtime, [token], seconds, now)
+    return leased[0] if leased else None
+
+
+async def lease_tasks(
+    db: Executor, runtime: str, tokens: list[UUID], seconds: float, now: datetime | None
+) -> list[tuple[Task, Job | None]]:
+    """Up to len(tokens) tasks, oldest first, each with its job when this
+    lease moved it to running (once per job)."""
     with translate_errors():
-        row = await db.fetchrow(QUERIES.lease_task, runtime, token, seconds, now)
-    return (task_of(row), _moved_job(row)) if row else None
+        rows = await db.fetch(QUERIES.lease_tasks, runtime, tokens, seconds, now)
+    return [(task_of(row), _moved_job(row)) for row in rows]
 
 
 async def seconds_to_next_eligible(

@@ -161,6 +161,8 @@ class RunView:
     events: list[JobEvent]
     duration: timedelta | None
     rate: float | None
+    # Rows per second of each stream that moved, over the run's time so far.
+    stream_rates: dict[str, float] = field(default_factory=dict)
 
     @property
     def last_sequence(self) -> int:
@@ -200,7 +202,17 @@ def view_of(
         events=events,
         duration=took,
         rate=job.rows_loaded / seconds if seconds > 0 and job.rows_loaded else None,
+        stream_rates=stream_rates(outputs, seconds),
     )
+
+
+def stream_rates(outputs: Sequence[JobOutput], seconds: float) -> dict[str, float]:
+    """Each stream's rows per second over `seconds` of run: its loaded rows
+    once its load committed, its extracted rows until then."""
+    if seconds <= 0:
+        return {}
+    moved = {out.stream: out.rows_loaded if out.loaded else out.rows_extracted for out in outputs}
+    return {stream: rows / seconds for stream, rows in moved.items() if rows}
 
 
 @dataclass(frozen=True)

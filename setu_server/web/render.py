@@ -49,7 +49,12 @@ def count(value: int | None) -> str:
     return "—" if value is None else f"{value:,}"
 
 
-ENV.filters.update(when=when, duration=duration, count=count)
+def rate(value: float) -> str:
+    """Rows per second: whole rows from ten up, a decimal below."""
+    return f"{value:,.0f} rows/s" if value >= 10 else f"{value:.1f} rows/s"
+
+
+ENV.filters.update(when=when, duration=duration, count=count, rate=rate)
 
 
 def static(name: str) -> str:

@@ -149,8 +149,14 @@ async def test_an_edge_load_whose_completion_is_lost_is_not_applied_again(
     lost = asyncio.Event()
 
     async def kill_before_the_first_load_completes(
-        self: TaskService, runtime: str, task_id: Any, token: Any, result: TaskResult | None
-    ) -> None:
+        self: TaskService,
+        runtime: str,
+        task_id: Any,
+        token: Any,
+        result: TaskResult | None,
+        *,
+        lease_next: bool = False,
+    ) -> Any:
         # The agent has committed its load when it reports it: it dies
         # before the completion lands.
         if isinstance(result, LoadResult) and not lost.is_set():
@@ -158,7 +164,7 @@ async def test_an_edge_load_whose_completion_is_lost_is_not_applied_again(
             agents[0].kill()
             await agents[0].wait()
             raise Unavailable("the agent is gone")
-        await completed(self, runtime, task_id, token, result)
+        return await completed(self, runtime, task_id, token, result, lease_next=lease_next)
 
     monkeypatch.setattr(TaskService, "complete", kill_before_the_first_load_completes)
     pipeline = await edge_pipeline(client, tenant, source, destination)

@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from google.protobuf.json_format import MessageToDict
 
 from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2
@@ -117,3 +118,37 @@ async def test_an_infinity_reaches_json_lines_as_infinity(
         {"id": 2, "at": "2024-01-01T00:00:00.000001+00:00", "day": "2024-01-01", "r": "NaN"},
     ]
     assert '"r":0.01}' in lines[0]  # float4's digits, not 0.009999999776482582
+
+
+async def test_a_preview_spells_values_as_json_lines_does(
+    client_for: Any, pg_server_url: str, tmp_path: Path
+) -> None:
+    """A preview shows a real with its float4's digits, JSON's null as null
+    and a json column's SQL NULL as no key, an infinity as 'infinity': the
+    row the JSON Lines file holds (docs/data-types.md)."""
+    _, client = await client_for(**PATHS["direct"])
+    async with scratch_database(pg_server_url) as source_url:
+        conn = await asyncpg.connect(source_url)
+        try:
+            await conn.execute(
+                "CREATE TABLE docs (id int PRIMARY KEY, r real, j jsonb, day date);"
+                "INSERT INTO docs VALUES (1, 0.01, 'null', 'infinity'), "
+                """(2, 'NaN', NULL, '2024-01-01'), (3, 3.4028235e38, '{"a": null}', NULL)"""
+            )
+        finally:
+            await conn.close()
+        folder = tmp_path / "out"
+        folder.mkdir()
+        source = await client.create_connection(
+            "previewed", "postgres", postgres_config(source_url)
+        )
+        preview = await client.preview_stream(source.id, "public.docs")
+        destination = ("file", {"url": str(folder), "format": "jsonl"})
+        job = await run(client, ("postgres", postgres_config(source_url)), destination)
+
+    assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
+    lines = [json.loads(line) for line in (folder / "docs.jsonl").read_text().splitlines()]
+    shown = sorted((MessageToDict(row) for row in preview.rows), key=lambda row: row["id"])
+    assert shown == lines
+    assert shown[0] == {"id": 1, "r": 0.01, "j": None, "day": "infinity"}
+    assert "j" not in shown[1]  # SQL NULL, not JSON's null

@@ -8,14 +8,21 @@ import html
 import json
 import re
 import secrets
+import sqlite3
+import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
 import pytest
+from markupsafe import escape
 
 from setu_client import JobState, SetuClient
+from setu_server.models import Job, JobKind, JobOutput
+from setu_server.models import JobState as ServerJobState
 from setu_server.server import Running
-from setu_server.web import live
+from setu_server.web import live, reads
+from setu_server.web.render import fragment
 from tests.databases import postgres_config, scratch_database
 from tests.e2e.monitor_helpers import check_in, make_copy, open_monitor, signed_in
 from tests.factories import Tenant
@@ -287,3 +294,101 @@ async def test_a_failed_run_shows_its_error_and_offers_no_cancel(
     assert outcome.state is JobState.FAILED
     assert "state-failed" in page and "Cancel run" not in page
     assert f'<p class="error" role="alert">{html.escape(outcome.error_message)}</p>' in page
+
+
+def test_each_stream_shows_its_own_rate() -> None:
+    now = datetime(2030, 1, 1, 12, tzinfo=UTC)
+    job = Job(
+        id=uuid.uuid4(),
+        workspace_id=uuid.uuid4(),
+        kind=JobKind.RUN,
+        state=ServerJobState.RUNNING,
+        version=3,
+        created_at=now,
+        updated_at=now,
+        rows_extracted=350,
+        rows_loaded=300,
+        started_at=now - timedelta(seconds=10),
+    )
+    outputs = [
+        JobOutput("orders", rows_extracted=300, rows_loaded=300, checksum="", loaded=True),
+        JobOutput("users", rows_extracted=50, rows_loaded=0, checksum="", loaded=False),
+        JobOutput("empty", rows_extracted=0, rows_loaded=0, checksum="", loaded=False),
+    ]
+    view = reads.view_of(job, outputs, [], reads.Names(), now)
+    shown = fragment("_run_progress.html", {"run": view})
+
+    assert view.stream_rates == {"orders": 30.0, "users": 5.0}
+    assert '<td class="num" data-rate="orders">30 rows/s</td>' in shown
+    assert '<td class="num" data-rate="users">5.0 rows/s</td>' in shown
+    assert '<td class="num" data-rate="empty">—</td>' in shown
+    assert "300 · 30 rows/s" in shown  # the run's load rate
+
+
+HOSTILE = "<script>alert(1)</script>"
+
+
+async def test_what_a_tenant_names_renders_inert_in_pages_and_streams(
+    server: Running, client: SetuClient, tenant: Tenant, tmp_path: Path
+) -> None:
+    # The stream (a source table), the connections, the pipeline, the
+    # events and a failed run's error all carry markup a tenant chose.
+    with sqlite3.connect(tmp_path / "source.db") as db:
+        db.execute(f'CREATE TABLE "{HOSTILE}" (id INTEGER PRIMARY KEY)')
+        db.executemany(f'INSERT INTO "{HOSTILE}" VALUES (?)', [(i,) for i in range(5)])
+    source = await client.create_connection(
+        f"{HOSTILE}-src", "sqlite", {"path": str(tmp_path / "source.db")}
+    )
+    into = await client.create_connection(
+        f"{HOSTILE}-dst", "sqlite", {"path": str(tmp_path / "dst.db"), "create": True}
+    )
+    moved = await client.create_pipeline(HOSTILE, source.id, into.id, streams=[HOSTILE])
+    broken = await client.create_pipeline(
+        f"{HOSTILE}-broken", source.id, into.id, streams=[f"{HOSTILE}-missing"]
+    )
+    good = await client.submit_run(moved.id)
+    bad = await client.submit_run(broken.id)
+    succeeded = await client.wait_for_job(good.id)
+    failed = await client.wait_for_job(bad.id)
+    async with signed_in(server.http_url, tenant.api_key) as monitor:
+        pages = [await monitor.page(path) for path in (*PAGES, f"/runs/{good.id}")]
+        pages.append(await monitor.page(f"/runs/{bad.id}"))
+        async with asyncio.timeout(STREAM_DEADLINE):
+            streamed = [m async for m in monitor.stream(f"/runs/{good.id}/live")]
+            streamed += [m async for m in monitor.stream(f"/runs/{bad.id}/live")]
+        rows = monitor.stream("/runs/live")
+        streamed.append(await anext(rows))
+        await rows.aclose()
+
+    assert succeeded.state is JobState.SUCCEEDED, succeeded.error_message
+    assert failed.state is JobState.FAILED and HOSTILE in failed.error_message
+    assert all(status == 200 for status, _ in pages)
+    fragments = [text for _, data in streamed for text in data.values() if isinstance(text, str)]
+    for text in [page for _, page in pages] + fragments:
+        assert HOSTILE not in text
+        assert "<script>alert" not in text
+    escaped = escape(HOSTILE)
+    run_page, failed_page = pages[-2][1], pages[-1][1]
+    assert f'<td class="num" data-rate="{escaped}">' in run_page  # the stream's row
+    assert f"<h1>{escaped} " in run_page  # the pipeline
+    assert f'<p class="error" role="alert">{escape(failed.error_message)}</p>' in failed_page
+    assert any(escaped in text for text in fragments)  # the streams carry it, escaped
+
+
+async def test_connections_show_changed_and_missing_streams(
+    server: Running, client: SetuClient, tenant: Tenant, tmp_path: Path
+) -> None:
+    copy = await make_copy(client, tmp_path)
+    with sqlite3.connect(tmp_path / "source.db") as db:
+        db.execute("CREATE TABLE gone (id INTEGER PRIMARY KEY)")
+    await client.discover_streams(copy.source_id)
+    with sqlite3.connect(tmp_path / "source.db") as db:
+        db.execute("DROP TABLE gone")
+        db.execute("ALTER TABLE items ADD COLUMN note TEXT")
+    await client.discover_streams(copy.source_id)
+    async with signed_in(server.http_url, tenant.api_key) as monitor:
+        _, page = await monitor.page("/connections")
+
+    section = page.split(f'id="connection-{copy.source_id}"')[1].split("</section>")[0]
+    assert re.search(r'catalog-changed">\s*<td>items</td>\s*<td>2</td>', section), section
+    assert re.search(r'catalog-missing">\s*<td>gone</td>', section), section

@@ -12,29 +12,34 @@ left behind, read back through Setu's own reader: the chain postgres → X → Y
 checks that every format reads its own spellings back.
 
 Another format joins by adding an entry to DESTINATIONS (and, if it loses
-anything, to LIMITATIONS and the doc): Parquet goes there.
+anything, to LIMITATIONS and the doc). A format that refuses some values
+(Parquet: no NaN decimal, no infinite date) lists them in REFUSED: the
+pairs through it move the edge table without those cells, and each refused
+cell is asserted on its own to fail the move naming stream, column and row.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import pprint
 import struct
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
 from setu_agent.engine import transfer
 from setu_agent.engine.blob import LocalBlobStore
 from setu_agent.engine.markers import LoadIdentity
 from setu_agent.engine.operators import parse_spec
-from setu_agent.engine.providers import get_provider
+from setu_agent.engine.providers import files_parquet, get_provider, pgarrays
 from setu_agent.engine.providers.base import Connector, WriteMode
 from setu_agent.engine.types import Column, Row, Stream
 from setu_agent.engine.values import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault
@@ -154,12 +159,14 @@ ROWS: list[dict[str, str]] = [
 EMPTY_IS_NULL = "the empty string reads back as NULL"
 NEGATIVE_ZERO = "`-0` of a real or double reads back as `0`"
 JSON_NUMBERS = "numbers inside a json value travel as doubles"
+NUMERIC_SCALE = "a bare `numeric` reads back without its trailing zeros"
 
 LIMITATIONS: dict[str, set[str]] = {
     "postgres": set(),
     "sqlite": {NEGATIVE_ZERO},
     "jsonl": set(),
     "csv": {EMPTY_IS_NULL},
+    "parquet": {NUMERIC_SCALE},
 }
 # Also documented, and tested on its own (the comparison above cannot see it:
 # Setu reads the PostgreSQL source's json through the same decoder).
@@ -182,23 +189,27 @@ class End:
 
     async def rows(self, like: Stream) -> tuple[list[Column], list[Row]]:
         """The edge table read back through Setu: by discover for a database;
-        a file is read as the source's columns (as a user declares them)."""
+        a text file is read as the source's columns (as a user declares them);
+        Parquet, by its own schema."""
         connector = await self.connect()
         try:
-            if self.provider == "file":
+            if "columns" in self.config:
                 stream = Stream("edge", like.columns)
             else:
                 (stream,) = [s for s in await connector.discover() if s.name == "edge"]
             rows = [row async for batch in connector.read(stream, 3) for row in batch]
+            # As the file's connector presents its columns (declared types).
+            shown = await connector.discover() if "columns" in self.config else [stream]
         finally:
             await connector.close()
-        return list(stream.columns), sorted(rows, key=lambda row: row[0])
+        (columns,) = [s.columns for s in shown if s.name == "edge"]
+        return list(columns), sorted(rows, key=lambda row: row[0])
 
 
 def file_end(folder: Path, fmt: str, like: Stream | None = None) -> End:
     folder.mkdir(parents=True, exist_ok=True)
     config: dict[str, Any] = {"url": str(folder), "format": fmt}
-    if like is not None:
+    if like is not None and fmt != "parquet":
         config["columns"] = {"edge": {c.name: c.type for c in like.columns}}
     return End("file", config)
 
@@ -219,15 +230,39 @@ class Places:
         return file_end(folder, kind, like)
 
 
+# Values a format refuses, each failing the move (permanently, naming
+# stream, column and row): (id, column) → the phrase of docs/data-types.md's
+# "Known limitations" that documents it.
+PARQUET_NO_NONFINITE_DECIMAL = "a numeric NaN or ±Infinity fails the run"
+PARQUET_NO_INFINITE_DATE = "a date or timestamp `infinity` or `-infinity` fails the run"
+PARQUET_BARE_NUMERIC = "a bare `numeric` with more than 29 digits before the point or 9 after"
+REFUSED: dict[str, dict[tuple[int, str], str]] = {
+    "parquet": {
+        **{(3, c): PARQUET_NO_INFINITE_DATE for c in ("dt", "ts", "tz")},
+        **{(4, c): PARQUET_NO_INFINITE_DATE for c in ("dt", "ts", "tz")},
+        **{(i, "n"): PARQUET_NO_NONFINITE_DECIMAL for i in (3, 4, 5)},
+        (6, "n"): PARQUET_BARE_NUMERIC,
+    },
+}
+# A file or SQLite origin declares neutral types only, so its n2 reaches
+# Parquet as a bare numeric.
+BARE_N2 = {(4, "n2"): PARQUET_BARE_NUMERIC, (5, "n2"): PARQUET_BARE_NUMERIC}
+UNTYPED_ORIGINS = ("sqlite", "jsonl", "csv")
+
+
+def refused(origin: str, kind: str) -> dict[tuple[int, str], str]:
+    """The cells the origin → kind move refuses (or the origin itself did)."""
+    cells = {**REFUSED.get(origin, {}), **REFUSED.get(kind, {})}
+    if kind == "parquet" and origin in UNTYPED_ORIGINS:
+        cells.update(BARE_N2)
+    return cells
+
+
 # Where each destination lands; a new format adds itself here (and to
-# LIMITATIONS). Parquet joins as "parquet" (Places.end makes a file end of
-# any file format) once the values it refuses are handled: today it fails
-# the move, as it should, naming the first one (stream 'public.edge',
-# column 'n', row 3: numeric NaN has no decimal128 form), so the suite
-# needs, for such a format, the cells it refuses left out of its source
-# and the refusal itself asserted.
-DESTINATIONS = ["postgres", "sqlite", "jsonl", "csv"]
-SOURCES = ["postgres", "sqlite", "jsonl", "csv"]
+# LIMITATIONS, and REFUSED if it refuses values). Places.end makes a file
+# end of any file format.
+DESTINATIONS = ["postgres", "sqlite", "jsonl", "csv", "parquet"]
+SOURCES = ["postgres", "sqlite", "jsonl", "csv", "parquet"]
 
 
 @pytest.fixture
@@ -244,12 +279,19 @@ async def places(pg_server_url: str, tmp_path: Path) -> AsyncIterator[Places]:
         await manager.__aexit__(None, None, None)
 
 
-async def postgres_source(places: Places) -> End:
-    end = await places.end("postgres", "source")
+def without(cells: set[tuple[int, str]]) -> list[dict[str, str]]:
+    """ROWS with the given (id, column) cells left NULL."""
+    return [{k: v for k, v in row.items() if (int(row["id"]), k) not in cells} for row in ROWS]
+
+
+async def postgres_source(
+    places: Places, rows: list[dict[str, str]] | None = None, label: str = "source"
+) -> End:
+    end = await places.end("postgres", label)
     conn = await asyncpg.connect(end.url)
     try:
         await conn.execute(SOURCE_DDL)
-        for row in ROWS:
+        for row in ROWS if rows is None else rows:
             names = list(row)
             values = ", ".join(row[k] for k in names)
             await conn.execute(f"INSERT INTO edge ({', '.join(names)}) VALUES ({values})")
@@ -266,10 +308,16 @@ class Quiet:
         pass
 
 
-async def move(source: End, destination: End, path: str, blob: Path) -> None:
+async def move(
+    source: End,
+    destination: End,
+    path: str,
+    blob: Path,
+    operators: list[dict[str, Any]] | None = None,
+) -> None:
     src = await source.connect()
     dst = await destination.connect()
-    spec = parse_spec({"primary_key": {"edge": ["id"]}})
+    spec = parse_spec({"primary_key": {"edge": ["id"]}, "operators": operators or []})
     run = LoadIdentity(str(uuid.uuid4()))
     try:
         streams = transfer.select_streams(await src.discover(), ["edge"])
@@ -331,6 +379,8 @@ def classify(column: Column, a: Any, b: Any) -> str:
         return EMPTY_IS_NULL
     if isinstance(a, float) and a == 0.0 and isinstance(b, float) and b == 0.0:
         return NEGATIVE_ZERO
+    if isinstance(a, Decimal) and isinstance(b, Decimal) and a.is_finite() and a == b:
+        return NUMERIC_SCALE
     return f"undocumented: {column.name} ({column.type}) {a!r} became {b!r}"
 
 
@@ -359,7 +409,8 @@ def differences(
 def test_every_limitation_is_documented() -> None:
     text = DOC.read_text()
     section = text[text.index("## Known limitations") :]
-    for phrase in set().union(*LIMITATIONS.values(), SEPARATE):
+    refusals = {phrase for cells in (*REFUSED.values(), BARE_N2) for phrase in cells.values()}
+    for phrase in set().union(*LIMITATIONS.values(), SEPARATE, refusals):
         assert phrase in section, f"docs/data-types.md does not list: {phrase}"
 
 
@@ -382,24 +433,44 @@ async def test_postgres_reads_its_edge_values_as_postgresql_says(places: Places)
     assert str(value(4, "n2")) == "123456789012345678901234567890.0123456789"
 
 
-@pytest.mark.parametrize("path", ["direct", "staged"])
-@pytest.mark.parametrize("origin", SOURCES)
-async def test_edge_values_survive_every_pair(places: Places, origin: str, path: str) -> None:
-    source = await postgres_source(places)
+Table = tuple[list[Column], list[Row]]
+
+
+async def chain_source(
+    places: Places, origin: str, path: str, omit: frozenset[tuple[int, str]]
+) -> tuple[End, Table, Stream]:
+    """The edge table (without the `omit` cells) in `origin`: PostgreSQL's,
+    or what the PostgreSQL → origin move left behind; with its reference
+    rows, read back through Setu."""
+    label = "source" + "".join(f"-{i}{c}" for i, c in sorted(omit))
+    source = await postgres_source(places, without(set(omit)), label)
     reference = await source.rows(Stream("edge", ()))
     like = Stream("edge", tuple(reference[0]))
     if origin != "postgres":
-        # The source is what the PostgreSQL → origin move left behind.
-        first = await places.end(origin, f"origin-{origin}", like)
-        await move(source, first, path, places.tmp / "blob-origin")
+        first = await places.end(origin, f"origin-{origin}-{label}", like)
+        await move(source, first, path, places.tmp / f"blob-origin-{label}")
         source = first
         reference = await source.rows(like)
+    return source, reference, like
+
+
+@pytest.mark.parametrize("path", ["direct", "staged"])
+@pytest.mark.parametrize("origin", SOURCES)
+async def test_edge_values_survive_every_pair(places: Places, origin: str, path: str) -> None:
     unexpected: dict[str, dict[str, list[str]]] = {}
+    sources: dict[frozenset[tuple[int, str]], tuple[End, Table, Stream]] = {}
     for kind in DESTINATIONS:
+        # A format that refuses values moves the table without them.
+        omit = frozenset(refused(origin, kind))
+        if omit not in sources:
+            sources[omit] = await chain_source(places, origin, path, omit)
+        source, reference, like = sources[omit]
         destination = await places.end(kind, f"to-{kind}", like)
         await move(source, destination, path, places.tmp / f"blob-{kind}")
         landed = await destination.rows(like)
         found = differences(reference, landed)
+        if kind == "parquet":
+            found.update(_pyarrow_differences(destination, reference))
         allowed = LIMITATIONS[kind] - LIMITATIONS.get(origin, set())
         if set(found) != allowed:
             unexpected[f"{origin} → {kind} ({path})"] = {
@@ -412,6 +483,76 @@ async def test_edge_values_survive_every_pair(places: Places, origin: str, path:
         if origin == kind == "postgres":
             await _same_text(source.url, destination.url)
     assert not unexpected, pprint.pformat(unexpected, width=120)
+
+
+def _pyarrow_differences(destination: End, reference: Table) -> dict[str, list[str]]:
+    """The Parquet file read by pyarrow itself: the schema the source's
+    columns declare, and every value what the source held."""
+    (path,) = Path(destination.config["url"]).glob("*.parquet")
+    table = pq.read_table(path)
+    found: dict[str, list[str]] = {}
+    expected = files_parquet.arrow_schema(reference[0])
+    for field in expected:
+        got = table.schema.field(field.name).type
+        if got != field.type:
+            found.setdefault("pyarrow: type", []).append(f"{field.name}: {got} != {field.type}")
+    rows = sorted(table.to_pylist(), key=lambda r: r["id"])
+    columns, reference_rows = reference
+    for row, back in zip(reference_rows, rows, strict=True):
+        for column, value in zip(columns, row, strict=True):
+            arrow = _from_arrow(column, back[column.name])
+            if not same(column, value, arrow):
+                kind = classify(column, value, arrow)
+                found.setdefault(kind if kind == NUMERIC_SCALE else f"pyarrow: {kind}", []).append(
+                    f"id {row[0]} {column.name}"
+                )
+    return found
+
+
+def _from_arrow(column: Column, value: Any) -> Any:
+    """What pyarrow hands back, in the engine's neutral form, converted
+    only where Arrow's Python form differs by nature (not by value)."""
+    if value is None:
+        return None
+    if column.type == "json":
+        parsed = json.loads(value)
+        return JSON_NULL if parsed is None else parsed
+    if column.type == "uuid" and isinstance(value, bytes):
+        return uuid.UUID(bytes=value)
+    if column.type == "timestamptz":
+        return value  # aware, in UTC: compared as an instant
+    if isinstance(value, list):
+        return pgarrays.literal(value)
+    if column.type == "numeric" and not column.sql_type:
+        # A bare numeric's decimal(38,9) pads the scale: those zeros are Arrow's.
+        with localcontext() as context:
+            context.prec = 100
+            return value.normalize() if value != value.to_integral_value() else value.quantize(1)
+    return value
+
+
+REFUSALS = [
+    *[("postgres", "parquet", cell) for cell in REFUSED["parquet"]],
+    *[("jsonl", "parquet", cell) for cell in BARE_N2],
+]
+
+
+@pytest.mark.parametrize("path", ["direct", "staged"])
+@pytest.mark.parametrize(("origin", "kind", "cell"), REFUSALS)
+async def test_a_refused_value_fails_the_move_naming_it(
+    places: Places, origin: str, kind: str, cell: tuple[int, str], path: str
+) -> None:
+    """Each value a format refuses, alone among the values it takes, fails
+    the move permanently, naming stream, column and row."""
+    others = frozenset(refused(origin, kind)) - {cell}
+    source, _, like = await chain_source(places, origin, path, others)
+    destination = await places.end(kind, f"refuse-{kind}", like)
+    with pytest.raises(ValueFault) as caught:
+        await move(source, destination, path, places.tmp / "blob")
+    fault = caught.value
+    assert fault.retryable is False
+    stream = "public.edge" if origin == "postgres" else "edge"
+    assert (fault.stream, fault.column, fault.row) == (stream, cell[1], cell[0]), str(fault)
 
 
 async def _same_text(source_url: str, destination_url: str) -> None:
@@ -471,3 +612,40 @@ async def test_a_date_python_cannot_hold_fails_permanently_naming_it(
     assert caught.value.retryable is False
     if path == "staged":
         assert (caught.value.column, caught.value.row) == ("d", 2)
+
+
+@pytest.mark.parametrize("path", ["direct", "staged"])
+async def test_operators_take_infinity_and_json_null(places: Places, path: str) -> None:
+    """A filter orders infinity after every date, a cast to text spells it,
+    JSON null stays a value; a cast that cannot hold infinity fails the
+    move permanently naming stream, column and row."""
+    source = await postgres_source(places)
+    operators: list[dict[str, Any]] = [
+        {"op": "filter", "where": "tz > '2000-01-01' or dt = '-infinity' or jb is not null"},
+        {"op": "cast", "columns": {"ts": "text", "jb": "text"}},
+        {"op": "select", "columns": ["id", "dt", "ts", "jb"]},
+    ]
+    destination = await places.end("jsonl", "ops")
+    await move(source, destination, path, places.tmp / "blob", operators)
+    by_id = {line["id"]: line for line in _json_lines(destination)}
+    assert sorted(by_id) == [2, 3, 4, 5, 6, 7]  # row 1 is all NULL
+    assert by_id[3] == {"id": 3, "dt": "infinity", "ts": "infinity", "jb": "null"}
+    assert by_id[4]["ts"] == "-infinity" and by_id[4]["dt"] == "-infinity"
+
+    timed = await places.end("jsonl", "ops-time")
+    with pytest.raises(ValueFault) as caught:
+        # Row 4 (-infinity), in the second batch of three: rows are counted
+        # from the stream's start, filtered ones included.
+        cast: list[dict[str, Any]] = [
+            {"op": "filter", "where": "id <> 3"},
+            {"op": "cast", "columns": {"ts": "time"}},
+        ]
+        await move(source, timed, path, places.tmp / "blob-time", cast)
+    fault = caught.value
+    assert fault.retryable is False
+    assert (fault.stream, fault.column, fault.row) == ("public.edge", "ts", 4), str(fault)
+
+
+def _json_lines(end: End) -> list[dict[str, Any]]:
+    (landed,) = Path(end.config["url"]).glob("*.jsonl")
+    return [json.loads(line) for line in landed.read_text().splitlines()]

@@ -10,8 +10,12 @@ from collections.abc import AsyncGenerator
 from decimal import Decimal
 from pathlib import Path
 
-from setu_agent.engine.providers import files_merge
-from setu_agent.engine.types import Batch, Row
+import pytest
+
+from setu_agent.engine.providers import files_encode, files_merge
+from setu_agent.engine.providers.base import CopyBatch
+from setu_agent.engine.types import Batch, Column, Row
+from setu_agent.engine.values import ValueFault
 
 
 async def batches(*parts: Batch) -> AsyncGenerator[Batch, None]:
@@ -72,3 +76,57 @@ async def test_keys_that_compare_equal_match_across_spellings() -> None:
     finally:
         spill.close()
     assert out == [(Decimal("1.00"), "new")]
+
+
+async def merged_lines(
+    old: list[Batch], written: list[Batch], keep_old: bool, fmt: str
+) -> tuple[bytes, int]:
+    """The merge of a text format: the spill holds encoded lines, and the
+    merge writes bytes (old rows kept are encoded alike)."""
+    columns = [Column("id", "bigint"), Column("name", "text")]
+    out: list[CopyBatch] = []
+
+    async def write_lines(lines: CopyBatch) -> None:
+        out.append(lines)
+
+    async def write_rows(rows: Batch) -> None:
+        raise AssertionError("a line spill writes lines only")
+
+    lines = files_merge.Lines(files_encode.line_encoder(columns, fmt), write_lines)
+    spill = await files_merge.spill(batches(*written), [0], lines)
+    try:
+        await files_merge.merge(write_rows, batches(*old), spill, [0], keep_old)
+    finally:
+        spill.close()
+    return b"".join(part.data for part in out), sum(part.rows for part in out)
+
+
+@pytest.mark.parametrize("keep_old", [True, False])
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+async def test_a_text_format_spills_lines_and_merges_as_rows_do(fmt: str, keep_old: bool) -> None:
+    rows = await merged(OLD, WRITTEN, keep_old)
+    expected = files_encode.line_encoder([Column("id", "bigint"), Column("name", "text")], fmt)
+    data, count = await merged_lines(OLD, WRITTEN, keep_old, fmt)
+    assert data == b"".join(expected(rows))
+    assert count == len(rows)
+
+
+async def test_a_csv_line_with_a_quoted_newline_stays_one_row() -> None:
+    old = [[(1, "old")]]
+    written = [[(1, "two\nlines, quoted"), (2, 'a "quote"')]]
+    data, count = await merged_lines(old, written, True, "csv")
+    assert data == b'1,"two\nlines, quoted"\n2,"a ""quote"""\n'
+    assert count == 2
+
+
+async def test_a_value_the_encoder_refuses_names_its_row_across_batches() -> None:
+    columns = [Column("id", "bigint"), Column("name", "text")]
+
+    async def write_lines(lines: CopyBatch) -> None:
+        pass
+
+    lines = files_merge.Lines(files_encode.line_encoder(columns, "jsonl"), write_lines)
+    written: list[Batch] = [[(1, "a"), (2, "b")], [(3, object())]]
+    with pytest.raises(ValueFault) as caught:
+        await files_merge.spill(batches(*written), [0], lines)
+    assert (caught.value.column, caught.value.row) == ("name", 3)

@@ -29,7 +29,9 @@ async def test_a_transition_bumps_version_logs_an_event_and_notifies(
         assert (moved.state, moved.version) == (JobState.RUNNING, job.version + 1)
         assert moved.started_at is not None and moved.finished_at is None
         note = await asyncio.wait_for(heard.get(), 10)
+        snapshot = note.pop("snapshot")
         assert note == {"job_id": str(job.id), "version": moved.version, "state": "running"}
+        assert isinstance(snapshot, dict) and snapshot["started_at"] is not None
         events = await jobs.list_job_events(pool, job.id, after=0, limit=10)
         assert [e.message for e in events] == ["Running in the cloud"]
 

@@ -78,11 +78,36 @@ async def test_lease_waits_for_run_after_and_leaves_a_running_job_where_it_is(
 
     clock.advance(30)
     await leased(pool, clock, cloud)
+    running = await jobs.get_job(pool, job.id, tenant.workspace_id)
     await make_task(pool, tenant, job=job, cloud=True, now=clock.now())
     got = await tasks.lease_task(pool, cloud, uuid.uuid4(), TTL, clock.now())
     assert got is not None and got[1] is None, "the job was already running"
     events = await jobs.list_job_events(pool, job.id, after=0, limit=10)
-    assert [e.message.startswith("Task test leased by cloud") for e in events] == [True, True]
+    # A job is transitioned when its state changes: the second lease of a
+    # running job writes no event and bumps no version (so notifies nobody).
+    assert [e.message.startswith("Task test leased by cloud") for e in events] == [True]
+    again = await jobs.get_job(pool, job.id, tenant.workspace_id)
+    assert running is not None and again is not None and again.version == running.version
+
+
+async def test_lease_tasks_takes_up_to_as_many_as_tokens_oldest_first(
+    pool: asyncpg.Pool,
+) -> None:
+    tenant, clock, cloud = await setup(pool)
+    job = await make_job(pool, tenant.workspace_id, kind=JobKind.RUN)
+    made = []
+    for _ in range(3):
+        made.append(await make_task(pool, tenant, job=job, cloud=True, now=clock.now()))
+        clock.advance(1)
+    tokens = [uuid.uuid4(), uuid.uuid4()]
+    got = await tasks.lease_tasks(pool, cloud, tokens, TTL, clock.now())
+    assert [t.id for t, _ in got] == [m.id for m in made[:2]], "two, the oldest first"
+    assert [t.lease_token for t, _ in got] == tokens, "each its own token"
+    assert [m is not None for _, m in got] == [True, True], "both name the job they moved"
+    events = await jobs.list_job_events(pool, job.id, after=0, limit=10)
+    assert len(events) == 1, "one transition for the job, not one per task"
+    rest = await tasks.lease_tasks(pool, cloud, [uuid.uuid4() for _ in range(5)], TTL, clock.now())
+    assert [t.id for t, m in rest] == [made[2].id] and rest[0][1] is None
 
 
 async def test_concurrent_leases_never_take_the_same_task(pool: asyncpg.Pool) -> None:

@@ -61,7 +61,10 @@ MESSAGES = [
     "Connection",
     "DiscoverStreamsResponse",
     "Pipeline",
+    "PipelineState",
     "PreviewStreamResponse",
+    "StreamCursor",
+    "StreamState",
     "TestConnectionResponse",
 ]
 

@@ -219,7 +219,8 @@ def test_casts() -> None:
 
 
 def test_uncastable_value_names_column_and_value() -> None:
-    with pytest.raises(OperatorError, match=r"column 'name': cannot cast 'Ann' to integer"):
+    match = r"column 'name', row 1: cannot cast to integer .*\(value 'Ann'\)"
+    with pytest.raises(OperatorError, match=match):
         apply([(1, "Ann", None)], {"op": "cast", "columns": {"name": "integer"}})
 
 

@@ -30,7 +30,7 @@ class Source:
         self.calls: list[float] = []
         self.spent = asyncio.Event()
 
-    async def lease(self, wait_seconds: float) -> LeasedTask | None:
+    async def lease(self, wait_seconds: float, max_tasks: int = 1) -> list[LeasedTask]:
         self.calls.append(asyncio.get_running_loop().time())
         if not self._answers:
             self.spent.set()
@@ -38,12 +38,14 @@ class Source:
         answer = self._answers.pop(0)
         if answer is not None:
             raise answer
-        return None
+        return []
 
     async def heartbeat(self, task: LeasedTask, progress: dict[str, Any]) -> bool:
         raise AssertionError("nothing is leased")
 
-    async def complete(self, task: LeasedTask, result: TaskResult) -> None:
+    async def complete(
+        self, task: LeasedTask, result: TaskResult, *, lease_next: bool = False
+    ) -> LeasedTask | None:
         raise AssertionError("nothing is leased")
 
     async def fail(self, task: LeasedTask, error: str, retryable: bool) -> None:

@@ -36,6 +36,10 @@ class Source:
     def __init__(self, *steps: Any) -> None:
         self._steps = list(steps)
         self.lease_calls = 0
+        # max_tasks of each lease call; what completions hand out eagerly.
+        self.asked: list[int] = []
+        self.upcoming: list[LeasedTask] = []
+        self.lease_next: list[bool] = []
         self.heartbeat_errors: list[BaseException] = []
         self.heartbeats = 0
         self.completed: list[str] = []
@@ -52,8 +56,9 @@ class Source:
             self._news.clear()
             await self._news.wait()
 
-    async def lease(self, wait_seconds: float) -> LeasedTask | None:
+    async def lease(self, wait_seconds: float, max_tasks: int = 1) -> list[LeasedTask]:
         self.lease_calls += 1
+        self.asked.append(max_tasks)
         self.poke()
         if not self._steps:
             await asyncio.Event().wait()
@@ -61,8 +66,8 @@ class Source:
         if isinstance(step, BaseException):
             raise step
         if callable(step):
-            return await step()  # type: ignore[no-any-return]
-        return step  # type: ignore[no-any-return]
+            step = await step()
+        return [step] if step is not None else []  # type: ignore[list-item]
 
     async def heartbeat(self, task: LeasedTask, progress: dict[str, Any]) -> bool:
         self.heartbeats += 1
@@ -71,11 +76,15 @@ class Source:
             raise self.heartbeat_errors.pop(0)
         return False
 
-    async def complete(self, task: LeasedTask, result: TaskResult) -> None:
+    async def complete(
+        self, task: LeasedTask, result: TaskResult, *, lease_next: bool = False
+    ) -> LeasedTask | None:
         if self.before_complete is not None:
             await self.before_complete()
         self.completed.append(task.id)
+        self.lease_next.append(lease_next)
         self.poke()
+        return self.upcoming.pop(0) if lease_next and self.upcoming else None
 
     async def fail(self, task: LeasedTask, error: str, retryable: bool) -> None:
         self.failed.append((task.id, error, retryable))
@@ -188,3 +197,68 @@ async def test_a_completion_in_flight_when_the_grace_runs_out_is_delivered() -> 
     await running
     assert source.completed == ["task-1"], "the report was not cut short"
     assert source.failed == [], "a delivered result is not also handed back"
+
+
+@pytest.mark.looptime
+async def test_the_runtime_asks_for_as_many_tasks_as_it_has_free_slots() -> None:
+    hold = asyncio.Event()
+
+    async def held(context: TaskContext) -> TaskResult:
+        await hold.wait()
+        return TestResult(ok=True, message="fine")
+
+    source = Source(_task(1))
+    runtime = _runtime(source, held, concurrency=3)
+    running = asyncio.create_task(runtime.run())
+    await source.until(lambda: source.lease_calls == 2)
+    assert source.asked == [3, 2], "three idle slots, then two while task-1 runs"
+    hold.set()
+    await asyncio.wait_for(source.until(lambda: source.completed == ["task-1"]), timeout=60)
+    await runtime.stop(grace_seconds=1)
+    await running
+
+
+@pytest.mark.looptime
+async def test_a_completion_hands_the_slot_its_next_task_without_a_lease_call() -> None:
+    calls_at_start: dict[str, int] = {}
+
+    async def counting(context: TaskContext) -> TaskResult:
+        calls_at_start[context.task.id] = source.lease_calls
+        return TestResult(ok=True, message="fine")
+
+    source = Source(_task(1))
+    source.upcoming = [_task(2)]
+    runtime = _runtime(source, counting)
+    running = asyncio.create_task(runtime.run())
+    await asyncio.wait_for(
+        source.until(lambda: source.completed == ["task-1", "task-2"]), timeout=60
+    )
+    assert calls_at_start == {"task-1": 1, "task-2": 1}, "task-2 came in task-1's answer"
+    assert source.lease_next == [True, True]
+    await runtime.stop(grace_seconds=1)
+    await running
+    assert source.failed == []
+
+
+@pytest.mark.looptime
+async def test_a_task_handed_out_eagerly_while_stopping_is_handed_back() -> None:
+    source = Source(_task(1))
+    source.upcoming = [_task(2)]
+    release = asyncio.Event()
+    reporting = asyncio.Event()
+
+    async def held() -> None:
+        reporting.set()
+        await release.wait()
+
+    source.before_complete = held
+    runtime = _runtime(source)
+    running = asyncio.create_task(runtime.run())
+    await reporting.wait()
+    stopping = asyncio.create_task(runtime.stop(grace_seconds=1))
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.wait_for(stopping, timeout=30)
+    await running
+    assert source.completed == ["task-1"] and source.lease_next == [True]
+    assert source.failed == [("task-2", "test runtime is shutting down", True)]

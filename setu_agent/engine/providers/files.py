@@ -53,7 +53,12 @@ from setu_agent.engine.providers.files_codec import (
     infer_json,
     jsonl_records,
 )
-from setu_agent.engine.providers.files_encode import csv_encoder, csv_header, jsonl_encoder
+from setu_agent.engine.providers.files_encode import (
+    csv_encoder,
+    csv_header,
+    jsonl_encoder,
+    line_encoder,
+)
 from setu_agent.engine.providers.files_storage import _LocalFiles, _S3Files, _Storage
 from setu_agent.engine.secrets import check_reference, is_reference
 from setu_agent.engine.types import Batch, Column, Row, Stream, TypeNameError, neutral
@@ -323,7 +328,15 @@ class FileConnector(Connector):
                 return batch
         return []
 
+    async def objects(self, stream: Stream) -> dict[str, tuple[str, str]]:
+        """The stream's file as an object (engine/incremental.py): by name,
+        its signature and modification time."""
+        ref = self._ref(stream.name)
+        return {PurePosixPath(ref).name: await self.storage.version(ref)}
+
     async def read(self, stream: Stream, batch_rows: int) -> AsyncGenerator[Batch, None]:
+        if stream.since is not None and stream.since.empty:
+            return  # incremental, and its file has not changed since the last run
         ref = self._ref(stream.name)
         source = _Source(self.storage.where(ref), stream.name)
         batch: Batch = []
@@ -452,7 +465,7 @@ class FileConnector(Connector):
                 return await _write_all(writer, batches)
             # The written rows spill to disk by key: memory stays flat.
             assert not isinstance(batches, _Lines)  # takes_json_lines refuses keys
-            written = await files_merge.spill(batches, positions)
+            written = await files_merge.spill(batches, positions, self._lines(writer, columns))
             try:
                 old_rows = self._rows(ref, source, columns, rewrite=True) if exists else _nothing()
                 keep_old = mode is WriteMode.UPSERT
@@ -462,6 +475,15 @@ class FileConnector(Connector):
                 await asyncio.to_thread(written.close)
         finally:
             await writer.close()
+
+    def _lines(
+        self, writer: _Writer | files_parquet.ParquetWriter, columns: Sequence[Column]
+    ) -> files_merge.Lines | None:
+        """A text format's upsert spills encoded lines (Parquet: rows)."""
+        if not isinstance(writer, _Writer):
+            return None
+        encode = line_encoder(columns, self.config.format, self.config.delimiter)
+        return files_merge.Lines(encode, writer.write_lines)
 
     async def _recorded(self, marker: LoadMarker) -> int | None:
         """The rows an earlier load of this piece recorded, or None."""

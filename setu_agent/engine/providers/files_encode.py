@@ -220,3 +220,37 @@ def csv_header(columns: Sequence[Column], delimiter: str) -> bytes:
     buffer = io.StringIO()
     csv.writer(buffer, delimiter=delimiter, lineterminator="\n").writerow(c.name for c in columns)
     return buffer.getvalue().encode("utf-8")
+
+
+LineEncoder = Callable[[Sequence[Row]], list[bytes]]
+
+
+def line_encoder(columns: Sequence[Column], fmt: str, delimiter: str = ",") -> LineEncoder:
+    """Encodes a batch as one line per row, each with its terminator (what
+    a file upsert spills: files_merge), in the bytes the batch encoder
+    writes. A bad value names its row in the batch, as the batch encoder's."""
+    if fmt == "csv":
+        return _csv_lines(columns, delimiter)
+    encode = jsonl_encoder(columns)
+
+    def lines(rows: Sequence[Row]) -> list[bytes]:
+        # A JSON line holds no raw newline; splitting copies each line into
+        # a bytes of its own size (orjson's own keep their capacity).
+        return [line + b"\n" for line in encode(rows).split(b"\n")[:-1]]
+
+    return lines
+
+
+def _csv_lines(columns: Sequence[Column], delimiter: str) -> LineEncoder:
+    encode = csv_encoder(columns, delimiter)
+
+    def lines(rows: Sequence[Row]) -> list[bytes]:
+        out = []
+        for number, row in enumerate(rows):
+            try:
+                out.append(encode((row,)))  # a quoted field may hold a newline
+            except ValueFault as fault:
+                raise fault.located(None, number) from fault
+        return out
+
+    return lines

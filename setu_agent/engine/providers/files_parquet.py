@@ -41,7 +41,7 @@ import json
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -331,10 +331,16 @@ def _read_values(array: pa.Array, column: Column, source: _Source, before: int) 
 
 
 def _trimmed(value: Decimal) -> Decimal:
-    """A bare numeric without the zeros its (38,9) decimal padded it with."""
-    if value == value.to_integral_value():
-        return value.quantize(_ONE)
-    return value.normalize()
+    """A bare numeric without the zeros its (38,9) decimal padded it with
+    (in a context wide enough for every digit: the default 28 would round)."""
+    with localcontext() as context:
+        context.prec = _ALL_DIGITS
+        if value == value.to_integral_value():
+            return value.quantize(_ONE)
+        return value.normalize()
+
+
+_ALL_DIGITS = 100  # decimal256 holds 76
 
 
 _ONE = Decimal(1)

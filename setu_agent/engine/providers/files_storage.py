@@ -15,6 +15,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncGenerator
 from contextlib import AsyncExitStack, aclosing
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Protocol
 
@@ -49,6 +50,11 @@ class _Storage(Protocol):
     def chunks(self, ref: str) -> AsyncGenerator[list[bytes], None]: ...
 
     async def exists(self, ref: str) -> bool: ...
+
+    async def version(self, ref: str) -> tuple[str, str]:
+        """(signature, modified as ISO text) of ref: a new signature means
+        the object changed (size and mtime locally, ETag on S3)."""
+        ...
 
     async def temp_file(self, ref: str) -> Path: ...
 
@@ -145,6 +151,14 @@ class _LocalFiles:
 
     async def exists(self, ref: str) -> bool:
         return await asyncio.to_thread(lambda: self._inside(ref).is_file())
+
+    async def version(self, ref: str) -> tuple[str, str]:
+        try:
+            stat = await asyncio.to_thread(lambda: self._inside(ref).stat())
+        except OSError as exc:
+            raise file_error(exc, f"cannot read {ref}") from exc
+        modified = datetime.fromtimestamp(stat.st_mtime, UTC)
+        return f"{stat.st_mtime_ns}:{stat.st_size}", modified.isoformat(sep=" ")
 
     async def temp_file(self, ref: str) -> Path:
         # Beside the target, so the final rename stays on one filesystem.
@@ -264,6 +278,16 @@ class _S3Files:
         except BotoCoreError as exc:
             raise self._error(ref, exc) from exc
         return True
+
+    async def version(self, ref: str) -> tuple[str, str]:
+        client = await self._open()
+        try:
+            head = await client.head_object(Bucket=self.bucket, Key=ref)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(ref, exc) from exc
+        modified = head["LastModified"].astimezone(UTC).isoformat(sep=" ")
+        etag = str(head["ETag"]).strip('"')
+        return f"{etag}:{head['ContentLength']}", modified
 
     async def temp_file(self, ref: str) -> Path:
         def make() -> Path:

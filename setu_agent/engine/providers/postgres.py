@@ -14,10 +14,12 @@ bounded, and every batch is a self-contained COPY stream.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ssl
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
@@ -25,7 +27,8 @@ from setu_agent.engine import pgcopy, sqltypes
 from setu_agent.engine.destination_plan import TableShape
 from setu_agent.engine.markers import MARKERS, LoadMarker
 from setu_agent.engine.operators import Plan, parse_spec
-from setu_agent.engine.providers import postgres_json, postgres_shape
+from setu_agent.engine.pgcopy_split import CopySplitter
+from setu_agent.engine.providers import postgres_json, postgres_shape, postgres_stage
 from setu_agent.engine.providers.base import (
     ConfigError,
     CopyBatch,
@@ -40,6 +43,10 @@ from setu_agent.engine.providers.failures import postgres_error
 from setu_agent.engine.secrets import check_reference, is_reference
 from setu_agent.engine.types import FROM_PG, PG_TYPES, Batch, Column, Stream
 from setu_agent.engine.values import ValueFault
+
+if TYPE_CHECKING:
+    from setu_agent.engine.incremental import Since
+    from setu_agent.engine.resumable import Target
 
 KEYS = frozenset(
     {"host", "port", "database", "user", "password", "schema", "ssl", "connect_timeout"}
@@ -69,6 +76,8 @@ CANONICAL: dict[str, str] = {
 # Rows per heap page when the planner has no statistics yet (never analysed);
 # DISCOVER's estimate uses the same figure.
 FALLBACK_ROWS_PER_PAGE = 60
+# Chunks of an incremental read's COPY held ahead of the batch being loaded.
+COPY_QUEUE = 64
 
 DISCOVER = """
 SELECT c.relname, c.relkind,
@@ -95,6 +104,7 @@ WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
   AND NOT c.relispartition
   -- The load markers are the runtime's books, not a stream.
   AND c.relname <> '_setu_loads'
+  AND left(c.relname, 12) <> '_setu_stage_'  -- resumable loads' staging tables
 ORDER BY c.relname, a.attnum
 """
 
@@ -341,7 +351,25 @@ class PostgresConnector:
 
     def _query(self, stream: Stream) -> str:
         locator = stream.locator or self._locate(stream)
-        return f"SELECT {locator['select']} FROM {locator['relation']}"
+        query = f"SELECT {locator['select']} FROM {locator['relation']}"
+        if stream.since is None:
+            return query
+        # In cursor order, so an index on the cursor serves the read.
+        return f"{query} WHERE {_window(stream.since)} ORDER BY {quote(stream.since.cursor)}"
+
+    async def cursor_high(self, stream: Stream) -> tuple[str | None, int]:
+        """The highest cursor value an incremental read would reach, and how
+        many rows it would read (engine/incremental.py)."""
+        assert stream.since is not None, "only for an incremental read"
+        relation = (stream.locator or self._locate(stream))["relation"]
+        col = quote(stream.since.cursor)
+        where = _window(stream.since, upper=False)
+        sql = f"SELECT max({col})::text AS high, count(*) AS n FROM {relation} WHERE {where}"
+        try:
+            record = await self._conn.fetchrow(sql)
+        except asyncpg.PostgresError as exc:
+            raise postgres_error(exc, f"postgres: reading {stream.name}") from exc
+        return record["high"], int(record["n"])
 
     def _locate(self, stream: Stream) -> dict[str, Any]:
         """A locator for a stream that did not come from this connector's
@@ -371,11 +399,12 @@ class PostgresConnector:
         try:
             async with self._conn.transaction(isolation="repeatable_read", readonly=True):
                 shape = await self._conn.fetchrow(TABLE_PAGES, relation)
-                if shape["relkind"] not in ("r", "m"):
-                    # Views and partitioned parents have no ctid ranges:
-                    # a cursor in batches, encoded, keeps memory bounded.
-                    async for batch in self._cursor_batches(query, batch_rows):
-                        yield CopyBatch(pgcopy.encode(stream.columns, batch), len(batch))
+                if shape["relkind"] not in ("r", "m") or stream.since is not None:
+                    # An incremental read is in cursor order (views and
+                    # partitioned parents have no ctid ranges): one COPY,
+                    # cut into batches as it streams, keeps memory bounded.
+                    async for batch in self._copy_split(query, batch_rows):
+                        yield batch
                     return
                 per_page = float(shape["rows_per_page"]) or FALLBACK_ROWS_PER_PAGE
                 step = max(1, int(batch_rows / per_page))
@@ -399,7 +428,7 @@ class PostgresConnector:
             async with self._conn.transaction(isolation="repeatable_read", readonly=True):
                 await self._conn.execute("SET LOCAL TimeZone = 'UTC'")
                 shape = await self._conn.fetchrow(TABLE_PAGES, relation)
-                if shape["relkind"] not in ("r", "m"):
+                if shape["relkind"] not in ("r", "m") or stream.since is not None:
                     cursor = await self._conn.cursor(lines)
                     while batch := await cursor.fetch(batch_rows):
                         data = "".join([f"{record[0]}\n" for record in batch]).encode()
@@ -431,6 +460,36 @@ class PostgresConnector:
         cursor = await self._conn.cursor(query)
         while batch := await cursor.fetch(batch_rows):
             yield [tuple(record) for record in batch]
+
+    async def _copy_split(self, query: str, batch_rows: int) -> AsyncIterator[CopyBatch]:
+        """One binary COPY of `query`, in batches of `batch_rows` rows as it
+        arrives (engine/pgcopy_split.py); a bounded queue holds the COPY back
+        while the batches before are loaded."""
+        chunks: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=COPY_QUEUE)
+
+        async def sink(chunk: bytes) -> None:
+            await chunks.put(bytes(chunk))
+
+        async def pump() -> None:
+            try:
+                await self._conn.copy_from_query(query, output=sink, format="binary")
+            finally:
+                await chunks.put(None)
+
+        splitter = CopySplitter(batch_rows)
+        copying = asyncio.create_task(pump())
+        try:
+            while (chunk := await chunks.get()) is not None:
+                for batch in splitter.feed(chunk):
+                    yield batch
+            await copying  # raises what the COPY raised
+            if (last := splitter.finish()) is not None:
+                yield last
+        finally:
+            if not copying.done():
+                copying.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await copying
 
     async def _copy_out(self, query: str) -> CopyBatch:
         chunks: list[bytes] = []
@@ -511,6 +570,10 @@ class PostgresConnector:
                 await self._conn.execute(MARKERS_DDL.format(table=table))
         return table
 
+    async def _set_marker(self, markers: str, marker: LoadMarker, rows: int) -> None:
+        key = (marker.run_id, marker.stream, marker.part)
+        await self._conn.execute(SET_MARKER.format(table=markers), *key, rows)
+
     async def _claim(self, markers: str, marker: LoadMarker) -> int | None:
         """None when this load goes on (its marker claimed in its own
         transaction); else the rows the attempt that loaded it recorded."""
@@ -519,6 +582,75 @@ class PostgresConnector:
             return None
         rows: int = await self._conn.fetchval(MARKED_ROWS.format(table=markers), *key)
         return rows
+
+    # -- resumable loads (engine/resumable.py, providers/postgres_stage.py)
+
+    # The staging table takes the staged bytes as they are; the chain runs
+    # when it is applied.
+    copies = True
+
+    async def marked(self, marker: LoadMarker) -> int | None:
+        try:
+            markers = await self._markers()
+            key = (marker.run_id, marker.stream, marker.part)
+            rows: int | None = await self._conn.fetchval(MARKED_ROWS.format(table=markers), *key)
+            return rows
+        except asyncpg.PostgresError as exc:
+            raise postgres_error(exc, "postgres: reading load markers") from exc
+
+    async def prepare_stage(
+        self, stage: str, columns: Sequence[Column], schema: str | None
+    ) -> None:
+        relation = f"{quote(schema or self._schema)}.{quote(stage)}"
+        try:
+            await postgres_stage.create(self._conn, relation, _ddl(columns))
+        except asyncpg.PostgresError as exc:
+            raise postgres_error(exc, f"postgres: creating {relation}") from exc
+
+    async def stage_part(
+        self,
+        stage: str,
+        columns: Sequence[Column],
+        part: CopyBatch | Batch,
+        marker: LoadMarker,
+        schema: str | None,
+    ) -> bool:
+        assert isinstance(part, CopyBatch)
+        plan = parse_spec(None).chain_for(stage).plan(columns)
+        load = _Load(self._conn, schema or self._schema, stage, columns, plan, WriteMode.APPEND, ())
+        try:
+            markers = await self._markers()
+            async with self._conn.transaction():
+                if await self._claim(markers, marker) is not None:
+                    return False  # an earlier attempt copied it
+                await load.copy_part(part)
+                await self._set_marker(markers, marker, part.rows)
+                return True
+        except asyncpg.PostgresError as exc:
+            raise postgres_error(exc, f"postgres: staging into {load.target}") from exc
+
+    async def apply_stage(
+        self, stage: str, columns: Sequence[Column], target: Target, marker: LoadMarker
+    ) -> Written | int:
+        schema = target.schema or self._schema
+        load = _Load(
+            self._conn, schema, target.table, columns, target.plan, target.mode, target.key
+        )
+        relation = f"{quote(schema)}.{quote(stage)}"
+        try:
+            markers = await self._markers()
+            async with self._conn.transaction():
+                recorded = await self._claim(markers, marker)
+                if recorded is not None:
+                    return recorded  # an earlier attempt applied it
+                await postgres_stage.apply_settings(self._conn)
+                await load.ready()
+                written = await load.insert_from(relation)
+                await self._conn.execute(f"DROP TABLE {relation}")
+                await self._set_marker(markers, marker, int(written))
+                return written
+        except asyncpg.PostgresError as exc:
+            raise postgres_error(exc, f"postgres: loading {load.target}") from exc
 
     # -- the destination's shape (engine/destination_plan.py)
 
@@ -568,6 +700,28 @@ class _Load:
         self.existing: dict[str, str] = {}
 
     async def run(self, parts: AsyncIterator[CopyBatch]) -> int:
+        existing = await self.ready()
+        same_types = all(_copies_into(c, existing[c.name]) for c in self.plan.output)
+        if self.plan.identity and not self.mode.needs_key and same_types:
+            rows = await self._copy(parts, self.schema, self.table, self.plan.output)
+            return Written(rows, RowChanges(rows))
+        await self.conn.execute(
+            f"CREATE TEMP TABLE _setu_stage ({_ddl(self.columns)}) ON COMMIT DROP"
+        )
+        await self._copy(parts, None, "_setu_stage", self.columns)
+        return await self.insert_from("_setu_stage")
+
+    async def insert_from(self, relation: str) -> Written:
+        """The chain's output over `relation` (staged columns) into the target."""
+        select = _typed(self.plan.select_sql(relation), self.plan.output)
+        if not self.mode.needs_key:
+            status = await self.conn.execute(f"INSERT INTO {self.target} ({self.names}) {select}")
+            return Written(_count(status), RowChanges(_count(status)))
+        return await self._upsert(select)
+
+    async def ready(self) -> dict[str, str]:
+        """The target checked (created if missing, emptied to overwrite);
+        its column types."""
         if self.mode.needs_key and not self.key:
             raise ConfigError(
                 f"write mode {self.mode.value} needs a key for {self.target}: the source has "
@@ -589,19 +743,7 @@ class _Load:
         if self.mode is WriteMode.OVERWRITE:
             await self.conn.execute(f"TRUNCATE {self.target}")
         self.existing = existing
-        same_types = all(_copies_into(c, existing[c.name]) for c in self.plan.output)
-        if self.plan.identity and not self.mode.needs_key and same_types:
-            rows = await self._copy(parts, self.schema, self.table, self.plan.output)
-            return Written(rows, RowChanges(rows))
-        await self.conn.execute(
-            f"CREATE TEMP TABLE _setu_stage ({_ddl(self.columns)}) ON COMMIT DROP"
-        )
-        await self._copy(parts, None, "_setu_stage", self.columns)
-        select = _typed(self.plan.select_sql("_setu_stage"), self.plan.output)
-        if not self.mode.needs_key:
-            status = await self.conn.execute(f"INSERT INTO {self.target} ({self.names}) {select}")
-            return Written(_count(status), RowChanges(_count(status)))
-        return await self._upsert(select)
+        return existing
 
     async def _target_types(self) -> dict[str, str] | None:
         exists = await self.conn.fetchval("SELECT to_regclass($1)", self.target)
@@ -623,6 +765,10 @@ class _Load:
                 f"unique index on ({', '.join(self.key)}): add one, or use write_mode "
                 f"append or overwrite"
             )
+
+    async def copy_part(self, part: CopyBatch) -> None:
+        """One staged part, as it is, into this (staging) table."""
+        await self._copy(_one(part), self.schema, self.table, self.columns)
 
     async def _copy(
         self,
@@ -764,6 +910,10 @@ def _comparable(alias: str, column: str, typname: str) -> str:
 COPY_CHUNK = 256 * 1024
 
 
+async def _one(part: CopyBatch) -> AsyncIterator[CopyBatch]:
+    yield part
+
+
 async def _once(data: bytes) -> AsyncIterator[memoryview]:
     view = memoryview(data)
     for start in range(0, len(view), COPY_CHUNK):
@@ -771,3 +921,27 @@ async def _once(data: bytes) -> AsyncIterator[memoryview]:
 
 
 PROVIDER = PostgresProvider()
+
+
+def _window(since: Since, *, upper: bool = True) -> str:
+    """The SQL predicate of an incremental read; values are quoted literals
+    cast to the cursor's type, so they compare as the column does."""
+    col, pg_type = quote(since.cursor), PG_TYPES[since.cursor_type]
+    parts = ["false" if since.empty else "true"]
+    if since.low is not None:
+        op = ">=" if since.inclusive else ">"
+        parts.append(f"{col} {op} {_literal(since.low)}::{pg_type}")
+    if upper and since.high is not None:
+        parts.append(f"{col} <= {_literal(since.high)}::{pg_type}")
+    return " AND ".join(parts)
+
+
+def _literal(text: str) -> str:
+    """A string literal, as PostgreSQL's quote_literal writes it: quotes
+    doubled, and backslashes doubled in an E'' literal, so the text stays one
+    literal whatever standard_conforming_strings is. A cursor value comes
+    from Setu's state, but is treated as untrusted all the same."""
+    if "\x00" in text:
+        raise ConfigError("a cursor value holds a NUL character, which PostgreSQL cannot compare")
+    quoted = "'" + text.replace("'", "''") + "'"
+    return "E" + quoted.replace("\\", "\\\\") if "\\" in text else quoted

@@ -20,15 +20,16 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, tzinfo
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from setu_agent.engine.destination_plan import TableShape
 from setu_agent.engine.markers import MARKERS, LoadMarker
-from setu_agent.engine.providers import sqlite_shape
+from setu_agent.engine.providers import sqlite_shape, sqlite_stage
 from setu_agent.engine.providers.base import (
     ConfigError,
     Connector,
+    CopyBatch,
     Egress,
     PermanentError,
     ProviderError,
@@ -38,8 +39,13 @@ from setu_agent.engine.providers.base import (
 )
 from setu_agent.engine.providers.failures import sqlite_error
 from setu_agent.engine.providers.sqlite_values import DECLARED, neutral_of, row_reader, row_writer
+from setu_agent.engine.resumable import STAGE_PREFIX
 from setu_agent.engine.sqltypes import kept
 from setu_agent.engine.types import Batch, Column, Stream
+
+if TYPE_CHECKING:
+    from setu_agent.engine.incremental import Since
+    from setu_agent.engine.resumable import Target
 
 T = TypeVar("T")
 
@@ -170,12 +176,28 @@ class SqliteConnector:
         rows = await self._run(what, lambda conn: conn.execute(sql, (limit,)).fetchall())
         return [convert(row) for row in rows]
 
+    async def cursor_high(self, stream: Stream) -> tuple[str | None, int]:
+        """The highest cursor value an incremental read would reach, and how
+        many rows it would read (engine/incremental.py)."""
+        assert stream.since is not None, "only for an incremental read"
+        table, col = _table_of(stream), quote(stream.since.cursor)
+        where, args = _window(stream.since, upper=False)
+        sql = f"SELECT max({col}), count(*) FROM {quote(table)} WHERE {where}"
+        high, count = await self._run(
+            f"reading {table!r}", lambda conn: conn.execute(sql, args).fetchone()
+        )
+        return (None if high is None else str(high)), int(count)
+
     async def read(self, stream: Stream, batch_rows: int) -> AsyncIterator[Batch]:
         table = _table_of(stream)
         convert = row_reader(table, stream.columns, self._zone or UTC)
-        sql = _select(table, stream.columns)
+        sql, args = _select(table, stream.columns), tuple[str, ...]()
+        if stream.since is not None:
+            # In cursor order, so an index on the cursor serves the read.
+            where, args = _window(stream.since)
+            sql = f"{sql} WHERE {where} ORDER BY {quote(stream.since.cursor)}"
         what = f"reading {table!r}"
-        cursor = await self._run(what, lambda conn: conn.execute(sql))
+        cursor = await self._run(what, lambda conn: conn.execute(sql, args))
         try:
             while True:
                 rows = await self._run(what, lambda _: cursor.fetchmany(batch_rows))
@@ -226,6 +248,76 @@ class SqliteConnector:
                 raise
             return Written(written, changes)
 
+    # -- resumable loads (engine/resumable.py, providers/sqlite_stage.py)
+
+    # The chain runs in Python: the staging table takes its output.
+    copies = False
+
+    async def marked(self, marker: LoadMarker) -> int | None:
+        find = functools.partial(sqlite_stage.marked, marker=marker, marked_rows=MARKED_ROWS)
+        return await self._run("reading load markers", find)
+
+    async def prepare_stage(
+        self, stage: str, columns: Sequence[Column], schema: str | None
+    ) -> None:
+        create = functools.partial(sqlite_stage.create, stage=stage, columns=columns)
+        await self._write_locked(f"creating {stage!r}", create)
+
+    async def stage_part(
+        self,
+        stage: str,
+        columns: Sequence[Column],
+        part: CopyBatch | Batch,
+        marker: LoadMarker,
+        schema: str | None,
+    ) -> bool:
+        assert isinstance(part, list)
+
+        def copy(conn: sqlite3.Connection) -> bool:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(MARKERS_DDL)
+                if conn.execute(MARKED_ROWS, _marker_key(marker)).fetchone() is not None:
+                    conn.execute("ROLLBACK")
+                    return False  # an earlier attempt copied it
+                sqlite_stage.insert(conn, stage, columns, part)
+                conn.execute(SET_MARKER, (*_marker_key(marker), len(part)))
+                conn.execute("COMMIT")
+                return True
+            except BaseException:
+                _rollback(conn)
+                raise
+
+        return await self._write_locked(f"staging into {stage!r}", copy)
+
+    async def apply_stage(
+        self, stage: str, columns: Sequence[Column], target: Target, marker: LoadMarker
+    ) -> Written | int:
+        table = f"{target.schema}.{target.table}" if target.schema else target.table
+        plan = _WritePlan(table, list(columns), target.mode, list(target.key), marker)
+
+        def apply(conn: sqlite3.Connection) -> Written | int:
+            try:
+                recorded = plan.begin(conn)
+                if recorded is not None:
+                    _rollback(conn)
+                    return recorded  # an earlier attempt applied it
+                written = plan.insert_staged(conn, stage)
+                return Written(written, plan.finish(conn, written))
+            except BaseException:
+                _rollback(conn)
+                raise
+
+        return await self._write_locked(f"writing {table!r}", apply)
+
+    async def _write_locked(self, what: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        async with self._lock:
+            if not self._writable:
+                await _in_thread(self._conn.close)
+                self._conn = await _in_thread(_open, self._path, "rw")
+                self._writable = True
+            return await _in_thread(_guarded, what, fn, self._conn)
+
     # -- the destination's shape (engine/destination_plan.py)
 
     async def inspect_table(self, table: str, schema: str | None) -> TableShape:
@@ -269,6 +361,20 @@ def _table_of(stream: Stream) -> str:
     return str(stream.locator.get("table", stream.name))
 
 
+def _window(since: Since, *, upper: bool = True) -> tuple[str, tuple[str, ...]]:
+    """An incremental read's predicate and its parameters; the column's
+    affinity makes SQLite compare them as it compares the column."""
+    col = quote(since.cursor)
+    parts, args = ["0" if since.empty else "1"], []
+    if since.low is not None:
+        parts.append(f"{col} {'>=' if since.inclusive else '>'} ?")
+        args.append(since.low)
+    if upper and since.high is not None:
+        parts.append(f"{col} <= ?")
+        args.append(since.high)
+    return " AND ".join(parts), tuple(args)
+
+
 def _select(table: str, columns: Sequence[Column]) -> str:
     return f"SELECT {', '.join(quote(c.name) for c in columns)} FROM {quote(table)}"
 
@@ -279,7 +385,9 @@ def _discover(conn: sqlite3.Connection, zone: tzinfo | None = None) -> list[Stre
         "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name"
     ).fetchall()
     # The load markers are the runtime's books, not a stream.
-    return [_describe(conn, name, kind, zone) for name, kind in objects if name != MARKERS]
+    # Nor are the staging tables of resumable loads.
+    books = [(n, k) for n, k in objects if n != MARKERS and not n.startswith(STAGE_PREFIX)]
+    return [_describe(conn, name, kind, zone) for name, kind in books]
 
 
 # A date-time text that ends in an offset: it names an instant.
@@ -353,6 +461,7 @@ class _WritePlan:
             if missing:
                 raise ConfigError(f"key column(s) {', '.join(missing)} are not written")
         self.table, self.columns, self.mode, self.key = table, columns, mode, key
+        self.conflict = ""
         self.to_sqlite = row_writer(table, columns)
         self.key_at = [names.index(k) for k in key] if mode.needs_key else []
         marks = ", ".join("?" for _ in names)
@@ -367,7 +476,8 @@ class _WritePlan:
                 f"{quote(table)}.{quote(n)} IS NOT excluded.{quote(n)}" for n in others
             )
             action = f"DO UPDATE SET {updates} WHERE {differs}" if others else "DO NOTHING"
-            self.insert_sql += f" ON CONFLICT ({', '.join(map(quote, key))}) {action}"
+            self.conflict = f" ON CONFLICT ({', '.join(map(quote, key))}) {action}"
+            self.insert_sql += self.conflict
         # Rows in the table before the write, and rows the inserts changed:
         # what an upsert inserted, updated and left unchanged.
         self.rows_before = 0
@@ -444,6 +554,28 @@ class _WritePlan:
                 f"INSERT OR IGNORE INTO temp.setu_merge_keys VALUES ({marks})",
                 [tuple(row[i] for i in self.key_at) for row in rows],
             )
+
+    def insert_staged(self, conn: sqlite3.Connection, stage: str) -> int:
+        """The rows of a staging table (engine/resumable.py), in the order they
+        were staged, as insert() would write them; then the staging table
+        is dropped. The rows staged."""
+        names = ", ".join(quote(c.name) for c in self.columns)
+        # `WHERE true`: an upsert after INSERT … SELECT must not read as a join.
+        self.changed += max(
+            conn.execute(
+                f"INSERT INTO {quote(self.table)} ({names}) SELECT {names} FROM {quote(stage)} "
+                f"WHERE true ORDER BY rowid{self.conflict}"
+            ).rowcount,
+            0,
+        )
+        if self.mode is WriteMode.MERGE:
+            keys = ", ".join(map(quote, self.key))
+            conn.execute(
+                f"INSERT OR IGNORE INTO temp.setu_merge_keys SELECT {keys} FROM {quote(stage)}"
+            )
+        staged = int(conn.execute(f"SELECT count(*) FROM {quote(stage)}").fetchone()[0])
+        conn.execute(f"DROP TABLE {quote(stage)}")
+        return staged
 
     def finish(self, conn: sqlite3.Connection, written: int = 0) -> RowChanges:
         changes = RowChanges(written)

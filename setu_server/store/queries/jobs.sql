@@ -39,8 +39,7 @@ SET cancel_requested = true, error_message = $3, version = version + 1,
     updated_at = coalesce($2, now())
 WHERE id = $1 AND NOT cancel_requested AND state IN ('ready', 'pending', 'running')
 RETURNING *,
-    pg_notify('setu_job', json_build_object(
-        'job_id', id, 'version', version, 'state', state)::text) AS notified;
+    pg_notify('setu_job', setu_job_notice(job)) AS notified;
 
 -- name: lock_job
 -- A workspace's job, locked for a decision that spans several statements.

@@ -30,8 +30,7 @@ SET rows_extracted = $2, rows_loaded = $3, version = version + 1,
     updated_at = coalesce($4, now())
 WHERE id = $1
 RETURNING cancel_requested,
-    pg_notify('setu_job', json_build_object(
-        'job_id', id, 'version', version, 'state', state)::text) AS notified;
+    pg_notify('setu_job', setu_job_notice(job)) AS notified;
 
 -- name: set_run_plan
 -- What a run expects to move and where its stages run; null keeps a value.
@@ -42,8 +41,7 @@ SET rows_total = coalesce($2, rows_total),
     load_runtime = coalesce($4, load_runtime),
     version = version + 1, updated_at = coalesce($5, now())
 WHERE id = $1
-RETURNING pg_notify('setu_job', json_build_object(
-    'job_id', id, 'version', version, 'state', state)::text) AS notified;
+RETURNING pg_notify('setu_job', setu_job_notice(job)) AS notified;
 
 -- name: save_artifact
 -- What an extract staged for one stream; a re-extract replaces it.
@@ -80,14 +78,12 @@ SET rows_extracted = coalesce($3, job_output.rows_extracted),
 WITH moved AS (
     UPDATE job SET phase = $2, version = version + 1, updated_at = coalesce($4, now())
     WHERE id = $1 AND state = 'running'
-    RETURNING *
+    RETURNING *, pg_notify('setu_job', setu_job_notice(job)) AS notified
 ), logged AS (
     INSERT INTO job_event (job_id, level, message, created_at)
     SELECT id, 'info', $3, coalesce($4, now()) FROM moved
 )
-SELECT moved.*, pg_notify('setu_job', json_build_object(
-    'job_id', id, 'version', version, 'state', state)::text) AS notified
-FROM moved;
+SELECT moved.* FROM moved;
 
 -- name: runs_to_purge
 -- Ended runs whose staged data has outlived the retention, with every

@@ -32,54 +32,64 @@ WITH inserted AS (
 )
 SELECT inserted.*, pg_notify('setu_task', runtime) AS notified FROM inserted;
 
--- name: lease_task
--- The oldest eligible pending task of one runtime, leased, and its job moved
--- to running (or, already running, told of the new lease), in one statement.
+-- name: lease_tasks
+-- Up to cardinality($2) of the oldest eligible pending tasks of one runtime,
+-- leased (the n-th with the n-th token of $2), and each job that was
+-- pending moved to running, in one statement. A job already running is left
+-- alone: no event, no version bump, no notification (a job is transitioned
+-- when its state changes, not at every task event).
 -- SKIP LOCKED: concurrent lessees on any server never take the same row.
 -- Locks go job before task everywhere (CancelJob, a failure ending its run,
 -- a last load): the lessee takes the job's lock with the task's and waits
 -- for neither, so it never holds a task while waiting on its job (the
 -- deadlock with CancelJob). A task whose job is busy is passed over; when
--- work is left after a lease, `setu_task` wakes the runtime's other lessees.
--- Returns the task's columns and `moved_job`, the job row if it moved.
--- $1 runtime, $2 lease_token, $3 lease seconds, $4 now
-WITH leased AS (
+-- work is left after a lease, `setu_task` wakes the runtime's other lessees
+-- (once per statement).
+-- Returns the tasks' columns, oldest first, and `moved_job`, the job row if
+-- this statement moved it.
+-- $1 runtime, $2 lease tokens uuid[], $3 lease seconds, $4 now
+WITH candidates AS (
+    SELECT task.id, task.created_at FROM task JOIN job ON job.id = task.job_id
+    WHERE task.runtime = $1 AND task.state = 'pending'
+      AND task.run_after <= coalesce($4, now())
+    ORDER BY task.created_at
+    LIMIT cardinality($2::uuid[])
+    FOR NO KEY UPDATE OF task, job SKIP LOCKED
+), picked AS (
+    SELECT id, ($2::uuid[])[row_number() OVER (ORDER BY created_at, id)] AS token
+    FROM candidates
+), leased AS (
     UPDATE task
     SET state = 'leased',
-        lease_token = $2,
+        lease_token = picked.token,
         lease_expires_at = coalesce($4, now()) + make_interval(secs => $3),
         updated_at = coalesce($4, now())
-    WHERE id = (
-        SELECT task.id FROM task JOIN job ON job.id = task.job_id
-        WHERE task.runtime = $1 AND task.state = 'pending'
-          AND task.run_after <= coalesce($4, now())
-        ORDER BY task.created_at
-        LIMIT 1
-        FOR NO KEY UPDATE OF task, job SKIP LOCKED
-    )
-    RETURNING *
+    FROM picked
+    WHERE task.id = picked.id
+    RETURNING task.*
 ), said AS (
-    SELECT leased.job_id,
+    SELECT DISTINCT ON (job_id) job_id,
            format('Task %s leased by %s (attempt %s of %s)', kind,
                   CASE WHEN runtime = 'cloud' THEN 'cloud' ELSE 'agent:' || runtime END,
                   attempt, max_attempts) AS message
     FROM leased
+    ORDER BY job_id, created_at
 ), moved AS (
     SELECT j FROM said,
          setu_transition_jobs(ARRAY[said.job_id], 'running', ARRAY['pending'], NULL, NULL,
                               'info', said.message, $4, NULL) AS j
-), logged AS (
-    INSERT INTO job_event (job_id, level, message, created_at)
-    SELECT job_id, 'info', message, coalesce($4, now()) FROM said
-    WHERE NOT EXISTS (SELECT 1 FROM moved)
+), more AS (
+    SELECT pg_notify('setu_task', $1) AS notified
+    WHERE EXISTS (SELECT 1 FROM leased) AND EXISTS (
+        SELECT 1 FROM task
+        WHERE runtime = $1 AND state = 'pending' AND run_after <= coalesce($4, now())
+          AND id NOT IN (SELECT id FROM leased)
+    )
 )
-SELECT leased.*, (SELECT j FROM moved) AS moved_job,
-       CASE WHEN EXISTS (
-           SELECT 1 FROM task
-           WHERE runtime = $1 AND state = 'pending' AND run_after <= coalesce($4, now())
-             AND id <> leased.id
-       ) THEN pg_notify('setu_task', $1) END AS notified
-FROM leased;
+SELECT leased.*, (SELECT m.j FROM moved m WHERE (m.j).id = leased.job_id) AS moved_job,
+       (SELECT notified FROM more) AS notified
+FROM leased
+ORDER BY leased.created_at, leased.id;
 
 -- name: seconds_to_next_eligible
 -- Seconds until the next delayed task of a runtime becomes eligible (null:
@@ -119,8 +129,7 @@ WITH beat AS (
     WHERE job.id = beat.job_id AND job.state = 'running'
       AND ((beat.kind = 'extract' AND $4::jsonb ? 'rows_read')
            OR (beat.kind = 'load' AND $4::jsonb ? 'rows_written'))
-    RETURNING pg_notify('setu_job', json_build_object(
-        'job_id', job.id, 'version', job.version, 'state', job.state)::text) AS notified
+    RETURNING pg_notify('setu_job', setu_job_notice(job)) AS notified
 )
 SELECT beat.lease_expires_at, beat.cancel_requested, (SELECT count(*) FROM counted) AS counted
 FROM beat;

@@ -124,18 +124,26 @@ class LeaseTaskRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     WAIT_SECONDS_FIELD_NUMBER: _builtins.int
+    MAX_TASKS_FIELD_NUMBER: _builtins.int
     wait_seconds: _builtins.int
     """0..30; 0 answers at once."""
+    max_tasks: _builtins.int
+    """Up to this many tasks in one answer (the runtime's free slots), in
+    `tasks`. Absent (a runtime that predates it): one, in `task`.
+    """
     def __init__(
         self,
         *,
         wait_seconds: _builtins.int = ...,
+        max_tasks: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_tasks", b"_max_tasks", "max_tasks", b"max_tasks"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["wait_seconds", b"wait_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_tasks", b"_max_tasks", "max_tasks", b"max_tasks", "wait_seconds", b"wait_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__max_tasks: _TypeAlias = _typing.Literal["max_tasks"]  # noqa: Y015
+    _WhichOneofArgType__max_tasks: _TypeAlias = _typing.Literal["_max_tasks", b"_max_tasks"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_tasks) -> _WhichOneofReturnType__max_tasks | None: ...
 
 Global___LeaseTaskRequest: _TypeAlias = LeaseTaskRequest  # noqa: Y015
 
@@ -189,18 +197,26 @@ class LeaseTaskResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TASK_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def task(self) -> Global___Task:
-        """Absent when nothing came within the wait."""
+        """Absent when nothing came within the wait, or when max_tasks was given."""
+
+    @_builtins.property
+    def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___Task]:
+        """When max_tasks was given: 0..max_tasks tasks, oldest first; empty when
+        nothing came within the wait.
+        """
 
     def __init__(
         self,
         *,
         task: Global___Task | None = ...,
+        tasks: _abc.Iterable[Global___Task] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["task", b"task", "tasks", b"tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -392,16 +408,40 @@ Global___BlobSettings: _TypeAlias = BlobSettings  # noqa: Y015
 class ExtractSpec(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class CursorsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     JOB_ID_FIELD_NUMBER: _builtins.int
     PIPELINE_ID_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
     STREAMS_FIELD_NUMBER: _builtins.int
     BLOB_PREFIX_FIELD_NUMBER: _builtins.int
     BLOB_FIELD_NUMBER: _builtins.int
+    SPEC_FIELD_NUMBER: _builtins.int
+    WRITE_MODE_FIELD_NUMBER: _builtins.int
+    CURSORS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     pipeline_id: _builtins.str
     blob_prefix: _builtins.str
     """ws/{ws}/pl/{pipeline}/run/{run}/"""
+    write_mode: _common_pb2.WriteMode.ValueType
     @_builtins.property
     def source(self) -> Global___ConnectionSpec: ...
     @_builtins.property
@@ -410,6 +450,14 @@ class ExtractSpec(_message.Message):
 
     @_builtins.property
     def blob(self) -> Global___BlobSettings: ...
+    @_builtins.property
+    def spec(self) -> _struct_pb2.Struct:
+        """The pipeline's spec (its `sync` section says which streams read from a
+        cursor) and write mode, and each incremental stream's saved cursor.
+        """
+
+    @_builtins.property
+    def cursors(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
         self,
         *,
@@ -419,10 +467,13 @@ class ExtractSpec(_message.Message):
         streams: _abc.Iterable[_builtins.str] | None = ...,
         blob_prefix: _builtins.str = ...,
         blob: Global___BlobSettings | None = ...,
+        spec: _struct_pb2.Struct | None = ...,
+        write_mode: _common_pb2.WriteMode.ValueType = ...,
+        cursors: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "source", b"source"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "source", b"source", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "blob_prefix", b"blob_prefix", "job_id", b"job_id", "pipeline_id", b"pipeline_id", "source", b"source", "streams", b"streams"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "blob_prefix", b"blob_prefix", "cursors", b"cursors", "job_id", b"job_id", "pipeline_id", b"pipeline_id", "source", b"source", "spec", b"spec", "streams", b"streams", "write_mode", b"write_mode"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -597,12 +648,34 @@ class LoadResult(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class CursorsByStreamEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> _common_pb2.StreamCursor: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _common_pb2.StreamCursor | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     ROWS_LOADED_FIELD_NUMBER: _builtins.int
     ROWS_BY_STREAM_FIELD_NUMBER: _builtins.int
     CHANGES_BY_STREAM_FIELD_NUMBER: _builtins.int
     DRY_RUN_FIELD_NUMBER: _builtins.int
     PLANNED_FIELD_NUMBER: _builtins.int
     NOTES_FIELD_NUMBER: _builtins.int
+    CURSORS_BY_STREAM_FIELD_NUMBER: _builtins.int
     rows_loaded: _builtins.int
     dry_run: _builtins.bool
     """A dry run's load: nothing was written; `planned` says what would be."""
@@ -622,6 +695,12 @@ class LoadResult(_message.Message):
         created, columns added), one job event each.
         """
 
+    @_builtins.property
+    def cursors_by_stream(self) -> _containers.MessageMap[_builtins.str, _common_pb2.StreamCursor]:
+        """Per incremental stream, the highest cursor value loaded: the stream's
+        saved state advances to it as this result is recorded.
+        """
+
     def __init__(
         self,
         *,
@@ -631,10 +710,11 @@ class LoadResult(_message.Message):
         dry_run: _builtins.bool = ...,
         planned: _abc.Iterable[Global___PlannedStream] | None = ...,
         notes: _abc.Iterable[Global___LoadNote] | None = ...,
+        cursors_by_stream: _abc.Mapping[_builtins.str, _common_pb2.StreamCursor] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes_by_stream", b"changes_by_stream", "dry_run", b"dry_run", "notes", b"notes", "planned", b"planned", "rows_by_stream", b"rows_by_stream", "rows_loaded", b"rows_loaded"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes_by_stream", b"changes_by_stream", "cursors_by_stream", b"cursors_by_stream", "dry_run", b"dry_run", "notes", b"notes", "planned", b"planned", "rows_by_stream", b"rows_by_stream", "rows_loaded", b"rows_loaded"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -901,8 +981,14 @@ class CompleteTaskRequest(_message.Message):
     DISCOVER_FIELD_NUMBER: _builtins.int
     PREVIEW_FIELD_NUMBER: _builtins.int
     MIGRATE_FIELD_NUMBER: _builtins.int
+    LEASE_NEXT_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     lease_token: _builtins.str
+    lease_next: _builtins.bool
+    """Also lease this runtime's next eligible task, if one is waiting, and
+    return it in the answer (an eager lease: a busy runtime pays one round
+    trip per task). Never waits. Only once this completion is recorded.
+    """
     @_builtins.property
     def extract(self) -> Global___ExtractResult: ...
     @_builtins.property
@@ -926,10 +1012,11 @@ class CompleteTaskRequest(_message.Message):
         discover: Global___DiscoverResult | None = ...,
         preview: Global___PreviewResult | None = ...,
         migrate: Global___MigrateResult | None = ...,
+        lease_next: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["discover", b"discover", "extract", b"extract", "load", b"load", "migrate", b"migrate", "preview", b"preview", "result", b"result", "test", b"test"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["discover", b"discover", "extract", b"extract", "lease_token", b"lease_token", "load", b"load", "migrate", b"migrate", "preview", b"preview", "result", b"result", "task_id", b"task_id", "test", b"test"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["discover", b"discover", "extract", b"extract", "lease_next", b"lease_next", "lease_token", b"lease_token", "load", b"load", "migrate", b"migrate", "preview", b"preview", "result", b"result", "task_id", b"task_id", "test", b"test"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_result: _TypeAlias = _typing.Literal["extract", "load", "test", "discover", "preview", "migrate"]  # noqa: Y015
     _WhichOneofArgType_result: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
@@ -941,12 +1028,19 @@ Global___CompleteTaskRequest: _TypeAlias = CompleteTaskRequest  # noqa: Y015
 class CompleteTaskResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    NEXT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def next(self) -> Global___Task:
+        """With lease_next: the runtime's next task, leased like LeaseTask's."""
+
     def __init__(
         self,
+        *,
+        next: Global___Task | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next", b"next"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next", b"next"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -103,11 +103,13 @@ class AgentServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def LeaseTask(self, request, context):
-        """Long-poll for one task of this agent: answers as soon as one is leased,
-        or empty (no task) when wait_seconds (capped at 30) is spent. Call with
-        a client timeout of wait_seconds + 15 s. A parked call ends empty when
-        the server begins to shut down; a new one is refused.
-        Codes: OK, UNAVAILABLE (the server is shutting down: back off, retry).
+        """Long-poll for up to max_tasks tasks of this agent (default one): answers
+        as soon as any is leased, or empty (no task) when wait_seconds (capped
+        at 30) is spent. Call with a client timeout of wait_seconds + 15 s. A
+        parked call ends empty when the server begins to shut down; a new one
+        is refused.
+        Codes: OK, INVALID_ARGUMENT (max_tasks outside 1..64), UNAVAILABLE (the
+        server is shutting down: back off, retry).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -44,11 +44,13 @@ class AgentServiceStub:
     CheckIn: _grpc.UnaryUnaryMultiCallable[_agents_pb2.CheckInRequest, _agents_pb2.CheckInResponse]
     """Records the agent's version and capabilities. Codes: OK."""
     LeaseTask: _grpc.UnaryUnaryMultiCallable[_agents_pb2.LeaseTaskRequest, _agents_pb2.LeaseTaskResponse]
-    """Long-poll for one task of this agent: answers as soon as one is leased,
-    or empty (no task) when wait_seconds (capped at 30) is spent. Call with
-    a client timeout of wait_seconds + 15 s. A parked call ends empty when
-    the server begins to shut down; a new one is refused.
-    Codes: OK, UNAVAILABLE (the server is shutting down: back off, retry).
+    """Long-poll for up to max_tasks tasks of this agent (default one): answers
+    as soon as any is leased, or empty (no task) when wait_seconds (capped
+    at 30) is spent. Call with a client timeout of wait_seconds + 15 s. A
+    parked call ends empty when the server begins to shut down; a new one
+    is refused.
+    Codes: OK, INVALID_ARGUMENT (max_tasks outside 1..64), UNAVAILABLE (the
+    server is shutting down: back off, retry).
     """
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_agents_pb2.HeartbeatRequest, _agents_pb2.HeartbeatResponse]
     """Extends the lease and reports progress; answers whether cancellation was
@@ -96,11 +98,13 @@ class AgentServiceAsyncStub(AgentServiceStub):
     CheckIn: _aio.UnaryUnaryMultiCallable[_agents_pb2.CheckInRequest, _agents_pb2.CheckInResponse]  # type: ignore[assignment]
     """Records the agent's version and capabilities. Codes: OK."""
     LeaseTask: _aio.UnaryUnaryMultiCallable[_agents_pb2.LeaseTaskRequest, _agents_pb2.LeaseTaskResponse]  # type: ignore[assignment]
-    """Long-poll for one task of this agent: answers as soon as one is leased,
-    or empty (no task) when wait_seconds (capped at 30) is spent. Call with
-    a client timeout of wait_seconds + 15 s. A parked call ends empty when
-    the server begins to shut down; a new one is refused.
-    Codes: OK, UNAVAILABLE (the server is shutting down: back off, retry).
+    """Long-poll for up to max_tasks tasks of this agent (default one): answers
+    as soon as any is leased, or empty (no task) when wait_seconds (capped
+    at 30) is spent. Call with a client timeout of wait_seconds + 15 s. A
+    parked call ends empty when the server begins to shut down; a new one
+    is refused.
+    Codes: OK, INVALID_ARGUMENT (max_tasks outside 1..64), UNAVAILABLE (the
+    server is shutting down: back off, retry).
     """
     Heartbeat: _aio.UnaryUnaryMultiCallable[_agents_pb2.HeartbeatRequest, _agents_pb2.HeartbeatResponse]  # type: ignore[assignment]
     """Extends the lease and reports progress; answers whether cancellation was
@@ -157,11 +161,13 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _agents_pb2.LeaseTaskRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_agents_pb2.LeaseTaskResponse, _abc.Awaitable[_agents_pb2.LeaseTaskResponse]]:
-        """Long-poll for one task of this agent: answers as soon as one is leased,
-        or empty (no task) when wait_seconds (capped at 30) is spent. Call with
-        a client timeout of wait_seconds + 15 s. A parked call ends empty when
-        the server begins to shut down; a new one is refused.
-        Codes: OK, UNAVAILABLE (the server is shutting down: back off, retry).
+        """Long-poll for up to max_tasks tasks of this agent (default one): answers
+        as soon as any is leased, or empty (no task) when wait_seconds (capped
+        at 30) is spent. Call with a client timeout of wait_seconds + 15 s. A
+        parked call ends empty when the server begins to shut down; a new one
+        is refused.
+        Codes: OK, INVALID_ARGUMENT (max_tasks outside 1..64), UNAVAILABLE (the
+        server is shutting down: back off, retry).
         """
 
     @_abc_1.abstractmethod

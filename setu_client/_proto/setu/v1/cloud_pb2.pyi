@@ -69,6 +69,26 @@ Global___GetMigrateSpecRequest: _TypeAlias = GetMigrateSpecRequest  # noqa: Y015
 class MigrateSpec(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class CursorsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     JOB_ID_FIELD_NUMBER: _builtins.int
     WORKSPACE_ID_FIELD_NUMBER: _builtins.int
     PIPELINE_ID_FIELD_NUMBER: _builtins.int
@@ -85,6 +105,7 @@ class MigrateSpec(_message.Message):
     BLOB_FIELD_NUMBER: _builtins.int
     CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
     ENDED_FIELD_NUMBER: _builtins.int
+    CURSORS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     workspace_id: _builtins.str
     pipeline_id: _builtins.str
@@ -115,6 +136,12 @@ class MigrateSpec(_message.Message):
 
     @_builtins.property
     def blob(self) -> _agents_pb2.BlobSettings: ...
+    @_builtins.property
+    def cursors(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Saved cursor of each incremental stream (by qualified name), as the
+        pipeline's state held it when the task asked; absent: read in full.
+        """
+
     def __init__(
         self,
         *,
@@ -134,10 +161,11 @@ class MigrateSpec(_message.Message):
         blob: _agents_pb2.BlobSettings | None = ...,
         cancel_requested: _builtins.bool = ...,
         ended: _builtins.bool = ...,
+        cursors: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "destination", b"destination", "source", b"source", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "blob_prefix", b"blob_prefix", "cancel_requested", b"cancel_requested", "destination", b"destination", "dry_run", b"dry_run", "ended", b"ended", "job_id", b"job_id", "load_on_agent", b"load_on_agent", "phase", b"phase", "pipeline_id", b"pipeline_id", "rows_extracted", b"rows_extracted", "source", b"source", "spec", b"spec", "streams", b"streams", "workspace_id", b"workspace_id", "write_mode", b"write_mode"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "blob_prefix", b"blob_prefix", "cancel_requested", b"cancel_requested", "cursors", b"cursors", "destination", b"destination", "dry_run", b"dry_run", "ended", b"ended", "job_id", b"job_id", "load_on_agent", b"load_on_agent", "phase", b"phase", "pipeline_id", b"pipeline_id", "rows_extracted", b"rows_extracted", "source", b"source", "spec", b"spec", "streams", b"streams", "workspace_id", b"workspace_id", "write_mode", b"write_mode"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -326,6 +354,7 @@ class RecordStreamLoadedRequest(_message.Message):
     ROWS_LOADED_FIELD_NUMBER: _builtins.int
     CHECKSUM_FIELD_NUMBER: _builtins.int
     CHANGES_FIELD_NUMBER: _builtins.int
+    CURSOR_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     rows_extracted: _builtins.int
     rows_loaded: _builtins.int
@@ -336,6 +365,12 @@ class RecordStreamLoadedRequest(_message.Message):
     def changes(self) -> _common_pb2.RowChanges:
         """What the rows did, where the destination tells."""
 
+    @_builtins.property
+    def cursor(self) -> _common_pb2.StreamCursor:
+        """An incremental stream's highest cursor value loaded: its state advances
+        to it in the same transaction.
+        """
+
     def __init__(
         self,
         *,
@@ -345,10 +380,11 @@ class RecordStreamLoadedRequest(_message.Message):
         rows_loaded: _builtins.int = ...,
         checksum: _builtins.str = ...,
         changes: _common_pb2.RowChanges | None = ...,
+        cursor: _common_pb2.StreamCursor | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "lease", b"lease"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "cursor", b"cursor", "lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "checksum", b"checksum", "lease", b"lease", "rows_extracted", b"rows_extracted", "rows_loaded", b"rows_loaded", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "checksum", b"checksum", "cursor", b"cursor", "lease", b"lease", "rows_extracted", b"rows_extracted", "rows_loaded", b"rows_loaded", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -373,6 +373,36 @@ class RowChanges(_message.Message):
 Global___RowChanges: _TypeAlias = RowChanges  # noqa: Y015
 
 @_typing.final
+class StreamCursor(_message.Message):
+    """The highest cursor value an incremental stream's extract reached: what its
+    saved state advances to once the load commits (docs/pipelines.md).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLUMN_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    column: _builtins.str
+    type: _builtins.str
+    """The cursor column's neutral type, e.g. "timestamptz", "bigint"."""
+    value: _builtins.str
+    def __init__(
+        self,
+        *,
+        column: _builtins.str = ...,
+        type: _builtins.str = ...,
+        value: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["column", b"column", "type", b"type", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamCursor: _TypeAlias = StreamCursor  # noqa: Y015
+
+@_typing.final
 class Column(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

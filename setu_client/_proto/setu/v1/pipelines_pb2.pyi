@@ -259,3 +259,122 @@ class DeletePipelineResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeletePipelineResponse: _TypeAlias = DeletePipelineResponse  # noqa: Y015
+
+@_typing.final
+class GetPipelineStateRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PIPELINE_ID_FIELD_NUMBER: _builtins.int
+    pipeline_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        pipeline_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pipeline_id", b"pipeline_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetPipelineStateRequest: _TypeAlias = GetPipelineStateRequest  # noqa: Y015
+
+@_typing.final
+class StreamState(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    CURSOR_FIELD_NUMBER: _builtins.int
+    ROWS_FIELD_NUMBER: _builtins.int
+    LAST_JOB_ID_FIELD_NUMBER: _builtins.int
+    UPDATED_AT_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    rows: _builtins.int
+    """Rows loaded by the run that last advanced the cursor."""
+    last_job_id: _builtins.str
+    @_builtins.property
+    def cursor(self) -> _common_pb2.StreamCursor: ...
+    @_builtins.property
+    def updated_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        cursor: _common_pb2.StreamCursor | None = ...,
+        rows: _builtins.int = ...,
+        last_job_id: _builtins.str = ...,
+        updated_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "updated_at", b"updated_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "last_job_id", b"last_job_id", "rows", b"rows", "stream", b"stream", "updated_at", b"updated_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamState: _TypeAlias = StreamState  # noqa: Y015
+
+@_typing.final
+class PipelineState(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PIPELINE_ID_FIELD_NUMBER: _builtins.int
+    STREAMS_FIELD_NUMBER: _builtins.int
+    pipeline_id: _builtins.str
+    @_builtins.property
+    def streams(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamState]: ...
+    def __init__(
+        self,
+        *,
+        pipeline_id: _builtins.str = ...,
+        streams: _abc.Iterable[Global___StreamState] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pipeline_id", b"pipeline_id", "streams", b"streams"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PipelineState: _TypeAlias = PipelineState  # noqa: Y015
+
+@_typing.final
+class ResetPipelineStateRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PIPELINE_ID_FIELD_NUMBER: _builtins.int
+    STREAM_FIELD_NUMBER: _builtins.int
+    pipeline_id: _builtins.str
+    stream: _builtins.str
+    """Empty: every stream."""
+    def __init__(
+        self,
+        *,
+        pipeline_id: _builtins.str = ...,
+        stream: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pipeline_id", b"pipeline_id", "stream", b"stream"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResetPipelineStateRequest: _TypeAlias = ResetPipelineStateRequest  # noqa: Y015
+
+@_typing.final
+class ResetPipelineStateResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def streams(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        streams: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["streams", b"streams"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResetPipelineStateResponse: _TypeAlias = ResetPipelineStateResponse  # noqa: Y015

@@ -61,6 +61,16 @@ class PipelineServiceStub:
                 request_serializer=setu_dot_v1_dot_pipelines__pb2.DeletePipelineRequest.SerializeToString,
                 response_deserializer=setu_dot_v1_dot_pipelines__pb2.DeletePipelineResponse.FromString,
                 _registered_method=True)
+        self.GetPipelineState = channel.unary_unary(
+                '/setu.v1.PipelineService/GetPipelineState',
+                request_serializer=setu_dot_v1_dot_pipelines__pb2.GetPipelineStateRequest.SerializeToString,
+                response_deserializer=setu_dot_v1_dot_pipelines__pb2.PipelineState.FromString,
+                _registered_method=True)
+        self.ResetPipelineState = channel.unary_unary(
+                '/setu.v1.PipelineService/ResetPipelineState',
+                request_serializer=setu_dot_v1_dot_pipelines__pb2.ResetPipelineStateRequest.SerializeToString,
+                response_deserializer=setu_dot_v1_dot_pipelines__pb2.ResetPipelineStateResponse.FromString,
+                _registered_method=True)
 
 
 class PipelineServiceServicer:
@@ -109,6 +119,22 @@ class PipelineServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetPipelineState(self, request, context):
+        """The saved cursor of each incremental stream (docs/pipelines.md).
+        Codes: OK, INVALID_ARGUMENT, NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResetPipelineState(self, request, context):
+        """Forgets the saved cursor of one stream (or all): its next run reads it
+        in full. Codes: OK, INVALID_ARGUMENT, NOT_FOUND (pipeline or stream state).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PipelineServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -136,6 +162,16 @@ def add_PipelineServiceServicer_to_server(servicer, server):
                     servicer.DeletePipeline,
                     request_deserializer=setu_dot_v1_dot_pipelines__pb2.DeletePipelineRequest.FromString,
                     response_serializer=setu_dot_v1_dot_pipelines__pb2.DeletePipelineResponse.SerializeToString,
+            ),
+            'GetPipelineState': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPipelineState,
+                    request_deserializer=setu_dot_v1_dot_pipelines__pb2.GetPipelineStateRequest.FromString,
+                    response_serializer=setu_dot_v1_dot_pipelines__pb2.PipelineState.SerializeToString,
+            ),
+            'ResetPipelineState': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetPipelineState,
+                    request_deserializer=setu_dot_v1_dot_pipelines__pb2.ResetPipelineStateRequest.FromString,
+                    response_serializer=setu_dot_v1_dot_pipelines__pb2.ResetPipelineStateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -275,6 +311,60 @@ class PipelineService:
             '/setu.v1.PipelineService/DeletePipeline',
             setu_dot_v1_dot_pipelines__pb2.DeletePipelineRequest.SerializeToString,
             setu_dot_v1_dot_pipelines__pb2.DeletePipelineResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPipelineState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/setu.v1.PipelineService/GetPipelineState',
+            setu_dot_v1_dot_pipelines__pb2.GetPipelineStateRequest.SerializeToString,
+            setu_dot_v1_dot_pipelines__pb2.PipelineState.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetPipelineState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/setu.v1.PipelineService/ResetPipelineState',
+            setu_dot_v1_dot_pipelines__pb2.ResetPipelineStateRequest.SerializeToString,
+            setu_dot_v1_dot_pipelines__pb2.ResetPipelineStateResponse.FromString,
             options,
             channel_credentials,
             insecure,

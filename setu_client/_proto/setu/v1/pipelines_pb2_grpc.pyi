@@ -53,6 +53,14 @@ class PipelineServiceStub:
     """
     DeletePipeline: _grpc.UnaryUnaryMultiCallable[_pipelines_pb2.DeletePipelineRequest, _pipelines_pb2.DeletePipelineResponse]
     """Codes: OK, NOT_FOUND, FAILED_PRECONDITION (a run is still active)."""
+    GetPipelineState: _grpc.UnaryUnaryMultiCallable[_pipelines_pb2.GetPipelineStateRequest, _pipelines_pb2.PipelineState]
+    """The saved cursor of each incremental stream (docs/pipelines.md).
+    Codes: OK, INVALID_ARGUMENT, NOT_FOUND.
+    """
+    ResetPipelineState: _grpc.UnaryUnaryMultiCallable[_pipelines_pb2.ResetPipelineStateRequest, _pipelines_pb2.ResetPipelineStateResponse]
+    """Forgets the saved cursor of one stream (or all): its next run reads it
+    in full. Codes: OK, INVALID_ARGUMENT, NOT_FOUND (pipeline or stream state).
+    """
 
 @_typing.type_check_only
 class PipelineServiceAsyncStub(PipelineServiceStub):
@@ -79,6 +87,14 @@ class PipelineServiceAsyncStub(PipelineServiceStub):
     """
     DeletePipeline: _aio.UnaryUnaryMultiCallable[_pipelines_pb2.DeletePipelineRequest, _pipelines_pb2.DeletePipelineResponse]  # type: ignore[assignment]
     """Codes: OK, NOT_FOUND, FAILED_PRECONDITION (a run is still active)."""
+    GetPipelineState: _aio.UnaryUnaryMultiCallable[_pipelines_pb2.GetPipelineStateRequest, _pipelines_pb2.PipelineState]  # type: ignore[assignment]
+    """The saved cursor of each incremental stream (docs/pipelines.md).
+    Codes: OK, INVALID_ARGUMENT, NOT_FOUND.
+    """
+    ResetPipelineState: _aio.UnaryUnaryMultiCallable[_pipelines_pb2.ResetPipelineStateRequest, _pipelines_pb2.ResetPipelineStateResponse]  # type: ignore[assignment]
+    """Forgets the saved cursor of one stream (or all): its next run reads it
+    in full. Codes: OK, INVALID_ARGUMENT, NOT_FOUND (pipeline or stream state).
+    """
 
 class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
     """Pipelines: source -> operators -> destination. Auth and common codes as
@@ -132,5 +148,25 @@ class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_pipelines_pb2.DeletePipelineResponse, _abc.Awaitable[_pipelines_pb2.DeletePipelineResponse]]:
         """Codes: OK, NOT_FOUND, FAILED_PRECONDITION (a run is still active)."""
+
+    @_abc_1.abstractmethod
+    def GetPipelineState(
+        self,
+        request: _pipelines_pb2.GetPipelineStateRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pipelines_pb2.PipelineState, _abc.Awaitable[_pipelines_pb2.PipelineState]]:
+        """The saved cursor of each incremental stream (docs/pipelines.md).
+        Codes: OK, INVALID_ARGUMENT, NOT_FOUND.
+        """
+
+    @_abc_1.abstractmethod
+    def ResetPipelineState(
+        self,
+        request: _pipelines_pb2.ResetPipelineStateRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pipelines_pb2.ResetPipelineStateResponse, _abc.Awaitable[_pipelines_pb2.ResetPipelineStateResponse]]:
+        """Forgets the saved cursor of one stream (or all): its next run reads it
+        in full. Codes: OK, INVALID_ARGUMENT, NOT_FOUND (pipeline or stream state).
+        """
 
 def add_PipelineServiceServicer_to_server(servicer: PipelineServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

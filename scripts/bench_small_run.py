@@ -1,0 +1,281 @@
+"""The fixed cost of a small run: submit a 10-row run and wait for it, again
+and again, cloud -> cloud and agent -> cloud (a real setu-agent process).
+
+    python scripts/bench_small_run.py [--runs 200] [--rows 10]
+
+One embedded PostgreSQL holds Setu's database and the two data databases; a
+real setu-server (its own cloud workers) and a real setu-agent; the SDK
+submits a run of a --rows table and calls wait_for_job until it ends,
+--runs times in a row per flow. Printed: p50/p90 of submit -> wait_for_job
+returned, and where that time goes, from the job's own event timestamps
+(the server's clock): from the job's creation to each step's first event
+(dispatch, the runtime's first word, extract done, load done, terminal),
+then from terminal to the SDK's return. Targets (issue 17): p50 <= 50 ms
+cloud -> cloud, <= 150 ms agent -> cloud.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+import asyncpg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from setu_client import SetuClient  # noqa: E402
+from setu_client.clock import SystemClock  # noqa: E402
+from setu_server.service.admin import AdminService  # noqa: E402
+from setu_server.store import db  # noqa: E402
+from setu_server.store.migrate import migrate  # noqa: E402
+
+TARGETS_MS = {"cloud -> cloud": 50.0, "agent -> cloud": 150.0}
+
+# Steps, by the first event whose message holds one of these (in order).
+STEPS = (
+    ("dispatched", ("Dispatched",)),
+    ("leased", (" leased by ",)),
+    ("extracted", ("Extract finished",)),
+    ("load started", ("Copying directly", "Loading staged")),
+    ("loaded", ("Loaded ",)),
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def postgres_config(url: str) -> dict[str, Any]:
+    parts = urlsplit(url)
+    host = parse_qs(parts.query).get("host", [parts.hostname or "localhost"])[0]
+    config: dict[str, Any] = {
+        "host": host,
+        "database": parts.path.lstrip("/"),
+        "user": parts.username or "postgres",
+    }
+    if parts.port:
+        config["port"] = parts.port
+    return config
+
+
+@contextlib.contextmanager
+def embedded() -> Iterator[str]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+    folder = Path(tempfile.mkdtemp(prefix="setu-small-"))
+    server = pgserver.get_server(folder / "pg", cleanup_mode="delete")
+    try:
+        yield str(server.get_uri("postgres"))
+    finally:
+        server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def process(module: str, env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module], env=os.environ | env, stdout=out, stderr=out, cwd=ROOT
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+async def create_table(url: str, rows: int) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(
+            "CREATE TABLE small AS SELECT i AS id, md5(i::text) AS body, i * 1.5 AS amount "
+            "FROM generate_series(1, $1) i",
+            rows,
+        )
+        await conn.execute("ALTER TABLE small ADD PRIMARY KEY (id)")
+    finally:
+        await conn.close()
+
+
+async def until_up(client: SetuClient, within: float = 60.0) -> None:
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            async with asyncio.timeout(2):
+                [c async for c in client.list_connections()]
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+async def until_agent_online(client: SetuClient, agent_id: str, within: float = 60.0) -> None:
+    deadline = time.monotonic() + within
+    while True:
+        agents = [a async for a in client.list_agents()]
+        if any(str(a.id) == agent_id and a.online for a in agents):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError("the agent did not come online")
+        await asyncio.sleep(0.2)
+
+
+async def timeline(client: SetuClient, job_id: str, created: Any) -> dict[str, float]:
+    """Milliseconds from the job's creation to each step's first event."""
+    events = [e async for e in client.job_events(job_id)]
+    out: dict[str, float] = {}
+    for step, prefixes in STEPS:
+        for event in events:
+            if event.created_at is not None and any(p in event.message for p in prefixes):
+                out[step] = (event.created_at - created).total_seconds() * 1000
+                break
+    if events and events[-1].created_at is not None:
+        out["terminal"] = (events[-1].created_at - created).total_seconds() * 1000
+    return out
+
+
+async def flow(
+    client: SetuClient, name: str, pipeline: str, runs: int, samples: dict[str, Any]
+) -> None:
+    totals: list[float] = []
+    steps: dict[str, list[float]] = defaultdict(list)
+    first_events: list[str] = []
+    for i in range(runs + 3):  # three to warm caches and connections
+        started = time.perf_counter()
+        job = await client.submit_run(pipeline)
+        submitted = time.perf_counter()
+        outcome = await client.wait_for_job(job.id)
+        returned = time.perf_counter()
+        if outcome.state.name != "SUCCEEDED":
+            raise RuntimeError(f"{name}: run {job.id} ended {outcome.state}: {outcome}")
+        if i < 3:
+            if i == 0:
+                first_events = [e.message async for e in client.job_events(job.id)]
+            continue
+        totals.append((returned - started) * 1000)
+        steps["submit (SDK call)"].append((submitted - started) * 1000)
+        marks = await timeline(client, job.id, job.created_at)
+        for step, ms in marks.items():
+            steps[f"created -> {step}"].append(ms)
+    samples[name] = (totals, steps, first_events)
+
+
+def report(
+    name: str, totals: list[float], steps: dict[str, list[float]], events: list[str]
+) -> None:
+    ordered = sorted(totals)
+    p50 = statistics.median(ordered)
+    p90 = ordered[int(0.9 * (len(ordered) - 1))]
+    target = TARGETS_MS[name]
+    print(
+        f"{name}: {len(totals)} runs, submit -> wait_for_job returned: "
+        f"p50 {p50:.1f} ms, p90 {p90:.1f} ms (target p50 <= {target:.0f} ms: "
+        f"{'MET' if p50 <= target else 'NOT MET'})"
+    )
+    for step, values in steps.items():
+        print(f"  {step:<28} p50 {statistics.median(values):7.1f} ms  (n={len(values)})")
+    print("  one run's events: " + " | ".join(events))
+
+
+async def main(args: argparse.Namespace) -> None:
+    with embedded() as server_url, tempfile.TemporaryDirectory(prefix="setu-small-") as tmp:
+        folder = Path(tmp)
+        admin_conn = await asyncpg.connect(server_url)
+        for name in ("setu", "src", "dst"):
+            await admin_conn.execute(f"CREATE DATABASE {name}")
+        await admin_conn.close()
+        setu_url, src, dst = (with_database(server_url, n) for n in ("setu", "src", "dst"))
+        await create_table(src, args.rows)
+        conn = await db.connect(setu_url)
+        await migrate(conn)
+        await conn.close()
+        pool = await db.create_pool(setu_url, max_size=2)
+        admin = AdminService(pool, SystemClock())
+        workspace = await admin.create_workspace("small-runs")
+        key = (await admin.create_api_key(workspace.id, "bench")).secret
+        agent = await admin.create_agent(workspace.id, "bench agent")
+        await pool.close()
+        port = free_port()
+        server_env = {
+            "SETU_DATABASE_URL": setu_url,
+            "SETU_LISTEN": f"127.0.0.1:{port}",
+            "SETU_HTTP_LISTEN": "",
+            "SETU_LOG_LEVEL": "warning",
+            "SETU_LOCAL_FILES_ROOT": "/",
+            "SETU_CLOUD_ALLOW_NETWORKS": "127.0.0.0/8",
+            "SETU_DATA_DIR": str(folder / "data"),
+        }
+        agent_env = {
+            "SETU_SERVER": f"127.0.0.1:{port}",
+            "SETU_AGENT_TOKEN": agent.secret,
+            "SETU_LOG_LEVEL": "warning",
+        }
+        with (
+            process("setu_server.main", server_env, folder / "server.log"),
+            process("setu_agent.main", agent_env, folder / "agent.log"),
+        ):
+            async with SetuClient(f"127.0.0.1:{port}", key) as client:
+                await until_up(client)
+                await until_agent_online(client, str(agent.value.id))
+                src_cloud = await client.create_connection("src", "postgres", postgres_config(src))
+                dst_cloud = await client.create_connection("dst", "postgres", postgres_config(dst))
+                src_edge = await client.create_connection(
+                    "src-edge", "postgres", postgres_config(src), "agent", str(agent.value.id)
+                )
+                flows = {
+                    "cloud -> cloud": (src_cloud, "c2c"),
+                    "agent -> cloud": (src_edge, "a2c"),
+                }
+                samples: dict[str, Any] = {}
+                for name, (source, table) in flows.items():
+                    pipeline = await client.create_pipeline(
+                        table,
+                        source.id,
+                        dst_cloud.id,
+                        streams=["small"],
+                        spec={"destination": {"small": table}},
+                        write_mode="overwrite",
+                    )
+                    await flow(client, name, pipeline.id, args.runs, samples)
+        print(f"{args.rows}-row runs; {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
+        for name, (totals, steps, events) in samples.items():
+            report(name, totals, steps, events)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--rows", type=int, default=10)
+    asyncio.run(main(parser.parse_args()))

@@ -4,8 +4,9 @@ floor measured in the same run (the machine may be shared: compare ratios).
 A real setu-server process on an embedded PostgreSQL (or SETU_DATABASE_URL);
 lessees are gRPC clients in this process, all holding one agent's token (one
 queue, so they contend for the same rows). Prints:
-  - the SQL path alone: Setu's lease and complete statements (store
-    functions, no gRPC) from 16 asyncpg workers, against a bare
+  - the SQL path alone: what the server runs per call (TaskService, with
+    its group commit, on a pool of the server's size; no gRPC) from 16
+    concurrent lessees, against a bare
     `FOR UPDATE SKIP LOCKED` lease + complete loop on a table of its own,
     run here on the same database (target: >= 50 % of the bare loop);
   - the gRPC floor: bench_grpc_floor.py's bare grpc.aio server, empty unary
@@ -46,13 +47,20 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from setu_agent.results import TestResult  # noqa: E402
 from setu_client._proto.setu.v1 import agents_pb2 as pb  # noqa: E402
 from setu_client._proto.setu.v1 import agents_pb2_grpc  # noqa: E402
 from setu_client.channel import open_channel  # noqa: E402
 from setu_client.clock import SystemClock  # noqa: E402
+from setu_server.config import Settings  # noqa: E402
 from setu_server.models import TaskKind  # noqa: E402
 from setu_server.service.admin import AdminService  # noqa: E402
-from setu_server.store import db, tasks  # noqa: E402
+from setu_server.service.lifecycle import JobLifecycle  # noqa: E402
+from setu_server.service.outcomes import TaskOutcomes  # noqa: E402
+from setu_server.service.signals import TaskSignals  # noqa: E402
+from setu_server.service.tasks import LeasePolicy, TaskService  # noqa: E402
+from setu_server.service.watch import WatchHub  # noqa: E402
+from setu_server.store import db, jobs, tasks  # noqa: E402
 from setu_server.store.migrate import migrate  # noqa: E402
 
 
@@ -213,48 +221,60 @@ class Bench:
         return done / elapsed, calls / max(done, 1), double
 
     async def sql_path(self, url: str, workers: int, n: int, eager: bool) -> float:
-        """Tasks/s through Setu's own lease and complete statements alone;
-        `eager`: each completion leases the next task in its transaction
-        (what CompleteTask with lease_next runs), so one commit per task."""
+        """Tasks/s through what the server runs per call, without gRPC: its
+        TaskService (group commit included) on a pool as large as the
+        server's, driven by `workers` concurrent lessees; `eager`: each
+        completion leases the next task in its transaction (CompleteTask
+        with lease_next)."""
         await self.add_tasks(n)
         runtime = str(self.agent_id)
-        result = {"kind": "test", "ok": True, "message": ""}
         done = 0
+        pool = await db.create_pool(url, max_size=Settings().db_pool_size)
+        service = task_service(pool)
 
-        async def lease(conn: asyncpg.Connection) -> tuple[uuid.UUID, uuid.UUID] | None:
-            token = uuid.uuid4()
-            leased = await tasks.lease_tasks(conn, runtime, [token], 60.0, None)
-            return (leased[0][0].id, token) if leased else None
-
-        async def worker(conn: asyncpg.Connection) -> None:
+        async def worker() -> None:
             nonlocal done
-            held = await lease(conn)
-            while held is not None:
-                if eager:
-                    async with conn.transaction():
-                        await tasks.complete_task_and_job(
-                            conn, held[0], runtime, held[1], result, None, "test"
-                        )
-                        following = await lease(conn)
+            held = await service.lease_many(runtime, 0, 1)
+            while held:
+                task = held[0]
+                assert task.lease_token is not None
+                following = await service.complete(
+                    runtime, task.id, task.lease_token, TestResult(True, ""), lease_next=eager
+                )
+                if following is not None:
+                    held = [following]
                 else:
-                    await tasks.complete_task_and_job(
-                        conn, held[0], runtime, held[1], result, None, "test"
-                    )
-                    following = await lease(conn)
-                held = following
+                    held = await service.lease_many(runtime, 0, 1)
                 done += 1
 
-        rate = await _timed_workers(url, workers, worker, lambda: done)
+        try:
+            started = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(workers)))
+            rate = done / (time.perf_counter() - started)
+        finally:
+            await pool.close()
         await self.pool.execute("DELETE FROM job WHERE workspace_id = $1", self.ws)
         return rate
 
 
+def task_service(pool: asyncpg.Pool) -> TaskService:
+    """A TaskService wired as setu_server.server wires it (no LISTEN: the
+    lessees here never park)."""
+    clock = SystemClock()
+    lifecycle = JobLifecycle(pool, WatchHub(lambda ids: jobs.get_jobs(pool, ids)), clock)
+    return TaskService(
+        pool, clock, lifecycle, TaskSignals(), LeasePolicy(), TaskOutcomes(lifecycle, clock.sql_now)
+    )
+
+
 BARE_SETUP = """
-DROP TABLE IF EXISTS bench_bare_task;
+DROP TABLE IF EXISTS bench_bare_task, bench_bare_job, bench_bare_event;
 CREATE TABLE bench_bare_task (
-    id uuid PRIMARY KEY, state text NOT NULL, lease_token uuid,
+    id uuid PRIMARY KEY, job_id uuid NOT NULL, state text NOT NULL, lease_token uuid,
     created_at timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE INDEX ON bench_bare_task (created_at) WHERE state = 'pending';
+CREATE TABLE bench_bare_job (id uuid PRIMARY KEY, state text NOT NULL, version bigint NOT NULL);
+CREATE TABLE bench_bare_event (job_id uuid NOT NULL, message text NOT NULL);
 """
 BARE_LEASE = """
 UPDATE bench_bare_task SET state = 'leased', lease_token = $1
@@ -263,14 +283,40 @@ WHERE id = (SELECT id FROM bench_bare_task WHERE state = 'pending'
 RETURNING id"""
 BARE_COMPLETE = """
 UPDATE bench_bare_task SET state = 'succeeded' WHERE id = $1 AND lease_token = $2"""
+# The same loop keeping Setu's contract by hand: every lease and every
+# completion also moves its job (state, version), appends an event and
+# NOTIFYs, in the same statement (so one transaction). What the contract
+# itself costs, without anything of Setu's.
+CONTRACT = """
+WITH t AS ({task}), j AS (
+    UPDATE bench_bare_job SET state = $3, version = version + 1
+    FROM t WHERE bench_bare_job.id = t.job_id RETURNING bench_bare_job.id, version
+), e AS (INSERT INTO bench_bare_event SELECT id, $3 FROM j)
+SELECT t.id, pg_notify('bench_bare', j.id::text || ':' || j.version) FROM t, j"""
+CONTRACT_LEASE = CONTRACT.format(
+    task="UPDATE bench_bare_task SET state = 'leased', lease_token = $1 "
+    "WHERE id = (SELECT id FROM bench_bare_task WHERE state = 'pending' AND $2::uuid IS NULL "
+    "ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id, job_id"
+)
+CONTRACT_COMPLETE = CONTRACT.format(
+    task="UPDATE bench_bare_task SET state = 'succeeded' WHERE id = $2 AND lease_token = $1 "
+    "RETURNING id, job_id"
+)
 
 
-async def bare_loop(pool: asyncpg.Pool, url: str, workers: int, n: int) -> float:
-    """Tasks/s of the textbook SKIP LOCKED queue: the floor for the SQL path."""
+async def bare_loop(
+    pool: asyncpg.Pool, url: str, workers: int, n: int, *, contract: bool = False
+) -> float:
+    """Tasks/s of the textbook SKIP LOCKED queue: the floor for the SQL path;
+    `contract`: with a job transition (event, NOTIFY) per lease and completion."""
     await pool.execute(BARE_SETUP)
+    ids = [(uuid.uuid4(), uuid.uuid4()) for _ in range(n)]
     await pool.executemany(
-        "INSERT INTO bench_bare_task (id, state) VALUES ($1, 'pending')",
-        [(uuid.uuid4(),) for _ in range(n)],
+        "INSERT INTO bench_bare_job (id, state, version) VALUES ($1, 'pending', 1)",
+        [(job,) for _, job in ids],
+    )
+    await pool.executemany(
+        "INSERT INTO bench_bare_task (id, job_id, state) VALUES ($1, $2, 'pending')", ids
     )
     done = 0
 
@@ -278,16 +324,22 @@ async def bare_loop(pool: asyncpg.Pool, url: str, workers: int, n: int) -> float
         nonlocal done
         while done < n:
             token = uuid.uuid4()
-            leased = await conn.fetchval(BARE_LEASE, token)
+            if contract:
+                leased = await conn.fetchval(CONTRACT_LEASE, token, None, "running")
+            else:
+                leased = await conn.fetchval(BARE_LEASE, token)
             if leased is None:
                 return
-            await conn.execute(BARE_COMPLETE, leased, token)
+            if contract:
+                await conn.execute(CONTRACT_COMPLETE, token, leased, "succeeded")
+            else:
+                await conn.execute(BARE_COMPLETE, leased, token)
             done += 1
 
     try:
         return await _timed_workers(url, workers, worker, lambda: done)
     finally:
-        await pool.execute("DROP TABLE bench_bare_task")
+        await pool.execute("DROP TABLE bench_bare_task, bench_bare_job, bench_bare_event")
 
 
 async def _timed_workers(url: str, workers: int, work: Any, done: Any) -> float:
@@ -370,15 +422,18 @@ async def main(rounds: int, total: int) -> None:
         await _wait_up(bench)
         print(f"setu-server pid {server.pid}; PostgreSQL {'embedded' if embedded else url}")
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (shared machine)")
-        print(f"{'the SQL path alone, 16 asyncpg workers, no gRPC':<52} {'tasks/s':>9}")
+        print(f"{'the SQL path alone, 16 lessees, no gRPC':<52} {'tasks/s':>9}")
         bare = await bare_loop(pool, url, 16, total)
         print(f"  {'bare FOR UPDATE SKIP LOCKED lease + complete':<50} {bare:9.0f}")
+        kept = await bare_loop(pool, url, 16, total, contract=True)
+        label = "the same, each with a job transition + NOTIFY"
+        print(f"  {label:<50} {kept:9.0f}  {kept / bare:.0%} of bare (the contract's own cost)")
         for eager in (False, True):
             sql = await bench.sql_path(url, 16, total, eager)
             label = (
-                "Setu, completion + next lease in one transaction"
+                "TaskService: complete, eager lease (lease_next)"
                 if eager
-                else ("Setu lease_tasks, then complete_task_and_job")
+                else ("TaskService: lease, then complete")
             )
             print(f"  {label:<50} {sql:9.0f}  {sql / bare:.0%} of bare (target >= 50 %)")
         floor = await grpc_floor(total * 2)

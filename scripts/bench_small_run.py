@@ -10,8 +10,13 @@ submits a run of a --rows table and calls wait_for_job until it ends,
 returned, and where that time goes, from the job's own event timestamps
 (the server's clock): from the job's creation to each step's first event
 (dispatch, the runtime's first word, extract done, load done, terminal),
-then from terminal to the SDK's return. Targets (issue 17): p50 <= 50 ms
-cloud -> cloud, <= 150 ms agent -> cloud.
+then from terminal to the SDK's return; and a floor measured between the
+runs (one GetJob on the same channel), with the run's p50 as a multiple of
+it, since a shared machine's load moves every figure; and the data's own
+floor (the same rows by binary COPY out of the source and, in one
+transaction, TRUNCATE and COPY into a table of the destination database, on
+open connections), so what remains above it is Setu's own cost. Targets (issue 17):
+p50 <= 50 ms cloud -> cloud, <= 150 ms agent -> cloud.
 """
 
 from __future__ import annotations
@@ -164,8 +169,54 @@ async def timeline(client: SetuClient, job_id: str, created: Any) -> dict[str, f
     return out
 
 
+class DataFloor:
+    """What the data itself costs, with nothing of Setu's: the same rows read
+    by binary COPY from the source and written the way an overwrite does
+    (one transaction: TRUNCATE, COPY in, COMMIT) on open connections."""
+
+    def __init__(self, src: str, dst: str, table: str) -> None:
+        self._urls = (src, dst)
+        self._table = f"floor_{table}"
+
+    async def __aenter__(self) -> DataFloor:
+        self._src, self._dst = [await asyncpg.connect(u) for u in self._urls]
+        await self._dst.execute(
+            f"CREATE TABLE {self._table} (id integer PRIMARY KEY, body text, amount numeric)"
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._dst.execute(f"DROP TABLE {self._table}")
+        await self._src.close()
+        await self._dst.close()
+
+    async def once(self) -> float:
+        started = time.perf_counter()
+        chunks: list[bytes] = []
+
+        async def sink(chunk: bytes) -> None:
+            chunks.append(chunk)
+
+        await self._src.copy_from_query("SELECT * FROM small", output=sink, format="binary")
+        async with self._dst.transaction():
+            await self._dst.execute(f"TRUNCATE {self._table}")
+            await self._dst.copy_to_table(
+                self._table, source=_once(b"".join(chunks)), format="binary"
+            )
+        return (time.perf_counter() - started) * 1000
+
+
+async def _once(data: bytes) -> Any:
+    yield data
+
+
 async def flow(
-    client: SetuClient, name: str, pipeline: str, runs: int, samples: dict[str, Any]
+    client: SetuClient,
+    name: str,
+    pipeline: str,
+    runs: int,
+    samples: dict[str, Any],
+    floor: DataFloor,
 ) -> None:
     totals: list[float] = []
     steps: dict[str, list[float]] = defaultdict(list)
@@ -184,6 +235,12 @@ async def flow(
             continue
         totals.append((returned - started) * 1000)
         steps["submit (SDK call)"].append((submitted - started) * 1000)
+        # The floor, in the same moment: one short call (GetJob) on the same
+        # channel, so a loaded machine's figures can be read as round trips.
+        floor_started = time.perf_counter()
+        await client.get_job(job.id)
+        steps["floor: one GetJob"].append((time.perf_counter() - floor_started) * 1000)
+        steps["floor: the data alone"].append(await floor.once())
         marks = await timeline(client, job.id, job.created_at)
         for step, ms in marks.items():
             steps[f"created -> {step}"].append(ms)
@@ -197,10 +254,14 @@ def report(
     p50 = statistics.median(ordered)
     p90 = ordered[int(0.9 * (len(ordered) - 1))]
     target = TARGETS_MS[name]
+    floor = statistics.median(steps["floor: one GetJob"])
+    data = statistics.median(steps["floor: the data alone"])
     print(
         f"{name}: {len(totals)} runs, submit -> wait_for_job returned: "
         f"p50 {p50:.1f} ms, p90 {p90:.1f} ms (target p50 <= {target:.0f} ms: "
-        f"{'MET' if p50 <= target else 'NOT MET'})"
+        f"{'MET' if p50 <= target else 'NOT MET'}); floors: one GetJob p50 {floor:.2f} ms "
+        f"(ratio {p50 / floor:.1f}x), the data alone p50 {data:.2f} ms "
+        f"(Setu's own cost above it: {p50 - data:.1f} ms)"
     )
     for step, values in steps.items():
         print(f"  {step:<28} p50 {statistics.median(values):7.1f} ms  (n={len(values)})")
@@ -266,7 +327,8 @@ async def main(args: argparse.Namespace) -> None:
                         spec={"destination": {"small": table}},
                         write_mode="overwrite",
                     )
-                    await flow(client, name, pipeline.id, args.runs, samples)
+                    async with DataFloor(src, dst, table) as floor:
+                        await flow(client, name, pipeline.id, args.runs, samples, floor)
         print(f"{args.rows}-row runs; {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
         for name, (totals, steps, events) in samples.items():
             report(name, totals, steps, events)

@@ -14,7 +14,7 @@ import base64
 import importlib
 import math
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import date, datetime, time
 from decimal import Decimal
@@ -53,6 +53,9 @@ from setu_agent.runtime.task import NonRetryable
 from setu_agent.specs import ConnectionSpec, LoadSpec, SpecSource
 
 PREVIEW_LIMIT = 20
+
+# Opens a connector: (provider, config with the policy applied, egress, files root).
+Opener = Callable[[str, dict[str, Any], Egress | None, Path | None], Awaitable[Connector]]
 
 
 class ConnectPolicy(Protocol):
@@ -98,6 +101,13 @@ class ContextReporter:
         self.rows_written += rows
         self._ctx.report(rows_written=self.rows_written, stream=stream)
         self._ctx.check_cancelled()
+
+    async def committing(self, stream: str) -> None:
+        """The last word before a resumable load's apply commits
+        (setu_agent/engine/resumable.py): the server is asked, not the
+        latest heartbeat's answer."""
+        self._ctx.report(rows_written=self.rows_written, stream=stream)
+        await self._ctx.confirm_not_cancelled()
 
     async def note(self, stream: str, message: str) -> None:
         self.notes.append((stream, message))
@@ -213,7 +223,12 @@ class EngineHandlers:
             manifest = await transfer.stage(
                 source, streams, blob, spec.blob_prefix, ContextReporter(ctx), self._batch_rows
             )
-        return ExtractResult(Artifact.of(spec.blob_prefix, manifest), manifest.rows)
+        notes = (incremental.window_note(s) for s in streams)
+        return ExtractResult(
+            Artifact.of(spec.blob_prefix, manifest),
+            manifest.rows,
+            tuple(n for n in notes if n is not None),
+        )
 
     async def load(self, ctx: TaskContext) -> LoadResult:
         assert self._specs is not None
@@ -304,21 +319,29 @@ async def open_connector(
     config: dict[str, Any],
     secrets: SecretStore,
     policy: ConnectPolicy | None,
+    opener: Opener | None = None,
 ) -> Connector:
     """A connector on a connection as this runtime may open it: secret
     references resolved (and remembered, to keep them out of reports), then
-    the runtime's policy applied to what will really be opened."""
+    the runtime's policy applied to what will really be opened. `opener`
+    opens it (the cloud worker's goes through its connection cache)."""
     resolved = secrets.resolve(config, ctx.redact)
+    open_ = opener or open_provider
     try:
         if policy is None:
-            return await get_provider(provider).connect(resolved)
-        return await get_provider(provider).connect(
-            policy(provider, resolved), policy.egress, root=policy.files_root
-        )
+            return await open_(provider, resolved, None, None)
+        return await open_(provider, policy(provider, resolved), policy.egress, policy.files_root)
     except PermanentError as exc:
         if not exc.fields:
             raise
         raise PermanentError(f"{exc}; {_check_secrets(config, exc.fields)}") from exc
+
+
+async def open_provider(
+    provider: str, config: dict[str, Any], egress: Egress | None, root: Path | None
+) -> Connector:
+    """Opens a connector on a config the runtime's policy already applied."""
+    return await get_provider(provider).connect(config, egress, root=root)
 
 
 def _check_secrets(config: dict[str, Any], fields: tuple[str, ...]) -> str:

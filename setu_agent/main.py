@@ -24,7 +24,7 @@ from setu_agent.engine.secrets import SecretStore
 from setu_agent.handlers import EngineHandlers, load_extra
 from setu_agent.runtime import Runtime
 from setu_agent.runtime.grpc_source import GrpcTaskSource
-from setu_agent.runtime.loop import backoff
+from setu_agent.runtime.loop import REPORT_GRACE_SECONDS, backoff
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client.channel import open_channel
 from setu_client.errors import PermissionDenied, SetuError, Unauthenticated
@@ -103,6 +103,13 @@ def parser() -> argparse.ArgumentParser:
         help="on SIGTERM, how long running tasks may finish (env SETU_GRACE_SECONDS)",
     )
     p.add_argument(
+        "--report-grace-seconds",
+        type=float,
+        default=float(_env("REPORT_GRACE_SECONDS", str(REPORT_GRACE_SECONDS))),
+        help="on SIGTERM, how much longer a result report in flight may take before its "
+        "task is left to its lease's expiry (env SETU_REPORT_GRACE_SECONDS)",
+    )
+    p.add_argument(
         "--extra-handlers",
         default=_env("AGENT_EXTRA_HANDLERS"),
         help="MODULE:NAME of extra task handlers (env SETU_AGENT_EXTRA_HANDLERS)",
@@ -142,6 +149,7 @@ async def run(args: argparse.Namespace) -> None:
             name="setu-agent",
             concurrency=args.concurrency,
             sign_off=source.sign_off,
+            report_grace_seconds=args.report_grace_seconds,
         )
         await serve(runtime, source, sorted(handlers), args.grace_seconds, args.server)
 

@@ -69,9 +69,12 @@ class ExtractResult:
     kind: ClassVar[str] = "extract"
     artifact: Artifact
     rows_extracted: int
+    # (stream, message): what the extract read of each incremental stream
+    # (engine/incremental.py `window_note`), one job event each.
+    notes: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "kind": self.kind,
             "artifact": {
                 "blob_prefix": self.artifact.blob_prefix,
@@ -88,6 +91,9 @@ class ExtractResult:
             },
             "rows_extracted": self.rows_extracted,
         }
+        if self.notes:
+            body["notes"] = [{"stream": s, "message": m} for s, m in self.notes]
+        return body
 
     def validate(self) -> None:
         artifact = self.artifact
@@ -97,10 +103,19 @@ class ExtractResult:
             _present(staged.stream, "extract result: a staged stream's name")
             _counted(staged.rows, f"extract result: rows of {staged.stream}")
         _counted(self.rows_extracted, "extract result: rows_extracted")
+        names = {s.stream for s in artifact.streams}
+        for stream, _ in self.notes:  # one per staged stream: a result cannot flood a timeline
+            if stream not in names:
+                raise MalformedResult(
+                    f"extract result: a note on {stream!r}, which it did not stage or noted twice"
+                )
+            names.remove(stream)
 
     @classmethod
     def from_json(cls, data: Any) -> ExtractResult:
-        body = _fields(data, "extract result", kind=str, artifact=dict, rows_extracted=int)
+        body = _fields(
+            data, "extract result", {"notes": list}, kind=str, artifact=dict, rows_extracted=int
+        )
         artifact = _fields(
             body["artifact"], "artifact", blob_prefix=str, manifest_path=str, streams=list
         )
@@ -110,9 +125,11 @@ class ExtractResult:
             streams.append(
                 ArtifactStream(s["stream"], s["rows"], _strings(s["parts"], "parts"), s["checksum"])
             )
+        said = (_fields(i, "extract note", stream=str, message=str) for i in body.get("notes", []))
         return cls(
             Artifact(artifact["blob_prefix"], tuple(streams), artifact["manifest_path"]),
             body["rows_extracted"],
+            tuple((n["stream"], n["message"]) for n in said),
         )
 
 

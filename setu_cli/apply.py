@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from setu_cli.commands import CliError, Session, read_documents
 from setu_cli.render import enum_name
 from setu_client import (
@@ -210,6 +208,8 @@ def _check_values(where: str, fields: dict[str, Any]) -> None:
 def read(source: str) -> list[dict[str, Any]]:
     """The objects of a file; unlike `read_documents`, a YAML file may hold
     several documents (`---`), and a YAML error is told on one line."""
+    import yaml  # here, not at the top: the CLI's start pays for no YAML
+
     if source == "-" or Path(source).suffix.lower() not in (".yaml", ".yml"):
         return read_documents(source)
     try:
@@ -428,6 +428,8 @@ async def delete_command(client: SetuClient, args: argparse.Namespace, _: Sessio
 
 
 async def export_command(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    import yaml  # here, not at the top: the CLI's start pays for no YAML
+
     document = exported(await fetch(client))
     if args.json:
         print(json.dumps(document, indent=2, ensure_ascii=False))

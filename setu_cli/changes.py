@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import yaml
-
 from setu_cli.commands import (
     EXIT_FAILED,
     CliError,
@@ -45,6 +43,8 @@ _MAPPINGS = ("config", "spec")
 
 
 def _assignment(text: str) -> tuple[list[str], Any]:
+    import yaml  # here, not at the top: the CLI's start pays for no YAML
+
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise CliError(f"--set {text}: expected key=value")

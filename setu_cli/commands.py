@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
 from setu_cli.render import (
     ProgressDisplay,
     as_dict,
@@ -98,6 +96,8 @@ def read_documents(source: str) -> list[dict[str, Any]]:
         text = sys.stdin.read() if source == "-" else Path(source).read_text()
     except OSError as exc:
         raise CliError(f"{source}: {exc.strerror or exc}") from exc
+    import yaml  # here, not at the top: `setu run --wait` never reads YAML
+
     suffix = "" if source == "-" else Path(source).suffix.lower()
     is_json = suffix == ".json" or (suffix not in (".yaml", ".yml") and text.lstrip()[:1] in "{[")
     try:

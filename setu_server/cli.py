@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf.message import Message
@@ -32,10 +32,12 @@ from setu_client import SetuClient, logs, message_to_dict
 from setu_client import admin as apb
 from setu_client.channel import open_channel
 from setu_client.errors import SetuError, from_rpc_error
-from setu_server import demo, dev_banner, dev_secrets
+from setu_server import dev_secrets
 from setu_server.config import Settings
-from setu_server.dev_banner import DevServer
 from setu_server.service.secrets import TokenKind, new_secret
+
+if TYPE_CHECKING:
+    from setu_server.dev_banner import DevServer
 
 DEV_WORKSPACE = "dev"
 log = logging.getLogger(__name__)
@@ -71,6 +73,10 @@ async def _ensure_dev_tenant(
 
 
 async def _dev(args: argparse.Namespace, data_dir: Path) -> None:
+    # Here, not at the top: the banner imports the demo and the database
+    # driver, which a client command (`setu run --wait`) would pay for.
+    from setu_server import dev_banner
+
     credentials_path = data_dir / "credentials.json"
     credentials = _load_credentials(credentials_path)
     if not credentials.get("admin_token"):
@@ -111,7 +117,7 @@ async def _dev(args: argparse.Namespace, data_dir: Path) -> None:
         credentials["address"] = address  # for `setu dev env` in a later shell
         _save_credentials(credentials_path, credentials)
         dev_secrets.prepare(secrets_path, credentials["workspace_id"])
-        dev = DevServer(
+        dev = dev_banner.DevServer(
             address=address,
             workspace_id=credentials["workspace_id"],
             api_key=credentials["api_key"],
@@ -135,6 +141,8 @@ def _dev_env(data_dir: Path) -> str:
     credentials = _load_credentials(data_dir / "credentials.json")
     if not all(credentials.get(k) for k in ("address", "api_key", "admin_token")):
         raise SystemExit(f"error: no dev server has started in {data_dir}: run `make run` first")
+    from setu_server import dev_banner  # as in _dev
+
     return dev_banner.export_line(
         credentials["address"], credentials["api_key"], credentials["admin_token"]
     )
@@ -143,6 +151,9 @@ def _dev_env(data_dir: Path) -> str:
 async def _with_demo(dev: DevServer, settings: Settings, url: str) -> DevServer:
     """The dev server with its demo seeded (setu_server/demo.py); a demo
     that cannot be made is said in the banner, and the server serves on."""
+    # Here, not at the top: every `setu` command would pay for its import.
+    from setu_server import demo
+
     try:
         async with SetuClient(dev.address, dev.api_key) as client:
             seeded = await demo.seed(

@@ -135,6 +135,13 @@ class Settings:
     worker_concurrency: int = field(
         default=4, metadata={"help": "cloud tasks each cloud worker process runs at once"}
     )
+    worker_idle_connection_seconds: float = field(
+        default=60.0,
+        metadata={
+            "help": "how long a cloud worker keeps a run's database connection open for the "
+            "next run of the same connection (0: close each at once)"
+        },
+    )
     worker_token: str = field(
         default="",
         metadata={

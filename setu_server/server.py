@@ -269,6 +269,7 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
     metrics = Metrics(clock)
     hub = WatchHub(
         lambda ids: jobs.get_jobs(pool, ids),
+        changed=lambda ids, versions: jobs.changed_jobs(pool, ids, versions),
         recheck_interval=settings.watch_recheck_seconds,
         metrics=metrics,
     )
@@ -309,11 +310,8 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         clock,
         lifecycle,
         task_service.outcomes,
-        ReaperSettings(
-            interval_seconds=settings.reaper_interval_seconds,
-            retry_backoff_seconds=policy.retry_backoff_seconds,
-            max_backoff_seconds=policy.max_backoff_seconds,
-        ),
+        task_service.policy,
+        ReaperSettings(interval_seconds=settings.reaper_interval_seconds),
         metrics,
     )
     scheduler = Scheduler(
@@ -435,6 +433,7 @@ def worker_settings(settings: Settings, port: int, token: str) -> dict[str, str]
             "SETU_WORKER_TOKEN": token,
             "SETU_WORKER_SUPERVISED": "1",
             "SETU_WORKER_CONCURRENCY": str(settings.worker_concurrency),
+            "SETU_WORKER_IDLE_CONNECTION_SECONDS": str(settings.worker_idle_connection_seconds),
             "SETU_TLS": "1" if settings.tls_cert else "",
             "SETU_ROOT_CERT": str(Path(settings.tls_cert).resolve()) if settings.tls_cert else "",
             "SETU_SECRETS_FILE": secrets_file,

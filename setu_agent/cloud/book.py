@@ -5,6 +5,7 @@ lease: a worker can touch only the runs it is working on."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -55,8 +56,17 @@ class RunBook(Protocol):
     async def spec(self) -> MigrateSpec: ...
 
     async def plan(
-        self, *, rows_total: int | None = None, extract: bool = False, load: bool = False
-    ) -> None: ...
+        self,
+        *,
+        rows_total: int | None = None,
+        extract: bool = False,
+        load: bool = False,
+        phase: str | None = None,
+        message: str = "",
+    ) -> None:
+        """The plan; with `phase` the run enters it too, and `message` goes in
+        its timeline, in one call."""
+        ...
 
     async def enter_phase(self, phase: str, message: str) -> None: ...
 
@@ -76,9 +86,19 @@ class RunBook(Protocol):
         checksum: str,
         changes: RowChanges | None = None,
         cursor: CursorMark | None = None,
-    ) -> None: ...
+        message: str = "",
+        *,
+        record_progress: bool = False,
+    ) -> list[RunOutput]:
+        """A stream committed, with `message` in the timeline, in one call.
+        With `record_progress` (the migrate's last stream) the run's counts
+        are written from its outputs, which are returned; else []."""
+        ...
 
-    async def outputs(self) -> list[RunOutput]: ...
+    async def outputs(self, *, record_progress: bool = False) -> list[RunOutput]:
+        """The run's outputs; with `record_progress` their sums become the
+        run's counts in the same call."""
+        ...
 
     async def event(self, message: str, *, level: str = "info", stream: str = "") -> None: ...
 
@@ -116,10 +136,21 @@ class GrpcRunBook:
         )
 
     async def plan(
-        self, *, rows_total: int | None = None, extract: bool = False, load: bool = False
+        self,
+        *,
+        rows_total: int | None = None,
+        extract: bool = False,
+        load: bool = False,
+        phase: str | None = None,
+        message: str = "",
     ) -> None:
         request = cloud_pb2.RecordRunPlanRequest(
-            lease=self._lease, rows_total=rows_total, extract_in_cloud=extract, load_in_cloud=load
+            lease=self._lease,
+            rows_total=rows_total,
+            extract_in_cloud=extract,
+            load_in_cloud=load,
+            phase=PHASE_MESSAGES[phase] if phase else common_pb2.PHASE_UNSPECIFIED,
+            message=message[:2000],
         )
         await self._call(self._stub.RecordRunPlan, request)
 
@@ -152,8 +183,13 @@ class GrpcRunBook:
         checksum: str,
         changes: RowChanges | None = None,
         cursor: CursorMark | None = None,
-    ) -> None:
+        message: str = "",
+        *,
+        record_progress: bool = False,
+    ) -> list[RunOutput]:
         request = cloud_pb2.RecordStreamLoadedRequest(
+            message=message[:2000],
+            record_progress=record_progress,
             lease=self._lease,
             stream=stream,
             rows_extracted=extracted,
@@ -166,15 +202,19 @@ class GrpcRunBook:
                 else None
             ),
         )
-        await self._call(self._stub.RecordStreamLoaded, request)
-
-    async def outputs(self) -> list[RunOutput]:
-        answer: cloud_pb2.ListRunOutputsResponse = await self._call(
-            self._stub.ListRunOutputs, cloud_pb2.ListRunOutputsRequest(lease=self._lease)
+        answer: cloud_pb2.RecordStreamLoadedResponse = await self._call(
+            self._stub.RecordStreamLoaded, request
         )
-        return [
-            RunOutput(o.stream, o.rows_extracted, o.rows_loaded, o.loaded) for o in answer.outputs
-        ]
+        return _outputs(answer.outputs)
+
+    async def outputs(self, *, record_progress: bool = False) -> list[RunOutput]:
+        request = cloud_pb2.ListRunOutputsRequest(
+            lease=self._lease, record_progress=record_progress
+        )
+        answer: cloud_pb2.ListRunOutputsResponse = await self._call(
+            self._stub.ListRunOutputs, request
+        )
+        return _outputs(answer.outputs)
 
     async def event(self, message: str, *, level: str = "info", stream: str = "") -> None:
         request = cloud_pb2.AddRunEventRequest(
@@ -187,3 +227,7 @@ class GrpcRunBook:
             return await method(request, timeout=CALL_TIMEOUT_SECONDS)
         except grpc.aio.AioRpcError as exc:
             raise from_rpc_error(exc) from exc
+
+
+def _outputs(outputs: Iterable[cloud_pb2.RunOutput]) -> list[RunOutput]:
+    return [RunOutput(o.stream, o.rows_extracted, o.rows_loaded, o.loaded) for o in outputs]

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from setu_agent.cloud.book import GrpcRunBook
+from setu_agent.cloud.connections import IDLE_SECONDS, ConnectionCache
 from setu_agent.cloud.migrate import Migrate, MigrateSettings
 from setu_agent.cloud.policy import CloudPolicy, cloud_egress
 from setu_agent.engine.blob import BlobSettings, BlobStore, open_blob
@@ -107,6 +108,13 @@ def parser() -> argparse.ArgumentParser:
         "(SETU_RESUMABLE_LOAD_MIN_BYTES)",
     )
     add(
+        "--idle-connection-seconds",
+        type=float,
+        default=float(_env("WORKER_IDLE_CONNECTION_SECONDS", str(IDLE_SECONDS))),
+        help="how long a run's connection stays open for the next run of the same "
+        "connection; 0 closes each at once (SETU_WORKER_IDLE_CONNECTION_SECONDS)",
+    )
+    add(
         "--grace-seconds",
         type=float,
         default=float(_env("GRACE_SECONDS", "30")),
@@ -150,6 +158,7 @@ async def run(args: argparse.Namespace) -> None:
             finally:
                 await store.close()
 
+        connections = ConnectionCache(idle_seconds=args.idle_connection_seconds)
         settings = MigrateSettings(
             batch_rows=args.batch_rows,
             direct_max_rows=args.direct_max_rows,
@@ -158,7 +167,7 @@ async def run(args: argparse.Namespace) -> None:
         handlers: dict[str, Handler] = {
             # The cloud's part of a run is `migrate`: no extract or load here.
             **EngineHandlers(secrets, batch_rows=args.batch_rows, policy=policy).table(),
-            "migrate": Migrate(book, blob, secrets, settings, policy),
+            "migrate": Migrate(book, blob, secrets, settings, policy, connections),
         }
         runtime = Runtime(source, handlers, name="cloud worker", concurrency=args.concurrency)
 
@@ -175,6 +184,7 @@ async def run(args: argparse.Namespace) -> None:
         finally:
             if watch is not None:
                 watch.cancel()
+            await connections.close()
 
 
 async def _when_stdin_closes(stop: asyncio.Event) -> None:

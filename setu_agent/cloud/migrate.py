@@ -17,14 +17,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from setu_agent.cloud.book import RunBook
+from setu_agent.cloud.book import RunBook, RunOutput
+from setu_agent.cloud.connections import ConnectionCache
 from setu_agent.engine import dry_run, incremental, transfer
 from setu_agent.engine.blob import BlobSettings, BlobStore
 from setu_agent.engine.markers import LoadIdentity
 from setu_agent.engine.operators import SpecError, parse_spec
-from setu_agent.engine.providers.base import ConfigError, Connector, qualified
+from setu_agent.engine.providers.base import ConfigError, Connector, Egress
 from setu_agent.engine.resumable import DEFAULT_POLICY, ResumePolicy
 from setu_agent.engine.secrets import SecretStore
 from setu_agent.engine.staging import Manifest, read_manifest
@@ -54,6 +56,8 @@ class MigrateSettings:
     direct_max_rows: int = DIRECT_MAX_ROWS
     # Which staged streams load part by part (engine/resumable.py).
     resume: ResumePolicy = DEFAULT_POLICY
+    # cloud → cloud: load the last stream while it is extracted (engine/transfer.py).
+    overlap: bool = True
 
 
 BookOf = Callable[[LeasedTask], RunBook]
@@ -69,9 +73,15 @@ class RunReporter:
         self._ctx = ctx
         self.rows_extracted = run.rows_extracted if run.phase == "load" else 0
         self.rows_loaded = 0
+        # A direct copy reports each batch once, when it is loaded.
+        self.loads_too = False
 
     async def extracted(self, stream: str, rows: int) -> None:
         self.rows_extracted += rows
+        if self.loads_too:
+            self._ctx.report(rows_read=self.rows_extracted, stream=stream)
+            self._ctx.check_cancelled()
+            return
         await self._flush(stream)
 
     async def loaded(self, stream: str, rows: int) -> None:
@@ -98,7 +108,9 @@ class Migrate:
         secrets: SecretStore,
         settings: MigrateSettings,
         policy: ConnectPolicy | None = None,
+        connections: ConnectionCache | None = None,
     ) -> None:
+        self._connections = connections
         self._books = books
         self._blobs = blobs
         self._secrets = secrets
@@ -125,11 +137,34 @@ class Migrate:
     async def connect(
         self, ctx: TaskContext, run: MigrateSpec, connection: ConnectionSpec
     ) -> Connector:
+        """A connector on one end of the run; from the worker's connection
+        cache when it has one (setu_agent/cloud/connections.py). Hand it to
+        `release` when done."""
         store = self._secrets.for_workspace(run.workspace_id)
         policy: ConnectPolicy | None = (
             self._policy.for_workspace(run.workspace_id) if self._policy else None
         )
-        return await open_connector(ctx, connection.provider, connection.config, store, policy)
+        cache = self._connections
+        if cache is None:
+            return await open_connector(ctx, connection.provider, connection.config, store, policy)
+
+        async def cached(
+            provider: str, config: dict[str, Any], egress: Egress | None, root: Path | None
+        ) -> Connector:
+            return await cache.take(
+                run.workspace_id, connection.connection_id, provider, config, egress, root
+            )
+
+        return await open_connector(
+            ctx, connection.provider, connection.config, store, policy, cached
+        )
+
+    async def release(self, connector: Connector) -> None:
+        """Back to the connection cache, or closed when there is none."""
+        if self._connections is None:
+            await connector.close()
+        else:
+            await self._connections.give_back(connector)
 
 
 class _Run:
@@ -146,6 +181,8 @@ class _Run:
         self._blob = blob
         self._spec = parse_spec(run.spec)
         self._reporter = RunReporter(book, run, ctx)
+        # The run's outputs as the last stream's record answered them.
+        self._outputs: list[RunOutput] | None = None
 
     async def run(self) -> MigrateResult:
         run, book = self._run, self._book
@@ -172,19 +209,25 @@ class _Run:
                 # predicate; a full one is the provider's estimate.
                 total = sum(d.stream.row_estimate if d.rows is None else d.rows for d in deltas)
                 exact = all(d.rows is not None for d in deltas)
-                await book.plan(rows_total=total, extract=True)
                 if run.dry_run:
+                    await book.plan(rows_total=total, extract=True)
                     return await self._dry_run(streams)
                 await self._say_windows(streams)
                 # 0 means the provider cannot tell (a file): stage, to be safe.
                 fresh = run.phase is None and not run.load_on_agent
                 if fresh and (total > 0 or exact) and total <= self._settings.direct_max_rows:
                     return await self._direct(source, streams, total)
-                await book.enter_phase(
-                    "extract",
-                    f"Extracting {len(streams)} stream(s), about {total} rows, "
+                await book.plan(
+                    rows_total=total,
+                    extract=True,
+                    phase="extract",
+                    message=f"Extracting {len(streams)} stream(s), about {total} rows, "
                     f"in the cloud to the blob store",
                 )
+                if self._settings.overlap and not run.load_on_agent:
+                    overlapped = await self._overlapped(source, streams)
+                    if overlapped is not None:
+                        return overlapped
                 manifest = await transfer.stage(
                     source,
                     streams,
@@ -194,21 +237,62 @@ class _Run:
                     self._settings.batch_rows,
                 )
             finally:
-                await source.close()
+                await self._migrate.release(source)
             await book.staged(Artifact.of(run.blob_prefix, manifest))
         if run.load_on_agent:
             # cloud → agent: the cloud's part ends here; the run goes on at the edge.
             return MigrateResult(MigrateMode.HANDOFF, rows_extracted=manifest.rows)
         return await self._load(manifest)
 
-    async def _load(self, manifest: Manifest) -> MigrateResult:
+    async def _overlapped(self, source: Connector, streams: list[Any]) -> MigrateResult | None:
+        """Stage and load at once (transfer.stage_and_load); None when the
+        destination cannot, and the run stages first as usual."""
         run, book = self._run, self._book
-        done = {o.stream for o in await book.outputs() if o.loaded}
-        await book.plan(rows_total=manifest.rows, load=True)
-        await book.event("Loading staged data in the cloud")
+        destination = await self._migrate.connect(self._ctx, run, run.destination)
+        try:
+            if not transfer.overlaps(destination):
+                return None
+            await book.plan(load=True, message="Loading in the cloud as the parts are staged")
+            manifest, totals = await transfer.stage_and_load(
+                source,
+                destination,
+                streams,
+                self._blob,
+                run.blob_prefix,
+                self._spec,
+                run.write_mode,
+                self._reporter,
+                identity=LoadIdentity(run.job_id),
+                staged=self._staged,
+                batch_rows=self._settings.batch_rows,
+                resume=self._settings.resume,
+            )
+            # The overlapped stream loads first; it is the last only when alone.
+            alone = len(manifest.streams) == len(totals)
+            for total in totals:
+                await self._record(total, last=alone and total is totals[-1])
+        finally:
+            await self._migrate.release(destination)
+        return await self._load(manifest, frozenset(t.stream for t in totals))
+
+    async def _staged(self, manifest: Manifest) -> None:
+        await self._book.staged(Artifact.of(self._run.blob_prefix, manifest))
+
+    async def _load(
+        self, manifest: Manifest, loaded: frozenset[str] = frozenset()
+    ) -> MigrateResult:
+        run, book = self._run, self._book
+        if loaded and all(s.name in loaded for s in manifest.streams):
+            return await self._finish(MigrateMode.STAGED)
+        done = {o.stream for o in await book.outputs() if o.loaded} | loaded
+        await book.plan(
+            rows_total=manifest.rows, load=True, message="Loading staged data in the cloud"
+        )
         destination = await self._migrate.connect(self._ctx, run, run.destination)
         try:
             for staged in manifest.streams:
+                if staged.name in loaded:
+                    continue
                 if staged.name in done:
                     await book.event("Already loaded", stream=staged.name)
                     continue
@@ -224,17 +308,24 @@ class _Run:
                     resume=self._settings.resume,
                 )
                 for total in totals:
-                    await self._record(total)
+                    last = staged is manifest.streams[-1] and total is totals[-1]
+                    await self._record(total, last=last)
         finally:
-            await destination.close()
+            await self._migrate.release(destination)
         return await self._finish(MigrateMode.STAGED)
 
     async def _direct(self, source: Connector, streams: list[Any], total: int) -> MigrateResult:
         run, book = self._run, self._book
-        await book.enter_phase(
-            "direct", f"Copying directly in the cloud (about {total} rows, no staging)"
+        await book.plan(
+            rows_total=total,
+            extract=True,
+            load=True,
+            phase="direct",
+            message=f"Copying directly in the cloud (about {total} rows, no staging)",
         )
-        await book.plan(load=True)
+        # Each batch is read and loaded in one step: its `loaded` report
+        # carries both counts and the cancel check.
+        self._reporter.loads_too = True
         destination = await self._migrate.connect(self._ctx, run, run.destination)
         try:
             for stream in streams:
@@ -249,9 +340,9 @@ class _Run:
                     identity=LoadIdentity(run.job_id),
                 )
                 for done in totals:
-                    await self._record(done)
+                    await self._record(done, last=stream is streams[-1] and done is totals[-1])
         finally:
-            await destination.close()
+            await self._migrate.release(destination)
         return await self._finish(MigrateMode.DIRECT)
 
     async def _dry_run(self, streams: list[Any]) -> MigrateResult:
@@ -276,7 +367,7 @@ class _Run:
                 destination, planned, self._run.write_mode, self._spec.schema_evolution
             )
         finally:
-            await destination.close()
+            await self._migrate.release(destination)
         # The test's own message quotes the connection (host, database, user),
         # which may be resolved secrets: the event says only that it passed.
         found = len(incompatibilities(planned))
@@ -288,29 +379,33 @@ class _Run:
 
     async def _say_windows(self, streams: list[Any]) -> None:
         for stream in streams:
-            if stream.since is not None:
-                name = qualified(stream)
-                await self._book.event(f"stream {name}: {stream.since.describe()}", stream=name)
+            note = incremental.window_note(stream)
+            if note is not None:
+                await self._book.event(note[1], stream=note[0])
 
-    async def _record(self, totals: transfer.StreamTotals) -> None:
-        await self._book.stream_loaded(
+    async def _record(self, totals: transfer.StreamTotals, *, last: bool = False) -> None:
+        """A stream's load in the books; the `last` of the migrate also
+        writes the run's counts and keeps its outputs for `_finish`."""
+        outputs = await self._book.stream_loaded(
             totals.stream,
             totals.extracted,
             totals.loaded,
             totals.checksum or "",
             totals.changes,
             totals.cursor,
+            message=f"Loaded {totals.loaded} of {totals.extracted} rows"
+            f"{changes_said(totals.changes)}",
+            record_progress=last,
         )
-        await self._book.event(
-            f"Loaded {totals.loaded} of {totals.extracted} rows{changes_said(totals.changes)}",
-            stream=totals.stream,
-        )
+        if last:
+            self._outputs = outputs
 
     async def _finish(self, how: MigrateMode) -> MigrateResult:
-        outputs = await self._book.outputs()
+        outputs = self._outputs
+        if not outputs:  # the last stream was loaded before: ask
+            outputs = await self._book.outputs(record_progress=True)
         extracted = sum(o.rows_extracted for o in outputs)
         loaded = sum(o.rows_loaded for o in outputs)
-        await self._book.progress(extracted, loaded)
         return MigrateResult(
             how,
             rows_extracted=extracted,

@@ -105,6 +105,17 @@ class Since:
         return f"incremental from {self.cursor} {'>=' if self.inclusive else '>'} {self.low}"
 
 
+def window_note(stream: Stream) -> tuple[str, str] | None:
+    """(stream, job event) saying what a run reads of an incremental stream
+    ("stream public.orders: incremental from id > 41"); written once per
+    run, wherever its extract ran (a cloud extract writes it as it starts,
+    an agent's travels in its typed result)."""
+    if stream.since is None:
+        return None
+    name = qualified(stream)
+    return name, f"stream {name}: {stream.since.describe()}"
+
+
 def _describe_objects(window: Since) -> str:
     now = objects_of(window.high)
     if window.low is None:
@@ -141,14 +152,40 @@ def object_mark(objects: Mapping[str, tuple[str, str]]) -> str:
     )
 
 
+# Providers whose streams are objects, incremental without a cursor column.
+BY_OBJECT = frozenset({"file"})
+
+
+def _no_cursor_on_objects(stream: str) -> str:
+    return (
+        f"spec.{SYNC_KEY}.{stream}.cursor: a file stream is incremental by object "
+        f"(a run reads only new or changed files); remove the cursor"
+    )
+
+
+def check_provider(rules: Mapping[str, SyncRule], provider: str) -> None:
+    """SyncError unless each incremental stream suits the source's provider:
+    a file stream names no cursor (it is read by object), any other names
+    its cursor column. Known from the source connection alone, before any
+    catalog: checked when a pipeline is created or updated."""
+    for stream, rule in sorted(rules.items()):
+        if provider in BY_OBJECT and rule.cursor:
+            raise SyncError(_no_cursor_on_objects(stream))
+        if provider not in BY_OBJECT and not rule.cursor:
+            raise SyncError(
+                f"spec.{SYNC_KEY}.{stream}.cursor: required for an incremental stream of a "
+                f"{provider} source (a column name); only a file source is incremental "
+                f"without one (by object)"
+            )
+
+
 def object_window(rule: SyncRule, stream: Stream, saved: str | None, now: str) -> Since:
     """A file stream's read: everything when any of its objects is new or
-    changed since the saved state (a file is read whole), nothing otherwise."""
+    changed since the saved state (a file is read whole), nothing otherwise.
+    A cursor is refused at create time (`check_provider`); here too, for a
+    pipeline whose source connection became a file one since."""
     if rule.cursor:
-        raise ConfigError(
-            f"spec.{SYNC_KEY}.{stream.name}.cursor: a file stream is incremental by object "
-            f"(a run reads only new or changed files); remove the cursor"
-        )
+        raise ConfigError(_no_cursor_on_objects(stream.name))
     before, after = objects_of(saved), objects_of(now)
     unchanged = saved is not None and all(before.get(n) == sig for n, sig in after.items())
     return Since(OBJECT_COLUMN, OBJECTS, saved, high=now, empty=unchanged)
@@ -264,7 +301,7 @@ def check(
                 f"spec.{SYNC_KEY}.{stream.name}: write_mode overwrite needs a full sync (it "
                 f"would replace the table with the rows of one delta); use upsert or append"
             )
-        if rule.cursor:  # none: a file stream (by object), known only at run time
+        if rule.cursor:  # none: a file stream (by object; `check_provider` checks which)
             cursor_column(stream, rule)
 
 

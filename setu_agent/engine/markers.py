@@ -22,6 +22,12 @@ MARKERS = "_setu_loads"
 # A stream loaded in one transaction; a load split into parts names each.
 WHOLE = ""
 
+# Whole-stream markers kept per stream, the newest: a load retried after its
+# commit (its result lost) is of a recent run. Each load prunes the older
+# ones, and other runs' part markers whose staging table is gone, in its
+# own transaction (setu_agent/engine/resumable.py).
+KEEP_MARKERS = 32
+
 
 @dataclass(frozen=True)
 class LoadMarker:

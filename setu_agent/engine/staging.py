@@ -181,10 +181,15 @@ async def write_stream(
     stream: Stream,
     batches: AsyncIterator[CopyBatch],
     on_batch: Callable[[int], Awaitable[None]],
+    on_part: Callable[[Part, CopyBatch], None] | None = None,
 ) -> StagedStream:
     """Stages every batch as one part. The next batch is read while the last
     one is compressed and uploaded (one in flight), so the source never
-    waits on the blob store and memory holds at most two batches."""
+    waits on the blob store and memory holds at most two batches.
+
+    `on_part` hears of each part once it is stored whole (the put returned),
+    in order, with the batch it holds: a load beside the extract
+    (engine/transfer.py) reads only complete parts."""
     staged = StagedStream(stream)
     folder = _slug(index, stream)
     pending: asyncio.Task[Part] | None = None
@@ -193,7 +198,11 @@ async def write_stream(
         packed, digest = await asyncio.to_thread(_pack, batch.data)
         path = f"{folder}/part-{number:05d}.pgcopy.zst"
         await blob.put(prefix + path, packed)
-        return Part(path, batch.rows, len(packed), digest)
+        part = Part(path, batch.rows, len(packed), digest)
+        # Uploads run one at a time, in order: so do these.
+        if on_part is not None:
+            on_part(part, batch)
+        return part
 
     try:
         number = 0
@@ -224,26 +233,29 @@ async def read_manifest(blob: BlobStore, prefix: str) -> Manifest:
     return Manifest.from_bytes(await blob.get(prefix + MANIFEST))
 
 
+async def read_part(blob: BlobStore, prefix: str, part: Part) -> CopyBatch:
+    """One part, verified against its checksum and decompressed."""
+    data = await asyncio.to_thread(_unpack, await blob.get(prefix + part.path), part)
+    return CopyBatch(data, part.rows)
+
+
 async def read_parts(
     blob: BlobStore, prefix: str, staged: StagedStream
 ) -> AsyncIterator[CopyBatch]:
     """The stream's parts, verified and decompressed, the next one fetched
     while the caller loads the current one."""
 
-    async def fetch(part: Part) -> CopyBatch:
-        data = await asyncio.to_thread(_unpack, await blob.get(prefix + part.path), part)
-        return CopyBatch(data, part.rows)
+    def fetch(part: Part) -> asyncio.Task[CopyBatch]:
+        return asyncio.create_task(read_part(blob, prefix, part))
 
     parts = list(staged.parts)
-    pending = asyncio.create_task(fetch(parts[0])) if parts else None
+    pending = fetch(parts[0]) if parts else None
     try:
         for position in range(len(parts)):
             assert pending is not None
             current = await pending
             following = position + 1
-            pending = (
-                asyncio.create_task(fetch(parts[following])) if following < len(parts) else None
-            )
+            pending = fetch(parts[following]) if following < len(parts) else None
             yield current
     finally:
         if pending is not None:

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import dataclasses
 import difflib
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeGuard, TypeVar, runtime_checkable
 
@@ -25,7 +25,7 @@ from setu_agent.engine import destination_plan, pgcopy, resumable, staging
 from setu_agent.engine.blob import BlobStore
 from setu_agent.engine.incremental import OBJECTS, CursorMark
 from setu_agent.engine.markers import LoadIdentity, LoadMarker
-from setu_agent.engine.operators import PipelineSpec, Plan
+from setu_agent.engine.operators import Chain, PipelineSpec, Plan
 from setu_agent.engine.providers.base import (
     ConfigError,
     Connector,
@@ -192,21 +192,250 @@ async def stage(
 ) -> staging.Manifest:
     """Extracts every stream into parts under prefix and writes the manifest
     last, so a manifest always describes complete data."""
-    staged: list[staging.StagedStream] = []
-    for index, stream in enumerate(streams):
-        name = qualified(stream)
-
-        async def counted(rows: int, name: str = name) -> None:
-            await reporter.extracted(name, rows)
-
-        batches = _copy_batches(source, stream, batch_rows)
-        with _naming(name):
-            written = await staging.write_stream(blob, prefix, index, stream, batches, counted)
-        written.cursor = stream.since.mark if stream.since else None
-        staged.append(written)
+    staged = [
+        await _stage_stream(source, blob, prefix, index, stream, reporter, batch_rows)
+        for index, stream in enumerate(streams)
+    ]
     manifest = staging.Manifest(staged)
     await staging.write_manifest(blob, prefix, manifest)
     return manifest
+
+
+StagedHook = Callable[[staging.Manifest], Awaitable[None]]
+
+# How long a failed extract lets the load beside it roll back by itself.
+STOP_GRACE_SECONDS = 10.0
+
+
+def overlaps(destination: Connector) -> bool:
+    """Whether a load can run beside its extract (stage_and_load): only a
+    destination whose write is one transaction that commits after its last
+    part, so an extract that fails midway leaves it unchanged."""
+    return isinstance(destination, CopyDestination)
+
+
+class ExtractFailed(Exception):
+    """Ends a load that ran beside its extract when the extract failed: the
+    load's transaction rolls back, and the extract's own error is raised."""
+
+
+class StepAside(Exception):
+    """Ends a load beside its extract once the stream proves large (see
+    stage_and_load): the load rolls back, having committed nothing."""
+
+
+class _Feed:
+    """Parts handed from an extract to the load beside it, in order, each
+    once it is stored whole. The extract never waits for the load: the
+    first few parts wait in memory, and a load that falls further behind
+    reads the rest back from the blob store. The end comes only after the
+    manifest is stored and the run's phase is load, so the load commits
+    nothing a manifest does not describe; a failed extract ends the feed
+    with ExtractFailed instead, and a stream that proves `large` (on the
+    parts staged so far) with StepAside, at once: later parts are not fed."""
+
+    HELD = 2  # parts kept in memory for the load; beyond, it reads them back
+
+    def __init__(
+        self, blob: BlobStore, prefix: str, large: Callable[[Sequence[staging.Part]], bool]
+    ) -> None:
+        self._blob = blob
+        self._prefix = prefix
+        self._queue: asyncio.Queue[tuple[staging.Part, CopyBatch | None] | Exception | None]
+        self._queue = asyncio.Queue()
+        self._held = 0
+        self._large = large
+        self._staged: list[staging.Part] = []
+        self.stepped_aside = False
+        self.reported = 0  # rows the load reported loaded (rolled back if it steps aside)
+
+    def put(self, part: staging.Part, batch: CopyBatch) -> None:
+        if self.stepped_aside:
+            return
+        self._staged.append(part)
+        if self._large(self._staged):
+            self.stepped_aside = True
+            self.end(StepAside("the stream loads part by part after its extract"))
+            return
+        keep = self._held < self.HELD
+        self._held += keep
+        self._queue.put_nowait((part, batch if keep else None))
+
+    def end(self, error: Exception | None = None) -> None:
+        self._queue.put_nowait(error)
+
+    async def parts(self) -> AsyncIterator[CopyBatch]:
+        while (item := await self._queue.get()) is not None:
+            if isinstance(item, Exception):
+                raise item
+            if self.stepped_aside:
+                continue  # parts queued before it: they would only be rolled back
+            part, batch = item
+            if batch is None:
+                batch = await staging.read_part(self._blob, self._prefix, part)
+            else:
+                self._held -= 1
+            yield batch
+
+
+async def stage_and_load(
+    source: Connector,
+    destination: Connector,
+    streams: Sequence[Stream],
+    blob: BlobStore,
+    prefix: str,
+    spec: PipelineSpec,
+    mode: WriteMode,
+    reporter: Reporter,
+    *,
+    identity: LoadIdentity,
+    staged: StagedHook,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    resume: resumable.ResumePolicy = resumable.DEFAULT_POLICY,
+) -> tuple[staging.Manifest, list[StreamTotals]]:
+    """`stage`, with the last stream loaded while it is extracted: both ends
+    of a cloud → cloud run in one worker (docs/flows.md, "Overlapped stages").
+
+    Each part reaches the load once its upload is complete, from memory (the
+    bytes the part was made of) while the load keeps up. The load's one
+    transaction commits only after the manifest is stored and `staged` has
+    recorded it (the run's phase is load from then on), so what it commits
+    is always what the manifest describes: a crash before that commits
+    nothing, and a retry re-extracts or resumes at load as it would after
+    `stage`. A failed extract rolls the load back; a failed load does not
+    stop the extract (a retry then resumes at load), and its error is raised
+    once the extract is staged. The other streams load afterwards, from the
+    blob store (`load`); the caller skips the ones returned here.
+
+    A stream that proves large while it is extracted (its parts so far are
+    ones `load` would load part by part, by `resume`) is not loaded here:
+    a crash of one transaction would start it over, where `load` resumes
+    at its first part without a marker. The load beside it steps aside
+    (rolls back, having committed nothing), the extract goes on alone, the
+    timeline says so, and the stream is not returned: `load` loads it."""
+    if not streams:
+        manifest = await stage(source, streams, blob, prefix, reporter, batch_rows)
+        await staged(manifest)
+        return manifest, []
+    *earlier, last = streams
+    written = [
+        await _stage_stream(source, blob, prefix, i, s, reporter, batch_rows)
+        for i, s in enumerate(earlier)
+    ]
+    name = qualified(last)
+    landing = plan_stream(spec, last, mode)  # a spec it cannot take fails before any work
+    chain = spec.chain_for(last.name, last.namespace)
+    feed = _Feed(blob, prefix, lambda parts: _part_by_part(destination, parts, chain, resume))
+    loading = asyncio.create_task(
+        _load_beside(destination, last, landing, feed, spec, mode, reporter, identity)
+    )
+    try:
+        index = len(earlier)
+        written.append(
+            await _stage_stream(source, blob, prefix, index, last, reporter, batch_rows, feed.put)
+        )
+        manifest = staging.Manifest(written)
+        await staging.write_manifest(blob, prefix, manifest)
+        await staged(manifest)
+    except BaseException as exc:
+        feed.end(ExtractFailed(f"the extract of {name} failed: {exc}"))
+        await _ended(loading)
+        raise
+    if feed.stepped_aside:
+        await _stepped_aside(loading, feed, name, reporter, resume)
+        return manifest, []
+    feed.end()
+    loaded = await loading
+    last_staged = manifest.streams[-1]
+    totals = StreamTotals(
+        name, last_staged.rows, loaded, last_staged.checksum, changes_of(loaded), last_staged.cursor
+    )
+    return manifest, [totals]
+
+
+async def _load_beside(
+    destination: Connector,
+    stream: Stream,
+    landing: StreamPlan,
+    feed: _Feed,
+    spec: PipelineSpec,
+    mode: WriteMode,
+    reporter: Reporter,
+    identity: LoadIdentity,
+) -> int:
+    name = qualified(stream)
+    # Here, not before the extract: a destination that waits (a lock) or
+    # refuses must not hold up the extract, which a retry resumes after.
+    await _prepare(destination, name, landing, mode, spec, reporter)
+
+    async def counted() -> AsyncIterator[CopyBatch]:
+        async for part in feed.parts():
+            yield part
+            feed.reported += part.rows
+            await reporter.loaded(name, part.rows)
+
+    with _naming(name):
+        return await _write(
+            destination, stream.columns, counted(), landing, mode, identity.marker(name)
+        )
+
+
+async def _stepped_aside(
+    loading: asyncio.Task[int],
+    feed: _Feed,
+    name: str,
+    reporter: Reporter,
+    resume: resumable.ResumePolicy,
+) -> None:
+    """Once the load beside a large stream rolled back (its outcome does not
+    matter: `load` loads the stream again), takes back the rows it reported
+    and says why the stream loads after its extract."""
+    await _ended(loading)
+    if feed.reported:
+        await reporter.loaded(name, -feed.reported)
+    if isinstance(reporter, Noting):
+        await reporter.note(
+            name,
+            f"{name}: large stream (≥ {_size(resume.min_bytes)} staged): loads part by part "
+            "after the extract, so a crash resumes",
+        )
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**20:g} MiB" if count >= 2**20 else f"{count} bytes"
+
+
+async def _ended(task: asyncio.Task[int]) -> None:
+    """Waits for a load the extract ended (its own error says less than the
+    extract's, which the caller raises). A load copying a part sees the end
+    when it asks for the next; one that waits in its database (a lock) for
+    longer than STOP_GRACE_SECONDS is cancelled there."""
+    await asyncio.wait({task}, timeout=STOP_GRACE_SECONDS)
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+
+
+async def _stage_stream(
+    source: Connector,
+    blob: BlobStore,
+    prefix: str,
+    index: int,
+    stream: Stream,
+    reporter: Reporter,
+    batch_rows: int,
+    on_part: Callable[[staging.Part, CopyBatch], None] | None = None,
+) -> staging.StagedStream:
+    name = qualified(stream)
+
+    async def counted(rows: int) -> None:
+        await reporter.extracted(name, rows)
+
+    batches = _copy_batches(source, stream, batch_rows)
+    with _naming(name):
+        written = await staging.write_stream(blob, prefix, index, stream, batches, counted, on_part)
+    written.cursor = stream.since.mark if stream.since else None
+    return written
 
 
 async def load(
@@ -226,6 +455,10 @@ async def load(
     A large one loads part by part, resumably (engine/resumable.py)."""
     plans = [plan_stream(spec, s.stream, mode) for s in manifest.streams]
     totals: list[StreamTotals] = []
+    if isinstance(destination, resumable.StagingDestination):
+        # However this run loads, staging tables other runs abandoned go.
+        note = reporter.note if isinstance(reporter, Noting) else None
+        await resumable.drop_stale_stages(destination, identity.run_id, resume.stale_after, note)
     for staged, landing in zip(manifest.streams, plans, strict=True):
         parts = _counted_parts(staging.read_parts(blob, prefix, staged), staged.name, reporter)
         marker = identity.marker(staged.name)
@@ -253,7 +486,18 @@ def _resumable(
     resume: resumable.ResumePolicy,
 ) -> TypeGuard[resumable.StagingDestination]:
     chain = spec.chain_for(staged.stream.name, staged.stream.namespace)
-    return isinstance(destination, resumable.StagingDestination) and resume.applies(staged, chain)
+    return _part_by_part(destination, staged.parts, chain, resume)
+
+
+def _part_by_part(
+    destination: Connector,
+    parts: Sequence[staging.Part],
+    chain: Chain,
+    resume: resumable.ResumePolicy,
+) -> bool:
+    """Whether a stream of these parts loads part by part (resumably), on
+    the parts staged so far while it is extracted too (stage_and_load)."""
+    return isinstance(destination, resumable.StagingDestination) and resume.applies_to(parts, chain)
 
 
 async def _load_resumably(

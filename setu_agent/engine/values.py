@@ -27,6 +27,7 @@ import struct
 from datetime import date
 from typing import Any, Final
 
+from setu_agent.engine import spellings
 from setu_agent.engine.providers.base import PermanentError
 
 
@@ -46,7 +47,7 @@ class Infinite:
 
     @property
     def text(self) -> str:
-        return "infinity" if self.sign > 0 else "-infinity"
+        return spellings.DATE_INFINITY if self.sign > 0 else spellings.DATE_MINUS_INFINITY
 
     def __reduce__(self) -> str:
         # Pickled (a file upsert spills rows) as the module's singleton.
@@ -106,17 +107,18 @@ JSON_NULL: Final = JsonNull()
 
 # --- non-finite numbers ------------------------------------------------------
 
-NAN_TEXT = "NaN"
-INF_TEXT = "Infinity"
-NEG_INF_TEXT = "-Infinity"
+NAN_TEXT = spellings.NAN
+INF_TEXT = spellings.INFINITY
+NEG_INF_TEXT = spellings.MINUS_INFINITY
 NONFINITE_TEXTS: Final = frozenset({NAN_TEXT, INF_TEXT, NEG_INF_TEXT})
 
 
 def nonfinite_text(value: float) -> str:
-    """The one spelling of a non-finite double (and numeric) in text formats."""
+    """The one spelling of a non-finite double (and numeric) in text formats
+    (setu_agent/engine/spellings.py)."""
     if value != value:
-        return NAN_TEXT
-    return INF_TEXT if value > 0 else NEG_INF_TEXT
+        return spellings.NAN
+    return spellings.INFINITY if value > 0 else spellings.MINUS_INFINITY
 
 
 _F4 = struct.Struct("!f")

@@ -168,7 +168,9 @@ def completion(task: LeasedTask, result: TaskResult) -> pb.CompleteTaskRequest:
     if isinstance(result, ExtractResult):
         request.extract.CopyFrom(
             pb.ExtractResult(
-                artifact=artifact_message(result.artifact), rows_extracted=result.rows_extracted
+                artifact=artifact_message(result.artifact),
+                rows_extracted=result.rows_extracted,
+                notes=[pb.LoadNote(stream=s, message=m) for s, m in result.notes],
             )
         )
     elif isinstance(result, LoadResult):

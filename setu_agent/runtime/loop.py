@@ -17,9 +17,15 @@ reporting how it ended.
 - stop() leases nothing more (a task leased while it began is handed back
   unstarted), lets running tasks finish within a grace period, and hands
   back the rest so they are retried at once elsewhere. A completion report
-  already in flight is delivered, not cut short. As it begins it signs off
-  (when given `sign_off`), so the server counts the runtime offline at once
-  and refuses new runs for it rather than queue them.
+  already in flight is not cut short at the grace: it has a second, bounded
+  wait of its own (`report_grace_seconds`), since cut off it might land or
+  not. Past that (the server unreachable, say), stop() gives the task up:
+  nothing more is sent for it, its heartbeats stop, and its lease runs out,
+  so the reaper requeues it for another runtime, unless the report did land
+  and the task stands completed. So stop() returns within both graces plus
+  a hand-back's call. As it begins it signs off (when given `sign_off`), so
+  the server counts the runtime offline at once and refuses new runs for
+  it rather than queue them.
 """
 
 from __future__ import annotations
@@ -56,6 +62,11 @@ TRANSIENT = (Unavailable, DeadlineExceeded, ResourceExhausted, Cancelled)
 # The share of the lease TTL a task may run on without a confirmed
 # heartbeat: it stops with this much of the TTL to spare.
 LEASE_MARGIN = 1 / 6
+# On stop, how long a completion report in flight when the task grace ends
+# may still take (retrying a server that does not answer) before the task is
+# given up to its lease's expiry. Short: a supervisor's kill deadline (say,
+# Kubernetes' terminationGracePeriodSeconds) should cover both graces.
+REPORT_GRACE_SECONDS = 10.0
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -111,8 +122,13 @@ class Runtime:
         lease_wait_seconds: float = 30.0,
         max_backoff_seconds: float = 30.0,
         sign_off: Callable[[str], Awaitable[None]] | None = None,
+        report_grace_seconds: float = REPORT_GRACE_SECONDS,
     ) -> None:
         self._source = source
+        self._report_grace = report_grace_seconds
+        # Set by stop() once the report grace is spent: reports still in
+        # flight are abandoned, their tasks left to their leases' expiry.
+        self._abandon = asyncio.Event()
         self._sign_off = sign_off
         self._handlers = dict(handlers)
         self.name = name
@@ -151,7 +167,8 @@ class Runtime:
         await asyncio.gather(*self._slots, return_exceptions=True)
 
     async def stop(self, grace_seconds: float = 30.0) -> None:
-        """Lease nothing more; finish running tasks within the grace, hand back the rest."""
+        """Lease nothing more; finish running tasks within the grace, hand back
+        the rest; a report in flight gets the report grace, then is given up."""
         self._stopping.set()
         signing_off = asyncio.create_task(self._signing_off())
         running = list(self._running.values())
@@ -159,7 +176,7 @@ class Runtime:
             _, unfinished = await asyncio.wait(running, timeout=grace_seconds)
             for task in unfinished:
                 task.cancel()
-            await asyncio.gather(*unfinished, return_exceptions=True)
+            await self._give_up_after_report_grace(unfinished)
         for slot in self._slots:
             slot.cancel()
         await asyncio.gather(*self._slots, return_exceptions=True)
@@ -170,6 +187,24 @@ class Runtime:
         await self._hand_back([*unstarted, *self._eager.values()])
         self._eager.clear()
         await signing_off
+
+    async def _give_up_after_report_grace(self, cancelled: set[asyncio.Task[None]]) -> None:
+        """Cancelled executions hand their tasks back, or finish a completion
+        report in flight; whatever is still at it after the report grace is
+        given up (its lease runs out, and the reaper requeues it)."""
+        if not cancelled:
+            return
+        _, held = await asyncio.wait(cancelled, timeout=self._report_grace)
+        if held:
+            log.warning(
+                "reports not delivered within the report grace; "
+                "their tasks are left to their leases' expiry",
+                extra={"who": self.name, "tasks": len(held), "seconds": self._report_grace},
+            )
+            self._abandon.set()
+            for task in held:
+                task.cancel()
+            await asyncio.gather(*held, return_exceptions=True)
 
     async def _signing_off(self) -> None:
         """Tell the server, once, best effort: unreachable, it finds out when
@@ -276,6 +311,7 @@ class Runtime:
 
     async def _execute(self, task: LeasedTask) -> None:
         context = TaskContext(task)
+        context.ask_cancel = lambda: self._source.heartbeat(task, dict(context.progress))
         handler = self._handlers.get(task.kind)
         if handler is None:
             known = ", ".join(sorted(self._handlers)) or "none"
@@ -328,7 +364,8 @@ class Runtime:
                 await self._report_failure(task, str(exc), retryable=False)
             else:
                 await _delivered(
-                    self._report(lambda: self._complete(task, typed), "completed", task)
+                    self._report(lambda: self._complete(task, typed), "completed", task),
+                    self._abandon,
                 )
         finally:
             beats.cancel()
@@ -419,13 +456,20 @@ class Runtime:
         self.reported[outcome] += 1
 
 
-async def _delivered(report: Awaitable[None]) -> None:
-    """Await a completion report that stop() cannot cut short: cancelled in
-    flight, the server might apply it or not, and the task would run again
-    (an append loaded twice). The report finishes; then the cancel goes on."""
+async def _delivered(report: Awaitable[None], abandon: asyncio.Event) -> None:
+    """Await a completion report that stop()'s task grace does not cut short:
+    cancelled in flight, the server might apply it or not, and the task would
+    run again. The report finishes; then the cancel goes on. Only once stop()
+    sets `abandon` (its report grace spent) is the report cancelled: the
+    lease then decides, fenced by its token, and a load that runs again finds
+    its markers (nothing applies twice)."""
     reporting = asyncio.ensure_future(report)
     cancelled = False
     while not reporting.done():
+        if cancelled and abandon.is_set():
+            reporting.cancel()
+            await asyncio.gather(reporting, return_exceptions=True)
+            raise asyncio.CancelledError
         try:
             await asyncio.shield(reporting)
         except asyncio.CancelledError:

@@ -56,6 +56,10 @@ def _spellings(secret: str) -> Iterator[str]:
 class TaskCancelled(Exception):
     """Raised by a handler that stopped because its job asked to cancel."""
 
+    # The engine (which never imports the runtime) tells a cancel by this:
+    # no attempt follows, so a resumable load drops its staging table.
+    cancels = True
+
 
 class NonRetryable(Exception):
     """A failure that another attempt cannot fix (bad config, unknown kind)."""
@@ -67,6 +71,9 @@ class TaskContext:
     def __init__(self, task: LeasedTask) -> None:
         self.task = task
         self.cancel_requested = asyncio.Event()
+        # Asks the server now (a heartbeat) whether the job wants to stop;
+        # the runtime loop sets it. For a last word before a commit.
+        self.ask_cancel: Callable[[], Coroutine[Any, Any, bool]] | None = None
         self.progress: dict[str, Any] = {}
         # Secret values this task resolved: never in what it reports.
         self.redact: set[str] = set()
@@ -92,6 +99,13 @@ class TaskContext:
         """Call once per batch: raises TaskCancelled when the job asked to stop."""
         if self.cancel_requested.is_set():
             raise TaskCancelled("cancelled by request")
+
+    async def confirm_not_cancelled(self) -> None:
+        """Before a commit: asks the server rather than wait for the next
+        heartbeat, and raises TaskCancelled when the job asked to stop."""
+        if self.ask_cancel is not None and await self.ask_cancel():
+            self.cancel_requested.set()
+        self.check_cancelled()
 
 
 # A handler ends with its kind's typed result (setu_agent/results.py).

@@ -13,6 +13,7 @@ from setu_server.maintenance.periodic import PeriodicService
 from setu_server.metrics import Metrics
 from setu_server.models import EventLevel, Job, Task, TaskState, runtime_name
 from setu_server.service.lifecycle import JobLifecycle
+from setu_server.service.tasks import LeasePolicy
 from setu_server.store import jobs, tasks
 from setu_server.store.db import Database, Executor, transaction
 
@@ -30,9 +31,6 @@ class ReaperSettings:
     interval_seconds: float = 5.0
     # Leases reaped per transaction; a pass repeats until none is left.
     batch: int = 500
-    # A requeued task waits this long, doubling per attempt, as a failed one does.
-    retry_backoff_seconds: float = 5.0
-    max_backoff_seconds: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -54,11 +52,15 @@ class Reaper(PeriodicService[ReapResult]):
         clock: Clock,
         lifecycle: JobLifecycle,
         outcomes: FailedTasks,
+        policy: LeasePolicy,
         settings: ReaperSettings | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings or ReaperSettings()
         super().__init__(self.settings.interval_seconds)
+        # The task service's own policy, read at each pass: a requeued task
+        # backs off exactly as a failed one does, from one setting.
+        self._policy = policy
         self._db = db
         self._clock = clock
         self._lifecycle = lifecycle
@@ -87,8 +89,8 @@ class Reaper(PeriodicService[ReapResult]):
             reaped = await tasks.reap_expired_leases(
                 conn,
                 batch=self.settings.batch,
-                backoff_seconds=self.settings.retry_backoff_seconds,
-                max_backoff=self.settings.max_backoff_seconds,
+                backoff_seconds=self._policy.retry_backoff_seconds,
+                max_backoff=self._policy.max_backoff_seconds,
                 now=now,
             )
             changed: list[Job] = []

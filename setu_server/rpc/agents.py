@@ -125,7 +125,8 @@ def artifact_of(message: pb.Artifact) -> Artifact:
 
 def _extract_result(message: pb.ExtractResult) -> ExtractResult:
     # An absent artifact reads as an empty one, which ExtractResult.validate refuses.
-    return ExtractResult(artifact_of(message.artifact), message.rows_extracted)
+    notes = tuple((n.stream, n.message) for n in message.notes)
+    return ExtractResult(artifact_of(message.artifact), message.rows_extracted, notes)
 
 
 def _load_result(message: pb.LoadResult) -> LoadResult:

@@ -8,7 +8,7 @@ from setu_agent.results import check_changes
 from setu_client._proto.setu.v1 import cloud_pb2 as pb
 from setu_client._proto.setu.v1 import cloud_pb2_grpc, common_pb2
 from setu_client.errors import InvalidArgument
-from setu_server.models import EventLevel, Phase
+from setu_server.models import EventLevel, JobOutput, Phase
 from setu_server.rpc.agents import artifact_of, blob_message, changes_of, connection_message
 from setu_server.rpc.convert import LEVELS, PHASES, WRITE_MODES, uid
 from setu_server.rpc.cursors import cursor_of
@@ -21,6 +21,15 @@ LEVELS_BACK = {number: level for level, number in LEVELS.items()}
 
 def _lease(request: pb.TaskLease) -> tuple[UUID, UUID]:
     return uid(request.task_id), uid(request.lease_token)
+
+
+def _output(output: JobOutput) -> pb.RunOutput:
+    return pb.RunOutput(
+        stream=output.stream,
+        rows_extracted=output.rows_extracted,
+        rows_loaded=output.rows_loaded,
+        loaded=output.loaded,
+    )
 
 
 class CloudRunServicer(cloud_pb2_grpc.CloudRunServiceServicer):
@@ -56,8 +65,18 @@ class CloudRunServicer(cloud_pb2_grpc.CloudRunServiceServicer):
         self, request: pb.RecordRunPlanRequest, context: Ctx
     ) -> pb.RecordRunPlanResponse:
         rows = request.rows_total if request.HasField("rows_total") else None
+        phase = None
+        if request.phase != common_pb2.PHASE_UNSPECIFIED:
+            phase = PHASES_BACK.get(request.phase)
+            if phase is None:
+                raise InvalidArgument("phase: extract, load or direct, or left unset")
         await self._runs.plan(
-            *_lease(request.lease), rows, request.extract_in_cloud, request.load_in_cloud
+            *_lease(request.lease),
+            rows,
+            request.extract_in_cloud,
+            request.load_in_cloud,
+            phase,
+            request.message,
         )
         return pb.RecordRunPlanResponse()
 
@@ -90,7 +109,7 @@ class CloudRunServicer(cloud_pb2_grpc.CloudRunServiceServicer):
         changes = changes_of(request.changes) if request.HasField("changes") else None
         if changes is not None:
             check_changes(changes, "changes")
-        await self._runs.stream_loaded(
+        outputs = await self._runs.stream_loaded(
             *_lease(request.lease),
             request.stream,
             request.rows_extracted,
@@ -98,24 +117,18 @@ class CloudRunServicer(cloud_pb2_grpc.CloudRunServiceServicer):
             request.checksum,
             changes,
             cursor_of(request.cursor) if request.HasField("cursor") else None,
+            request.message,
+            record_progress=request.record_progress,
         )
-        return pb.RecordStreamLoadedResponse()
+        return pb.RecordStreamLoadedResponse(outputs=[_output(o) for o in outputs])
 
     async def ListRunOutputs(
         self, request: pb.ListRunOutputsRequest, context: Ctx
     ) -> pb.ListRunOutputsResponse:
-        outputs = await self._runs.outputs(*_lease(request.lease))
-        return pb.ListRunOutputsResponse(
-            outputs=[
-                pb.RunOutput(
-                    stream=o.stream,
-                    rows_extracted=o.rows_extracted,
-                    rows_loaded=o.rows_loaded,
-                    loaded=o.loaded,
-                )
-                for o in outputs
-            ]
+        outputs = await self._runs.outputs(
+            *_lease(request.lease), record_progress=request.record_progress
         )
+        return pb.ListRunOutputsResponse(outputs=[_output(o) for o in outputs])
 
     async def AddRunEvent(
         self, request: pb.AddRunEventRequest, context: Ctx

@@ -23,17 +23,18 @@ import math
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 from uuid import UUID
 
 from setu_client.clock import Clock
 from setu_client.errors import AgentOffline
-from setu_server.models import DEFAULT_PRESENCE_WINDOW, Agent, AgentWork
+from setu_server.models import DEFAULT_PRESENCE_WINDOW, Agent, AgentWork, EventLevel, JobKind
 from setu_server.service import paging
 from setu_server.service.hooks import Hooks
-from setu_server.store import tenancy
-from setu_server.store.db import Database, Executor
+from setu_server.store import agent_waits, jobs, tenancy
+from setu_server.store.agent_waits import WaitingJob
+from setu_server.store.db import Database, Executor, transaction
 
 log = logging.getLogger("setu.agents")
 
@@ -105,9 +106,32 @@ class AgentPresence:
         return agent
 
     async def sign_off(self, agent_id: UUID, reason: str) -> None:
-        """A graceful stop: offline at once, on every replica, until it checks in."""
-        await tenancy.sign_off_agent(self._pool, agent_id, self._clock.sql_now())
-        log.info("agent signed off", extra={"agent_id": str(agent_id), "reason": reason})
+        """A graceful stop: offline at once, on every replica, until it checks
+        in. The jobs it leaves waiting say so on their timelines, once per
+        sign-off (a repeated SignOff adds nothing)."""
+        now = self._clock.sql_now()
+        warned = 0
+        async with transaction(self._pool) as conn:
+            was = await agent_waits.lock_agent_for_sign_off(conn, agent_id)
+            await tenancy.sign_off_agent(conn, agent_id, now)
+            if was is not None and was.signed_off_at is None:
+                warned = await _warn_waiting(conn, agent_id, was.name, now)
+        log.info(
+            "agent signed off",
+            extra={"agent_id": str(agent_id), "reason": reason, "jobs_waiting": warned},
+        )
+
+    async def offline_note(self, db: Executor, agent_id: UUID, what: str) -> str | None:
+        """For a job's timeline when work is queued on an agent that is not
+        online (`what` waits: "load", say); None when it is online."""
+        agent = await tenancy.get_agent(db, agent_id)
+        if agent is not None and self.online(agent):
+            return None
+        name, seen = _who_and_when(agent, agent_id)
+        return (
+            f"{name} is offline ({seen}): the {what} waits for it to come back "
+            f"(start it with `setu-agent --server <address> --token <agent token>`)"
+        )
 
     @contextlib.asynccontextmanager
     async def leasing(self, agent_id: UUID) -> AsyncIterator[None]:
@@ -171,16 +195,44 @@ class AgentPresence:
         return [AgentStatus(a, self.online(a), work[a.id]) for a in page], token
 
 
-def offline_message(agent: Agent | None, agent_id: UUID) -> str:
+async def _warn_waiting(db: Executor, agent_id: UUID, name: str, now: datetime | None) -> int:
+    """A warning on the timeline of each job the sign-off leaves waiting."""
+    waiting = await agent_waits.jobs_waiting_on_agent(db, agent_id)
+    for job in waiting:
+        await jobs.insert_job_event(
+            db, job.job_id, left_waiting(name, job), now=now, level=EventLevel.WARNING
+        )
+    return len(waiting)
+
+
+def left_waiting(name: str, job: WaitingJob) -> str:
+    """The timeline line of a job its agent's sign-off leaves waiting."""
+    what = "run" if job.kind is JobKind.RUN else job.kind.value
+    if job.running:
+        return (
+            f"Agent {name} signed off while running this {what}'s task: it finishes "
+            f"within the agent's shutdown grace, or waits for the agent to come back"
+        )
+    return f"Agent {name} signed off; the {what} waits for it to come back"
+
+
+def _who_and_when(agent: Agent | None, agent_id: UUID) -> tuple[str, str]:
     name = f"agent {agent.name} ({agent_id})" if agent else f"agent {agent_id}"
     if agent is not None and not agent.active:
-        return f"{name} is deactivated; register a new agent and place the connection on it"
+        return name, "deactivated"
     if agent is not None and agent.signed_off_at is not None:
         seen = f"stopped at {agent.signed_off_at:%Y-%m-%d %H:%M:%S} UTC"
     elif agent is not None and agent.last_seen_at is not None:
         seen = f"last seen {agent.last_seen_at:%Y-%m-%d %H:%M:%S} UTC"
     else:
         seen = "never seen"
+    return name, seen
+
+
+def offline_message(agent: Agent | None, agent_id: UUID) -> str:
+    name, seen = _who_and_when(agent, agent_id)
+    if agent is not None and not agent.active:
+        return f"{name} is deactivated; register a new agent and place the connection on it"
     return (
         f"{name} is offline ({seen}): start it with `setu-agent --server <address> "
         f"--token <agent token>` and try again"

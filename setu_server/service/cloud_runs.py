@@ -9,6 +9,7 @@ worker touches nothing but the runs it is working on.
 
 from __future__ import annotations
 
+import asyncio
 from uuid import UUID
 
 from setu_agent.engine.blob import BlobSettings
@@ -62,12 +63,19 @@ class CloudRuns:
         job = await self._run(task_id, token)
         taken = snapshot_of(job)
         assert job.pipeline_id is not None, "a run has a pipeline"
+        # Three independent reads, on three pooled connections at once: a
+        # small run waits for this answer before it can start.
+        source, destination, cursors = await asyncio.gather(
+            connection_spec(self._pool, taken.source_connection_id),
+            connection_spec(self._pool, taken.destination_connection_id),
+            stream_state.stream_cursors(self._pool, job.pipeline_id),
+        )
         return MigrateSpec(
             job_id=str(job.id),
             workspace_id=str(job.workspace_id),
             pipeline_id=str(job.pipeline_id),
-            source=await connection_spec(self._pool, taken.source_connection_id),
-            destination=await connection_spec(self._pool, taken.destination_connection_id),
+            source=source,
+            destination=destination,
             streams=list(taken.streams),
             spec=taken.spec,
             write_mode=taken.write_mode,
@@ -79,11 +87,18 @@ class CloudRuns:
             blob=self._blob,
             cancel_requested=job.cancel_requested,
             ended=job.state.terminal,
-            cursors=await stream_state.stream_cursors(self._pool, job.pipeline_id),
+            cursors=cursors,
         )
 
     async def plan(
-        self, task_id: UUID, token: UUID, rows_total: int | None, extract: bool, load: bool
+        self,
+        task_id: UUID,
+        token: UUID,
+        rows_total: int | None,
+        extract: bool,
+        load: bool,
+        phase: Phase | None = None,
+        message: str = "",
     ) -> None:
         job = await self._run(task_id, token)
         await self._book.plan(
@@ -91,6 +106,8 @@ class CloudRuns:
             rows_total=rows_total,
             extract_runtime=CLOUD if extract else None,
             load_runtime=CLOUD if load else None,
+            phase=phase,
+            message=message,
         )
 
     async def enter_phase(self, task_id: UUID, token: UUID, phase: Phase, message: str) -> None:
@@ -121,15 +138,28 @@ class CloudRuns:
         checksum: str,
         changes: RowChanges | None = None,
         cursor: CursorMark | None = None,
-    ) -> None:
+        message: str = "",
+        *,
+        record_progress: bool = False,
+    ) -> list[JobOutput]:
         job = await self._run(task_id, token)
-        await self._book.stream_loaded(
-            job.id, stream, extracted, loaded, checksum or None, changes, cursor
+        return await self._book.stream_loaded(
+            job.id,
+            stream,
+            extracted,
+            loaded,
+            checksum or None,
+            changes,
+            cursor,
+            message,
+            record_progress=record_progress,
         )
 
-    async def outputs(self, task_id: UUID, token: UUID) -> list[JobOutput]:
+    async def outputs(
+        self, task_id: UUID, token: UUID, *, record_progress: bool = False
+    ) -> list[JobOutput]:
         job = await self._run(task_id, token)
-        return await self._book.outputs(job.id)
+        return await self._book.outputs(job.id, record_progress=record_progress)
 
     async def event(
         self, task_id: UUID, token: UUID, message: str, level: EventLevel, stream: str

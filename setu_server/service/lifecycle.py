@@ -58,7 +58,7 @@ class JobLifecycle:
             now=self._clock.sql_now(),
             message=message,
             level=level,
-            error_message=error_message,
+            error_message=_cleared(to, error_message),
             phase=phase,
             only_from=only_from,
             result=result,
@@ -90,7 +90,7 @@ class JobLifecycle:
             now=self._clock.sql_now(),
             message=message,
             level=level,
-            error_message=error_message,
+            error_message=_cleared(to, error_message),
             result=result,
         )
         if db is None:
@@ -123,3 +123,9 @@ class JobLifecycle:
     def _hold(self, jobs: list[Job]) -> None:
         for job in jobs:
             self._unpublished[id(job)] = job
+
+
+def _cleared(to: JobState, error_message: str | None) -> str | None:
+    """A job that succeeded carries no error: a cancel that came after its
+    load committed (too late to stop it) leaves its reason behind otherwise."""
+    return "" if to is JobState.SUCCEEDED else error_message

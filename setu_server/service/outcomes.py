@@ -189,7 +189,8 @@ class _HandsOnToLoad:
         return await self._lifecycle.transition_many(
             [job.id],
             JobState.SUCCEEDED,
-            "The source offered no streams: nothing to load",
+            "Nothing staged, nothing to load: the source offered no streams, or none had "
+            "changed since the last run (incremental)",
             db=db,
             result={"mode": "staged", "rows_extracted": 0, "rows_loaded": 0},
         )
@@ -217,6 +218,8 @@ class RecordsStagedThenLoads(_HandsOnToLoad):
         total = extracted.rows_extracted
         await runs.set_run_plan(db, job.id, now=now, rows_total=total, extract_runtime=where)
         await runs.set_run_progress(db, job.id, total, 0, now)
+        for stream, said in extracted.notes:  # what it read, as a cloud extract says it
+            await jobs.insert_job_event(db, job.id, said, now=now, stream=stream)
         streams = len(extracted.artifact.streams)
         moved = await record_staged(
             db,
@@ -299,7 +302,9 @@ class LastLoadEndsRun:
         await runs.set_run_progress(db, job.id, job.rows_extracted, loaded, now)
         if await tasks.count_unfinished_tasks(db, job.id):
             return []
-        if job.cancel_requested:  # the streams not loaded yet were abandoned
+        # Asked to stop, yet every stream's load committed (the cancel came
+        # too late to stop the last): the run happened.
+        if job.cancel_requested and not all(o.loaded for o in outputs):
             return await self._lifecycle.transition_many(
                 [job.id],
                 JobState.CANCELLED,

@@ -16,7 +16,7 @@ from uuid import UUID
 
 from croniter import CroniterError, croniter
 
-from setu_agent.engine.incremental import SyncError, parse_sync
+from setu_agent.engine.incremental import SyncError, check_provider, parse_sync
 from setu_agent.engine.operators import SpecError, parse_spec
 from setu_client.clock import Clock
 from setu_client.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
@@ -236,16 +236,12 @@ async def _hold_connections(conn: Connection, workspace_id: UUID, draft: Pipelin
 
 
 def _check_cursors(draft: PipelineDraft, provider: str) -> None:
-    """A stream incremental without a cursor column is a file's (by object)."""
-    if provider == "file":
-        return
-    for stream, rule in parse_sync(draft.spec).items():
-        if not rule.cursor:
-            raise InvalidArgument(
-                f"spec.sync.{stream}.cursor: required for an incremental stream of a "
-                f"{provider} source (a column name); only a file source is incremental "
-                f"without one (by object)"
-            )
+    """A file stream is incremental by object (no cursor); any other stream
+    by its cursor column (setu_agent/engine/incremental.py `check_provider`)."""
+    try:
+        check_provider(parse_sync(draft.spec), provider)
+    except SyncError as exc:
+        raise InvalidArgument(str(exc)) from None
 
 
 async def _check_catalog(conn: Connection, draft: PipelineDraft) -> None:

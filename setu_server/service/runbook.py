@@ -38,15 +38,28 @@ class RunBook:
         rows_total: int | None = None,
         extract_runtime: str | None = None,
         load_runtime: str | None = None,
+        phase: Phase | None = None,
+        message: str = "",
     ) -> None:
-        await runs.set_run_plan(
-            self._pool,
-            job_id,
-            now=self._clock.sql_now(),
-            rows_total=rows_total,
-            extract_runtime=extract_runtime,
-            load_runtime=load_runtime,
-        )
+        """The run's plan; with `phase`, the run moves to it too, and with a
+        `message` the timeline says so, all in one transaction."""
+        now = self._clock.sql_now()
+        async with transaction(self._pool) as conn:
+            await runs.set_run_plan(
+                conn,
+                job_id,
+                now=now,
+                rows_total=rows_total,
+                extract_runtime=extract_runtime,
+                load_runtime=load_runtime,
+            )
+            moved = None
+            if phase is not None:
+                moved = await runs.set_run_phase(conn, job_id, phase, message, now)
+            elif message:
+                await jobs.insert_job_event(conn, job_id, message, now=now)
+        if moved is not None:
+            self._lifecycle.published([moved])
 
     async def progress(self, job_id: UUID, extracted: int, loaded: int) -> bool:
         """Writes the counts; True when the run was asked to cancel."""
@@ -77,9 +90,15 @@ class RunBook:
         checksum: str | None,
         changes: RowChanges | None = None,
         cursor: CursorMark | None = None,
-    ) -> None:
+        message: str = "",
+        *,
+        record_progress: bool = False,
+    ) -> list[JobOutput]:
         """Records a stream's committed load; an incremental stream's saved
-        cursor advances in the same transaction, to what that load carried."""
+        cursor advances in the same transaction, to what that load carried,
+        and `message` goes in the timeline. With `record_progress` (a
+        migrate's last stream), the outputs' sums become the run's counts and
+        the outputs are returned; else nothing is."""
         now = self._clock.sql_now()
         async with transaction(self._pool) as conn:
             await runs.save_output(
@@ -95,8 +114,17 @@ class RunBook:
             )
             if cursor is not None:
                 await stream_state.advance(conn, job_id, stream, cursor, loaded, now)
+            if message:
+                await jobs.insert_job_event(conn, job_id, message, now=now, stream=stream)
+            if not record_progress:
+                return []
+            return await _record_progress(conn, job_id, now)
 
-    async def outputs(self, job_id: UUID) -> list[JobOutput]:
+    async def outputs(self, job_id: UUID, *, record_progress: bool = False) -> list[JobOutput]:
+        """The run's outputs; with `record_progress`, their sums become the
+        run's counts (a finishing migrate's last word on them)."""
+        if record_progress:
+            return await _record_progress(self._pool, job_id, self._clock.sql_now())
         return await jobs.job_outputs(self._pool, job_id)
 
     async def event(
@@ -105,6 +133,15 @@ class RunBook:
         await jobs.insert_job_event(
             self._pool, job_id, message, now=self._clock.sql_now(), level=level, stream=stream
         )
+
+
+async def _record_progress(db: Executor, job_id: UUID, now: datetime | None) -> list[JobOutput]:
+    """The outputs, their sums written as the run's counts."""
+    outputs = await jobs.job_outputs(db, job_id)
+    extracted = sum(o.rows_extracted for o in outputs)
+    loaded = sum(o.rows_loaded for o in outputs)
+    await runs.set_run_progress(db, job_id, extracted, loaded, now)
+    return outputs
 
 
 async def record_staged(

@@ -184,6 +184,10 @@ class RunService:
         where = snapshot_of(job).placement
         if where.first_agent is not None:
             await self._require_online(db, where.first_agent)
+        if where.load_agent not in (None, where.first_agent):
+            # Agent A → agent B: B is needed only once A has staged, so the
+            # run is accepted, and its timeline says B is away.
+            await self._note_if_offline(db, job, where.load_agent, "load")
         if job.dry_run and where.extract_agent is not None:
             await self._dispatch_dry_run(db, job, where.extract_agent)
             return
@@ -265,6 +269,19 @@ class RunService:
             now=self._clock.sql_now(),
             stream=stream or "",
         )
+        if agent_id is not None:
+            await self._note_if_offline(db, job, agent_id, kind.value, stream or "")
+
+    async def _note_if_offline(
+        self, db: Executor, job: Job, agent_id: UUID | None, what: str, stream: str = ""
+    ) -> None:
+        """A warning on the run's timeline when work waits on an agent that
+        is not online (setu_server/service/agents.py)."""
+        note = None if agent_id is None else await self._presence.offline_note(db, agent_id, what)
+        if note is not None:
+            level = EventLevel.WARNING
+            now = self._clock.sql_now()
+            await jobs.insert_job_event(db, job.id, note, now=now, level=level, stream=stream)
 
     async def extract_spec(self, runtime: str, task_id: UUID, token: UUID) -> ExtractSpec:
         """What an agent needs to extract: ids, the source with its secret

@@ -28,6 +28,7 @@ from setu_server.models import (
     TaskState,
     runtime_name,
 )
+from setu_server.service.group_commit import GroupCommit, Merge
 from setu_server.service.hooks import Hooks
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.outcomes import TaskOutcomes
@@ -36,8 +37,8 @@ from setu_server.service.watch import CLOCK_SLACK
 from setu_server.store import jobs, tasks
 from setu_server.store.db import Connection, Database, Executor, transaction
 
-# Tasks leased in a statement, and the jobs that statement moved to running.
-_Leased = tuple[list[Task], list[Job]]
+# A leased task, and its job if this lease moved it to running (once per job).
+_Row = tuple[Task, Job | None]
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ class TaskService:
         self._metrics = metrics or Metrics(clock, process=False)
         # `parked`: a LeaseTask found nothing and is about to wait (its runtime).
         self.hooks: Hooks[str] = Hooks("parked")
+        # Concurrent leases and completions share a transaction (and its commit).
+        self.group: GroupCommit[_Row] = GroupCommit(pool, self._lease_rows)
 
     # -- leasing
 
@@ -116,27 +119,35 @@ class TaskService:
         return max(CLOCK_SLACK, min(self.policy.poll_seconds, seconds))
 
     async def _lease_once(self, runtime: str, max_tasks: int) -> list[Task]:
-        return self._leased(await self._lease_on(self._pool, runtime, max_tasks))
+        return self._leased(await self.group.lease(runtime, max_tasks))
 
-    async def _lease_on(self, db: Executor, runtime: str, max_tasks: int) -> _Leased:
-        leased = await tasks.lease_tasks(
+    async def _lease_rows(self, db: Executor, runtime: str, count: int) -> list[_Row]:
+        """The lease statement: `count` fresh tokens, of which the oldest
+        eligible tasks of `runtime` take as many as there are."""
+        rows = await tasks.lease_tasks(
             db,
             runtime,
-            [uuid.uuid4() for _ in range(max_tasks)],
+            [uuid.uuid4() for _ in range(count)],
             self.policy.ttl_seconds,
             self._clock.sql_now(),
         )
-        moved = {job.id: job for _, job in leased if job is not None}
-        return [task for task, _ in leased], list(moved.values())
+        # A moved job rides on its first task only: the rows may be dealt to
+        # several callers, and each publishes its own.
+        seen: set[UUID] = set()
+        once: list[_Row] = []
+        for task, job in rows:
+            once.append((task, job if job is not None and job.id not in seen else None))
+            seen.add(task.job_id)
+        return once
 
-    def _leased(self, leased: _Leased) -> list[Task]:
+    def _leased(self, leased: list[_Row]) -> list[Task]:
         """Once committed: count the leases, publish the jobs they started."""
-        handed, moved = leased
-        for task in handed:
+        for task, _ in leased:
             self._metrics.task_leased(task)
+        moved = [job for _, job in leased if job is not None]
         if moved:
             self._lifecycle.moved(moved)
-        return handed
+        return [task for task, _ in leased]
 
     # -- reports
 
@@ -171,20 +182,30 @@ class TaskService:
         `lease_next` (an eager lease): also lease the runtime's next eligible
         task, without waiting, in the completion's own transaction, so the
         two commit (and notify) once; a refused completion leases nothing.
-        None from a closing server."""
-        leased: _Leased | None = None
-        if lease_next and not self._signals.closing.is_set():
-            async with transaction(self._pool) as conn:
-                publish = await self._record_success(conn, runtime, task_id, token, result)
-                leased = await self._lease_on(conn, runtime, 1)
-        elif result is not None and self.outcomes.success_ends_job(result):
-            # One statement: no transaction needed.
-            publish = await self._record_success(self._pool, runtime, task_id, token, result)
-        else:
-            async with transaction(self._pool) as conn:
-                publish = await self._record_success(conn, runtime, task_id, token, result)
+        None from a closing server.
+
+        Completions and leases arriving together share one transaction
+        (setu_server/service/group_commit.py); each completion rolls back
+        alone if refused."""
+        eager = lease_next and not self._signals.closing.is_set()
+        ends_job = result is not None and self.outcomes.success_ends_job(result)
+        merge: Merge[tasks.Completion, Callable[[], None]] | None = None
+        if result is not None and ends_job:
+            result.validate()  # as the part would: refused before it queues
+            merge = Merge(
+                self._complete_merged,
+                tasks.Completion(task_id, runtime, token, result.to_json(), result.kind),
+            )
+        publish, leased = await self.group.run(
+            lambda db: self._record_success(db, runtime, task_id, token, result),
+            then_lease=runtime if eager else None,
+            # Its success ends its job: one statement, no transaction needed.
+            one_statement=ends_job,
+            # Beside other such completions: one statement for all of them.
+            merge=merge,
+        )
         publish()
-        handed = self._leased(leased) if leased else []
+        handed = self._leased(leased)
         return handed[0] if handed else None
 
     async def _record_success(
@@ -207,7 +228,7 @@ class TaskService:
                 return _nothing
             ended = done[1]
             return (lambda: self._lifecycle.moved([ended])) if ended is not None else _nothing
-        conn = db  # here a transaction's connection (complete() opens one)
+        conn = db  # here a transaction's connection (the group commit opens one)
         task = await tasks.complete_task(conn, task_id, runtime, token, record, now)
         if task is None:
             await self._repeated_completion(conn, runtime, task_id, token)
@@ -217,6 +238,24 @@ class TaskService:
         result.validate()  # so does a malformed one
         changed = await self.outcomes.succeeded(conn, task, result)
         return lambda: self._lifecycle.published(changed)
+
+    async def _complete_merged(
+        self, db: Executor, asked: list[tasks.Completion]
+    ) -> list[Callable[[], None] | None]:
+        """Completions whose success ends their job, in one statement: what
+        each publishes, or None for one the statement left out (refused or a
+        repeat: its caller's part runs alone and says which)."""
+        rows = await tasks.complete_tasks_and_jobs(db, asked, self._clock.sql_now())
+        done = {(task.id, task.lease_token, task.runtime): job for task, job in rows}
+        answers: list[Callable[[], None] | None] = []
+        for one in asked:
+            key = (one.id, one.token, one.runtime)
+            if key not in done:
+                answers.append(None)
+                continue
+            ended = done.pop(key)
+            answers.append(_publish_ended(self._lifecycle, ended))
+        return answers
 
     async def _repeated_completion(
         self,
@@ -317,6 +356,10 @@ def _wrong_result(task: Task, claimed: str) -> InvalidArgument:
 
 def _nothing() -> None:
     pass
+
+
+def _publish_ended(lifecycle: JobLifecycle, ended: Job | None) -> Callable[[], None]:
+    return (lambda: lifecycle.moved([ended])) if ended is not None else _nothing
 
 
 def _lost_lease(task: Task) -> LeaseLost:

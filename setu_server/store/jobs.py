@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -24,6 +25,10 @@ from setu_server.models import (
 )
 from setu_server.store.db import Executor, translate_errors
 from setu_server.store.queries import QUERIES
+
+# Rows made Jobs per turn of the event loop by `changed_jobs`: 200 took
+# 2.3 ms on a quiet 2-core machine (1,000 took 60-110 ms on a loaded one).
+CONVERT_PER_TURN = 200
 
 
 def job_of(r: asyncpg.Record) -> Job:
@@ -99,6 +104,23 @@ async def get_jobs(db: Executor, ids: list[UUID]) -> list[Job]:
     """Jobs by id across workspaces: for the watch hub, never for callers."""
     with translate_errors():
         return [job_of(r) for r in await db.fetch(QUERIES.get_jobs, ids)]
+
+
+async def changed_jobs(db: Executor, ids: list[UUID], versions: list[int]) -> list[Job]:
+    """Of the jobs `ids`, those whose version is newer than `versions` (the
+    ones the watch hub holds, in the same order; 0 for none): the hub's
+    re-check, which converts only what changed. Never for callers.
+
+    When many changed (a re-check after a reconnect that missed a storm), the
+    rows become Jobs `CONVERT_PER_TURN` at a time, the event loop free
+    between slices: every call on the server waits for a turn to end."""
+    with translate_errors():
+        rows = await db.fetch(QUERIES.changed_jobs, ids, versions)
+    found = [job_of(r) for r in rows[:CONVERT_PER_TURN]]
+    for start in range(CONVERT_PER_TURN, len(rows), CONVERT_PER_TURN):
+        await asyncio.sleep(0)
+        found += [job_of(r) for r in rows[start : start + CONVERT_PER_TURN]]
+    return found
 
 
 async def transition_jobs(

@@ -7,6 +7,11 @@ ping_timeout`; on any loss the listener reconnects
 with capped backoff, re-LISTENs, and calls `on_reconnect` so that whoever
 depends on notifications can re-read what a lost notification might have
 told them.
+
+Handlers run in asyncpg's callback, once per notification, some 450 in one
+turn of the event loop when a storm arrives (a 256 KiB read): each must be
+O(1) and defer real work (the watch hub only queues the payload, see
+`setu_server/service/watch.py`).
 """
 
 from __future__ import annotations

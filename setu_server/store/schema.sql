@@ -105,7 +105,7 @@ CREATE TABLE job (
     id                uuid PRIMARY KEY,
     workspace_id      uuid NOT NULL REFERENCES workspace (id) ON DELETE CASCADE,
     kind              text NOT NULL CHECK (kind IN ('run', 'test', 'discover', 'preview')),
-    -- Written only by setu_transition_jobs, below.
+    -- Written only by setu_transition_jobs and setu_transition_jobs_each, below.
     state             text NOT NULL
                       CHECK (state IN ('ready', 'pending', 'running',
                                        'succeeded', 'failed', 'cancelled')),
@@ -238,13 +238,12 @@ CREATE TABLE artifact (
 
 -- The payload of a `setu_job` notification for one job row: {job_id,
 -- version, state, snapshot: {what a transition or progress write changes}},
--- or, past 7,999 bytes, without the snapshot.
+-- or, past 7,999 bytes, without the snapshot. plpgsql, not sql: a sql
+-- function with a FROM is not inlined and plans its query on every call.
 CREATE FUNCTION setu_job_notice(j job) RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT CASE WHEN octet_length(full_notice) < 8000 THEN full_notice
-                ELSE json_build_object(
-                    'job_id', j.id, 'version', j.version, 'state', j.state)::text END
-    FROM (SELECT json_build_object(
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    full_notice text := json_build_object(
         'job_id', j.id, 'version', j.version, 'state', j.state,
         'snapshot', json_build_object(
             'phase', j.phase, 'cancel_requested', j.cancel_requested,
@@ -252,7 +251,13 @@ LANGUAGE sql STABLE AS $$
             'rows_loaded', j.rows_loaded, 'rows_total', j.rows_total,
             'extract_runtime', j.extract_runtime, 'load_runtime', j.load_runtime,
             'result', j.result, 'updated_at', j.updated_at, 'started_at', j.started_at,
-            'finished_at', j.finished_at))::text AS full_notice) AS notice
+            'finished_at', j.finished_at))::text;
+BEGIN
+    IF octet_length(full_notice) < 8000 THEN
+        RETURN full_notice;
+    END IF;
+    RETURN json_build_object('job_id', j.id, 'version', j.version, 'state', j.state)::text;
+END;
 $$;
 
 -- Moves every job of p_ids that is in one of the states p_from to p_to, bumps
@@ -295,6 +300,59 @@ BEGIN
     LOOP
         INSERT INTO job_event (job_id, level, message, created_at)
         VALUES (moved.id, p_level, p_message, coalesce(p_now, now()));
+        PERFORM pg_notify('setu_job', setu_job_notice(moved));
+        RETURN NEXT moved;
+    END LOOP;
+END;
+$$;
+
+-- Moves each job of p_ids that is in one of the states p_from to p_to, like
+-- setu_transition_jobs, but set-based: one UPDATE and one INSERT of events
+-- for the whole batch, each job with its own event message (p_messages[i])
+-- and result (p_results[i]; null keeps). Every moved job still bumps its
+-- version and notifies `setu_job` with its setu_job_notice. A batch of
+-- leases or completions moves its jobs with one call, not one per job.
+CREATE FUNCTION setu_transition_jobs_each(
+    p_ids uuid[],
+    p_messages text[],
+    p_results jsonb[],
+    p_to text,
+    p_from text[],
+    p_error text,
+    p_phase text,
+    p_level text,
+    p_now timestamptz
+) RETURNS SETOF job
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    moved job;
+BEGIN
+    FOR moved IN
+        WITH asked AS (
+            SELECT * FROM unnest(p_ids, p_messages, p_results) AS a(id, message, result)
+        ), changed AS (
+            UPDATE job
+            SET state = p_to,
+                version = job.version + 1,
+                error_message = coalesce(p_error, job.error_message),
+                phase = coalesce(p_phase, job.phase),
+                started_at = CASE WHEN p_to = 'running'
+                                  THEN coalesce(job.started_at, coalesce(p_now, now()))
+                                  ELSE job.started_at END,
+                finished_at = CASE WHEN p_to IN ('succeeded', 'failed', 'cancelled')
+                                   THEN coalesce(p_now, now()) ELSE job.finished_at END,
+                updated_at = coalesce(p_now, now()),
+                result = coalesce(asked.result, job.result)
+            FROM asked
+            WHERE job.id = asked.id AND job.state = ANY(p_from)
+            RETURNING job AS j, asked.message
+        ), said AS (
+            INSERT INTO job_event (job_id, level, message, created_at)
+            SELECT (changed.j).id, p_level, changed.message, coalesce(p_now, now())
+            FROM changed
+        )
+        SELECT (changed.j).* FROM changed
+    LOOP
         PERFORM pg_notify('setu_job', setu_job_notice(moved));
         RETURN NEXT moved;
     END LOOP;

@@ -3,6 +3,7 @@ task is one statement in store/queries/tasks.sql."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -144,6 +145,36 @@ async def complete_task_and_job(
             QUERIES.complete_task_and_job, id, token, result, now, kind, runtime
         )
     return (task_of(row), _moved_job(row)) if row else None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One completion of a merged statement (see complete_task_and_job)."""
+
+    id: UUID
+    runtime: str
+    token: UUID
+    result: dict[str, Any]
+    kind: str | None
+
+
+async def complete_tasks_and_jobs(
+    db: Executor, asked: list[Completion], now: datetime | None
+) -> list[tuple[Task, Job | None]]:
+    """complete_task_and_job for several tasks in one statement: the tasks
+    completed (each with its job), in no particular order; a completion whose
+    conditions fail is left out."""
+    with translate_errors():
+        rows = await db.fetch(
+            QUERIES.complete_tasks_and_jobs,
+            [a.id for a in asked],
+            [a.token for a in asked],
+            [a.result for a in asked],
+            [a.kind for a in asked],
+            [a.runtime for a in asked],
+            now,
+        )
+    return [(task_of(row), _moved_job(row)) for row in rows]
 
 
 async def fail_task(

@@ -25,7 +25,11 @@ from dataclasses import dataclass, field
 log = logging.getLogger("setu.supervisor")
 
 # What a worker inherits of the server's environment: enough to run Python.
-INHERITED = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
+INHERITED = (
+    *("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV"),
+    # A test's pause point (setu_agent/engine/testpoints.py): inert unless set.
+    "SETU_TEST_PAUSE",
+)
 # A worker that died this soon after starting waits before the next start,
 # doubling up to the cap, so a worker that cannot start does not spin.
 STEADY_SECONDS = 30.0

@@ -89,7 +89,7 @@ async def test_a_cloud_load_whose_record_is_lost_is_not_applied_again(
     recorded = CloudRuns.stream_loaded
     lost = asyncio.Event()
 
-    async def lose_the_first_record(self: CloudRuns, *args: Any) -> None:
+    async def lose_the_first_record(self: CloudRuns, *args: Any, **kwargs: Any) -> Any:
         # The worker has committed the stream into the destination when it
         # asks to record it: this record never lands.
         if not lost.is_set():
@@ -99,7 +99,7 @@ async def test_a_cloud_load_whose_record_is_lost_is_not_applied_again(
                 victim.kill()
                 await victim.wait()
             raise Unavailable("the database connection dropped")
-        await recorded(self, *args)
+        return await recorded(self, *args, **kwargs)
 
     monkeypatch.setattr(CloudRuns, "stream_loaded", lose_the_first_record)
     src = await client.create_connection("source", "postgres", postgres_config(source))

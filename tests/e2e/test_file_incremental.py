@@ -1,5 +1,5 @@
 """File sources incremental by object, through the real server, SDK, cloud
-worker, agent and providers (cloud → cloud, agent → cloud): over a local folder and over S3
+worker, agents and providers, in all four flows: over a local folder and over S3
 (moto), a later run reads only the files that are new or changed since the
 last run that loaded them; a reset reads every file again."""
 
@@ -102,6 +102,17 @@ async def run(client: SetuClient, pipeline_id: str) -> dict[str, int]:
     return {o.stream: o.rows_extracted for o in outputs.streams}
 
 
+async def run_saying(client: SetuClient, pipeline_id: str) -> tuple[dict[str, int], list[str]]:
+    """Runs the pipeline; returns the rows it read by stream, and its timeline."""
+    job = await client.submit_run(pipeline_id)
+    await client.wait_for_job(job.id)
+    done = await client.get_job(job.id)
+    assert done.state == S.JOB_STATE_SUCCEEDED, done.error_message
+    outputs = await client.job_outputs(job.id)
+    said = [e.message async for e in client.job_events(job.id)]
+    return {o.stream: o.rows_extracted for o in outputs.streams}, said
+
+
 async def tables(url: str, *names: str) -> dict[str, list[tuple[int, str]]]:
     conn = await asyncpg.connect(url)
     try:
@@ -176,16 +187,37 @@ async def test_a_later_run_reads_only_new_or_changed_files(
         assert await tables(url, "a", "b", "c") == {"a": A, "b": b2, "c": C}
 
 
-async def test_a_cursor_on_a_file_stream_is_refused_naming_the_key(
+async def test_a_cursor_on_a_file_stream_is_refused_at_create_and_update_naming_the_stream(
     client: SetuClient, pg_server_url: str, tmp_path: Path
 ) -> None:
     lake = LocalFolder(tmp_path / "lake")
     await lake.put("a", A)
+    refused = r"spec\.sync\.a\.cursor: a file stream is incremental by object .*remove the cursor"
     async with scratch_database(pg_server_url) as url:
         src = await client.create_connection("lake", "file", lake.config)
         dst = await client.create_connection("wh", "postgres", postgres_config(url))
         spec = {"sync": {"a": {"mode": "incremental", "cursor": "id"}}}
+        # Never discovered: the source's provider alone decides.
+        with pytest.raises(InvalidArgument, match=refused):
+            await client.create_pipeline("p", src.id, dst.id, spec=spec)
+        made = await client.create_pipeline("p", src.id, dst.id, spec=INCREMENTAL)
+        with pytest.raises(InvalidArgument, match=refused):
+            await client.update_pipeline(made.id, spec=spec)
+
+
+async def test_a_cursor_meeting_a_source_that_became_a_file_one_fails_the_run(
+    client: SetuClient, pg_server_url: str, tmp_path: Path
+) -> None:
+    """A pipeline made over a table source with a cursor, whose connection
+    was then changed into a file one: the run refuses the cursor, naming it."""
+    lake = LocalFolder(tmp_path / "lake")
+    await lake.put("a", A)
+    async with scratch_database(pg_server_url) as url:
+        src = await client.create_connection("src", "postgres", postgres_config(url))
+        dst = await client.create_connection("wh", "postgres", postgres_config(url))
+        spec = {"sync": {"a": {"mode": "incremental", "cursor": "id"}}}
         made = await client.create_pipeline("p", src.id, dst.id, spec=spec)
+        await client.update_connection(src.id, provider="file", config=lake.config)
         job = await client.submit_run(made.id)
         await client.wait_for_job(job.id)
         done = await client.get_job(job.id)
@@ -193,34 +225,101 @@ async def test_a_cursor_on_a_file_stream_is_refused_naming_the_key(
     assert "spec.sync.a.cursor: a file stream is incremental by object" in done.error_message
 
 
-async def test_an_agent_folder_to_the_cloud_reads_only_new_or_changed_files(
-    edge: Edge,  # noqa: F811 (the fixture imported above)
-    tmp_path: Path,
+@pytest.fixture
+def edge_with_s3_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Edge:
+    """The edge fixture's server and agents, able to resolve S3_SECRET: the
+    cloud worker from the server's secrets file (a shared secret), the
+    agents from the same file (they inherit the environment)."""
+    secrets = tmp_path / "edge-secrets.json"
+    secrets.write_text(json.dumps({"S3_SECRET": "testing"}))
+    monkeypatch.setenv("SETU_SECRETS_FILE", str(secrets))
+    monkeypatch.setenv("SETU_SHARED_SECRETS", "S3_SECRET")
+    made: Edge = request.getfixturevalue("edge")
+    return made
+
+
+# Each edge flow: (source on an agent, destination on an agent).
+EDGE_FLOWS = {"a2c": (True, False), "c2a": (False, True), "a2a": (True, True)}
+
+
+async def edge_lake(kind: str, path: Path, endpoint: S3Endpoint) -> Folder:
+    if kind == "local":
+        return LocalFolder(path)
+    return S3Folder(endpoint, await endpoint.make_bucket())
+
+
+async def flow_pipeline(rig: Edge, flow: str, lake: Folder) -> str:
+    """The flow's pipeline: its source on agent A or in the cloud, its
+    destination (schema `flow` of the destination database) on agent B or
+    in the cloud."""
+    client, (b_id, _) = rig.client, rig.agent_b
+    source_on_agent, destination_on_agent = EDGE_FLOWS[flow]
+    src = await client.create_connection(
+        f"lake-{flow}",
+        "file",
+        lake.config,
+        *(("agent", str(rig.tenant.agent_id)) if source_on_agent else ()),
+    )
+    if destination_on_agent:
+        config = rig.edge_config(rig.destination) | {"schema": flow}
+        dst = await client.create_connection(f"wh-{flow}", "postgres", config, "agent", str(b_id))
+    else:
+        config = postgres_config(rig.destination) | {"schema": flow}
+        dst = await client.create_connection(f"wh-{flow}", "postgres", config)
+    made = await client.create_pipeline(
+        f"lake-{flow}", src.id, dst.id, spec=INCREMENTAL, write_mode="overwrite"
+    )
+    return made.id
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+async def test_every_edge_flow_reads_only_new_or_changed_files(
+    edge_with_s3_secret: Edge, tmp_path: Path, kind: str
 ) -> None:
-    """agent → cloud: the extract lists the folder on the agent; the mark
-    travels in the staged manifest and the state advances with the cloud's
-    load."""
-    client = edge.client
-    lake = LocalFolder(tmp_path / "edge-lake")
-    await lake.put("a", A)
-    async with edge.agent("a", edge.tenant.agent_token):
-        src = await client.create_connection(
-            "edge-lake", "file", lake.config, "agent", str(edge.tenant.agent_id)
-        )
-        dst = await client.create_connection("wh", "postgres", postgres_config(edge.destination))
-        made = await client.create_pipeline(
-            "lake-to-wh", src.id, dst.id, spec=INCREMENTAL, write_mode="overwrite"
-        )
-        assert await run(client, made.id) == {"a": 3}
-        await lake.put("c", C)
-        assert await run(client, made.id) == {"c": 4}
-        assert await run(client, made.id) == {}
-        b2 = [*A, (4, "a4")]
-        await lake.put("a", b2)
-        assert await run(client, made.id) == {"a": 4}
-        assert await tables(edge.destination, "a", "c") == {"a": b2, "c": C}
-        state = {s.stream: s.rows for s in (await client.get_pipeline_state(made.id)).streams}
-        assert state == {"a": 4, "c": 4}
+    """agent → cloud, cloud → agent and agent → agent: the folder is listed
+    where the extract runs (agent A or the cloud worker), the objects' mark
+    travels in the staged manifest and the load's result, and the state
+    advances with the load wherever it commits (the cloud or agent B)."""
+    rig = edge_with_s3_secret
+    client, (_, b_token) = rig.client, rig.agent_b
+    conn = await asyncpg.connect(rig.destination)
+    await conn.execute("CREATE SCHEMA a2c; CREATE SCHEMA c2a; CREATE SCHEMA a2a")
+    await conn.close()
+    lakes = {flow: await edge_lake(kind, tmp_path / f"lake-{flow}", rig.s3) for flow in EDGE_FLOWS}
+    async with rig.agent("a", rig.tenant.agent_token), rig.agent("b", b_token):
+        made = {}
+        for flow, lake in lakes.items():
+            await lake.put("a", A)
+            await lake.put("b", B)
+            made[flow] = await flow_pipeline(rig, flow, lake)
+        for flow, lake in lakes.items():
+            assert await run(client, made[flow]) == {"a": 3, "b": 2}, flow
+            await lake.put("c", C)
+            assert await run(client, made[flow]) == {"c": 4}, flow
+            read, said = await run_saying(client, made[flow])
+            assert read == {}, flow
+            if EDGE_FLOWS[flow][1]:  # no load dispatched to agent B: the run says why
+                assert any("none had changed since the last run" in m for m in said), said
+            b2 = [*B, (3, "b3")]
+            await lake.put("b", b2)  # changed: read again, whole
+            read, said = await run_saying(client, made[flow])
+            assert read == {"b": 3}, flow
+            # Wherever the folder was listed, the timeline says what was read, once.
+            window = "stream b: incremental by object: 1 new or changed of 1 file"
+            assert said.count(window) == 1, (flow, said)
+            assert await tables(rig.destination, f"{flow}.a", f"{flow}.b", f"{flow}.c") == {
+                f"{flow}.a": A,
+                f"{flow}.b": b2,
+                f"{flow}.c": C,
+            }, flow
+            state = await client.get_pipeline_state(made[flow])
+            assert {s.stream: (s.cursor.type, s.rows) for s in state.streams} == {
+                "a": ("files", 3),
+                "b": ("files", 3),
+                "c": ("files", 4),
+            }, flow
 
 
 async def test_a_table_stream_without_a_cursor_is_refused_at_create(

@@ -6,10 +6,13 @@ committed load, and the state can be shown and reset (SDK, CLI, API)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sqlite3
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -90,18 +93,6 @@ class Source:
             await conn.close()
 
 
-def read_back(url: str) -> Callable[[], Awaitable[list[tuple[int, int, datetime]]]]:
-    async def rows() -> list[tuple[int, int, datetime]]:
-        conn = await asyncpg.connect(url)
-        try:
-            found = await conn.fetch("SELECT id, amount, updated_at FROM orders ORDER BY id")
-        finally:
-            await conn.close()
-        return [(r["id"], r["amount"], r["updated_at"]) for r in found]
-
-    return rows
-
-
 def as_rows(model: Model) -> list[tuple[int, int, datetime]]:
     return [(i, a, at) for i, (a, at) in sorted(model.items())]
 
@@ -119,19 +110,63 @@ async def run(client: SetuClient, pipeline_id: str) -> tuple[Any, int]:
     return done, sum(o.rows_extracted for o in outputs.streams)
 
 
-async def pipeline(
-    client: SetuClient,
-    source: tuple[str, dict[str, Any]],
-    destination_url: str,
-    mode: str,
-    spec: dict[str, Any],
-) -> str:
-    src = await client.create_connection("source", source[0], source[1])
-    dst = await client.create_connection(
-        "destination", "postgres", postgres_config(destination_url)
-    )
-    made = await client.create_pipeline("orders", src.id, dst.id, spec=spec, write_mode=mode)
-    return made.id
+@dataclass
+class Orders:
+    """A test's `orders` source and the PostgreSQL destination it copies to
+    (both scratch databases), and the pipeline between them if it asked."""
+
+    client: SetuClient
+    source: Source
+    destination_url: str
+    pipeline_id: str = ""
+
+    async def connections(self) -> tuple[Any, Any]:
+        """The source (its table created) and destination connections."""
+        src = await self.client.create_connection("source", *await self.source.create())
+        dst = await self.client.create_connection(
+            "destination", "postgres", postgres_config(self.destination_url)
+        )
+        return src, dst
+
+    async def landed(self) -> list[tuple[int, int, datetime]]:
+        """The destination's orders, by id."""
+        conn = await asyncpg.connect(self.destination_url)
+        try:
+            found = await conn.fetch("SELECT id, amount, updated_at FROM orders ORDER BY id")
+        finally:
+            await conn.close()
+        return [(r["id"], r["amount"], r["updated_at"]) for r in found]
+
+
+MakeOrders = Callable[..., Awaitable[Orders]]
+
+
+@pytest.fixture
+async def make_orders(
+    client: SetuClient, pg_server_url: str, tmp_path: Path
+) -> AsyncIterator[MakeOrders]:
+    """Makes an Orders: `make_orders(mode, spec, kind=…)` with the pipeline
+    (named `orders`) over it, `make_orders()` without. Its databases are
+    dropped when the test ends."""
+    async with AsyncExitStack() as stack:
+
+        async def make(
+            mode: str | None = None, spec: dict[str, Any] | None = None, *, kind: str = "postgres"
+        ) -> Orders:
+            source_url = await stack.enter_async_context(scratch_database(pg_server_url))
+            destination_url = await stack.enter_async_context(scratch_database(pg_server_url))
+            orders = Orders(
+                client, Source(kind, source_url, tmp_path / "source.db"), destination_url
+            )
+            if mode is None:
+                return orders
+            src, dst = await orders.connections()
+            made = await client.create_pipeline(
+                "orders", src.id, dst.id, spec=spec or {}, write_mode=mode
+            )
+            return dataclasses.replace(orders, pipeline_id=made.id)
+
+        yield make
 
 
 def rows(ids: range, amount: int, at: datetime) -> Model:
@@ -141,198 +176,162 @@ def rows(ids: range, amount: int, at: datetime) -> Model:
 @pytest.mark.parametrize("kind", ["postgres", "sqlite"])
 @pytest.mark.parametrize("direct_max_rows", [0, 50_000], ids=["staged", "direct"])
 async def test_upsert_runs_read_only_the_delta_and_end_equal_to_the_source(
-    client: SetuClient, pg_server_url: str, tmp_path: Path, kind: str, direct_max_rows: int
+    client: SetuClient, make_orders: MakeOrders, kind: str, direct_max_rows: int
 ) -> None:
-    async with (
-        scratch_database(pg_server_url) as source_url,
-        scratch_database(pg_server_url) as destination_url,
-    ):
-        source = Source(kind, source_url, tmp_path / "source.db")
-        made = await pipeline(
-            client, await source.create(), destination_url, "upsert", sync("updated_at", "1h")
-        )
-        await source.put(rows(range(1, 101), 1, T0))
+    orders = await make_orders("upsert", sync("updated_at", "1h"), kind=kind)
+    source, made = orders.source, orders.pipeline_id
+    await source.put(rows(range(1, 101), 1, T0))
 
-        job, read = await run(client, made)
-        assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
-        assert read == 100
-        assert await read_back(destination_url)() == as_rows(source.model)
-        high = max(at for _, at in source.model.values())
+    job, read = await run(client, made)
+    assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
+    assert read == 100
+    assert await orders.landed() == as_rows(source.model)
+    high = max(at for _, at in source.model.values())
 
-        # Updates to existing keys, inserts, and a row committed late with a
-        # cursor 30 minutes behind the saved one: inside the 1 h lookback.
-        later = T0 + timedelta(days=30)
-        await source.put(rows(range(5, 8), 2, later) | rows(range(101, 106), 2, later))
-        await source.put({500: (9, high - timedelta(minutes=30))})
-        job, read = await run(client, made)
-        assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
-        in_window = [i for i, (_, at) in source.model.items() if at >= high - timedelta(hours=1)]
-        assert read == len(in_window) < 20
-        assert await read_back(destination_url)() == as_rows(source.model)
+    # Updates to existing keys, inserts, and a row committed late with a
+    # cursor 30 minutes behind the saved one: inside the 1 h lookback.
+    later = T0 + timedelta(days=30)
+    await source.put(rows(range(5, 8), 2, later) | rows(range(101, 106), 2, later))
+    await source.put({500: (9, high - timedelta(minutes=30))})
+    job, read = await run(client, made)
+    assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
+    in_window = [i for i, (_, at) in source.model.items() if at >= high - timedelta(hours=1)]
+    assert read == len(in_window) < 20
+    assert await orders.landed() == as_rows(source.model)
 
-        # Third run: one more update; the window starts from run 2's maximum.
-        high = max(at for _, at in source.model.values())
-        await source.put({1: (3, later + timedelta(days=10))})
-        job, read = await run(client, made)
-        assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
-        in_window = [i for i, (_, at) in source.model.items() if at >= high - timedelta(hours=1)]
-        assert read == len(in_window) < 20
-        assert await read_back(destination_url)() == as_rows(source.model)
-        events = [e.message async for e in client.job_events(job.id)]
-        assert any(
-            m.startswith("stream ") and "incremental from updated_at >=" in m for m in events
-        )
+    # Third run: one more update; the window starts from run 2's maximum.
+    high = max(at for _, at in source.model.values())
+    await source.put({1: (3, later + timedelta(days=10))})
+    job, read = await run(client, made)
+    assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
+    in_window = [i for i, (_, at) in source.model.items() if at >= high - timedelta(hours=1)]
+    assert read == len(in_window) < 20
+    assert await orders.landed() == as_rows(source.model)
+    events = [e.message async for e in client.job_events(job.id)]
+    assert any(m.startswith("stream ") and "incremental from updated_at >=" in m for m in events)
 
 
 @pytest.mark.parametrize("kind", ["postgres", "sqlite"])
 async def test_append_runs_add_only_the_new_rows(
-    client: SetuClient, pg_server_url: str, tmp_path: Path, kind: str
+    client: SetuClient, make_orders: MakeOrders, kind: str
 ) -> None:
-    async with (
-        scratch_database(pg_server_url) as source_url,
-        scratch_database(pg_server_url) as destination_url,
-    ):
-        source = Source(kind, source_url, tmp_path / "source.db")
-        made = await pipeline(client, await source.create(), destination_url, "append", sync("id"))
-        await source.put(rows(range(1, 41), 1, T0))
-        reads = []
-        for new in (range(41, 46), range(46, 49)):
-            job, read = await run(client, made)
-            assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
-            reads.append(read)
-            await source.put(rows(new, 2, T0))
+    orders = await make_orders("append", sync("id"), kind=kind)
+    source, made = orders.source, orders.pipeline_id
+    await source.put(rows(range(1, 41), 1, T0))
+    reads = []
+    for new in (range(41, 46), range(46, 49)):
         job, read = await run(client, made)
+        assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
         reads.append(read)
-        assert reads == [40, 5, 3]
-        # Append: every source row exactly once (no boundary row twice).
-        assert await read_back(destination_url)() == as_rows(source.model)
+        await source.put(rows(new, 2, T0))
+    job, read = await run(client, made)
+    reads.append(read)
+    assert reads == [40, 5, 3]
+    # Append: every source row exactly once (no boundary row twice).
+    assert await orders.landed() == as_rows(source.model)
 
 
 async def test_rows_sharing_the_saved_cursor_value_are_neither_lost_nor_duplicated(
-    client: SetuClient, pg_server_url: str, tmp_path: Path
+    client: SetuClient, make_orders: MakeOrders
 ) -> None:
-    async with (
-        scratch_database(pg_server_url) as source_url,
-        scratch_database(pg_server_url) as destination_url,
-    ):
-        source = Source("postgres", source_url, tmp_path / "source.db")
-        made = await pipeline(
-            client, await source.create(), destination_url, "upsert", sync("updated_at")
-        )
-        boundary = T0 + timedelta(hours=1)
-        await source.put({1: (1, T0), 2: (1, boundary)})
-        job, _ = await run(client, made)
-        assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
-        # Committed after run 1 read, with exactly the saved cursor value.
-        await source.put({3: (1, boundary), 4: (1, boundary)})
-        job, read = await run(client, made)
-        assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
-        assert read == 3  # the boundary value is re-read: 2, 3 and 4
-        assert await read_back(destination_url)() == as_rows(source.model)
+    orders = await make_orders("upsert", sync("updated_at"))
+    source, made = orders.source, orders.pipeline_id
+    boundary = T0 + timedelta(hours=1)
+    await source.put({1: (1, T0), 2: (1, boundary)})
+    job, _ = await run(client, made)
+    assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
+    # Committed after run 1 read, with exactly the saved cursor value.
+    await source.put({3: (1, boundary), 4: (1, boundary)})
+    job, read = await run(client, made)
+    assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
+    assert read == 3  # the boundary value is re-read: 2, 3 and 4
+    assert await orders.landed() == as_rows(source.model)
 
 
 async def test_a_failed_run_leaves_the_cursor_and_the_next_reads_the_same_delta(
-    client: SetuClient, pg_server_url: str, tmp_path: Path
+    client: SetuClient, make_orders: MakeOrders
 ) -> None:
-    async with (
-        scratch_database(pg_server_url) as source_url,
-        scratch_database(pg_server_url) as destination_url,
-    ):
-        source = Source("postgres", source_url, tmp_path / "source.db")
-        made = await pipeline(
-            client, await source.create(), destination_url, "upsert", sync("updated_at")
-        )
-        await source.put(rows(range(1, 11), 1, T0))
-        job, _ = await run(client, made)
-        assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
-        before = (await client.get_pipeline_state(made)).streams[0].cursor.value
+    orders = await make_orders("upsert", sync("updated_at"))
+    source, made = orders.source, orders.pipeline_id
+    await source.put(rows(range(1, 11), 1, T0))
+    job, _ = await run(client, made)
+    assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
+    before = (await client.get_pipeline_state(made)).streams[0].cursor.value
 
-        conn = await asyncpg.connect(destination_url)
-        await conn.execute("ALTER TABLE orders ADD CONSTRAINT small CHECK (amount < 100)")
-        later = T0 + timedelta(days=30)
-        await source.put(rows(range(20, 24), 500, later))
-        job, _ = await run(client, made)
-        assert job.state == S.JOB_STATE_FAILED
-        assert (await client.get_pipeline_state(made)).streams[0].cursor.value == before
+    conn = await asyncpg.connect(orders.destination_url)
+    await conn.execute("ALTER TABLE orders ADD CONSTRAINT small CHECK (amount < 100)")
+    later = T0 + timedelta(days=30)
+    await source.put(rows(range(20, 24), 500, later))
+    job, _ = await run(client, made)
+    assert job.state == S.JOB_STATE_FAILED
+    assert (await client.get_pipeline_state(made)).streams[0].cursor.value == before
 
-        await conn.execute("ALTER TABLE orders DROP CONSTRAINT small")
-        await conn.close()
-        job, read = await run(client, made)
-        assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
-        assert read == 5  # the saved boundary row, and the 4 the failed run did not land
-        assert await read_back(destination_url)() == as_rows(source.model)
+    await conn.execute("ALTER TABLE orders DROP CONSTRAINT small")
+    await conn.close()
+    job, read = await run(client, made)
+    assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
+    assert read == 5  # the saved boundary row, and the 4 the failed run did not land
+    assert await orders.landed() == as_rows(source.model)
 
 
 async def test_state_is_shown_and_reset_through_the_sdk_and_cli(
-    client: SetuClient, pg_server_url: str, tmp_path: Path, server: Any, tenant: Any
+    client: SetuClient, make_orders: MakeOrders, server: Any, tenant: Any
 ) -> None:
-    async with (
-        scratch_database(pg_server_url) as source_url,
-        scratch_database(pg_server_url) as destination_url,
-    ):
-        source = Source("postgres", source_url, tmp_path / "source.db")
-        made = await pipeline(
-            client, await source.create(), destination_url, "upsert", sync("updated_at")
-        )
-        await source.put(rows(range(1, 31), 1, T0))
-        assert list((await client.get_pipeline_state(made)).streams) == []
-        job, _ = await run(client, made)
+    orders = await make_orders("upsert", sync("updated_at"))
+    source, made = orders.source, orders.pipeline_id
+    await source.put(rows(range(1, 31), 1, T0))
+    assert list((await client.get_pipeline_state(made)).streams) == []
+    job, _ = await run(client, made)
 
-        state = await client.get_pipeline_state(made)
-        [stream] = state.streams
-        assert stream.stream == "public.orders" and stream.cursor.column == "updated_at"
-        assert stream.cursor.type == "timestamptz" and stream.rows == 30
-        assert datetime.fromisoformat(stream.cursor.value) == T0 + timedelta(hours=30)
-        assert stream.last_job_id == job.id
+    state = await client.get_pipeline_state(made)
+    [stream] = state.streams
+    assert stream.stream == "public.orders" and stream.cursor.column == "updated_at"
+    assert stream.cursor.type == "timestamptz" and stream.rows == 30
+    assert datetime.fromisoformat(stream.cursor.value) == T0 + timedelta(hours=30)
+    assert stream.last_job_id == job.id
 
-        cli = Cli(f"127.0.0.1:{server.port}", tenant.api_key)
-        shown = await cli("pipelines", "state", "orders", "--json")
-        assert json.loads(shown)["streams"][0]["cursor"]["column"] == "updated_at"
-        assert "public.orders" in await cli("pipelines", "state", "orders")
+    cli = Cli(f"127.0.0.1:{server.port}", tenant.api_key)
+    shown = await cli("pipelines", "state", "orders", "--json")
+    assert json.loads(shown)["streams"][0]["cursor"]["column"] == "updated_at"
+    assert "public.orders" in await cli("pipelines", "state", "orders")
 
-        with pytest.raises(NotFound, match="no saved state for stream 'nope'"):
-            await client.reset_pipeline_state(made, "nope")
-        said = await cli("pipelines", "reset-state", "orders", "--stream", "public.orders")
-        assert "reset public.orders" in said
-        assert list((await client.get_pipeline_state(made)).streams) == []
-        job, read = await run(client, made)
-        assert read == 30  # a reset stream is read in full
-        assert await client.reset_pipeline_state(made) == ["public.orders"]
+    with pytest.raises(NotFound, match="no saved state for stream 'nope'"):
+        await client.reset_pipeline_state(made, "nope")
+    said = await cli("pipelines", "reset-state", "orders", "--stream", "public.orders")
+    assert "reset public.orders" in said
+    assert list((await client.get_pipeline_state(made)).streams) == []
+    job, read = await run(client, made)
+    assert read == 30  # a reset stream is read in full
+    assert await client.reset_pipeline_state(made) == ["public.orders"]
 
 
 async def test_the_spec_is_checked_against_the_catalog_and_merge_is_refused(
-    client: SetuClient, pg_server_url: str, tmp_path: Path
+    client: SetuClient, make_orders: MakeOrders
 ) -> None:
-    async with (
-        scratch_database(pg_server_url) as source_url,
-        scratch_database(pg_server_url) as destination_url,
-    ):
-        source = Source("postgres", source_url, tmp_path / "source.db")
-        src = await client.create_connection("source", *await source.create())
-        dst = await client.create_connection(
-            "destination", "postgres", postgres_config(destination_url)
+    orders = await make_orders()
+    source = orders.source
+    src, dst = await orders.connections()
+    with pytest.raises(InvalidArgument, match="merge needs a full sync"):
+        await client.create_pipeline(
+            "m", src.id, dst.id, spec=sync("updated_at"), write_mode="merge"
         )
-        with pytest.raises(InvalidArgument, match="merge needs a full sync"):
-            await client.create_pipeline(
-                "m", src.id, dst.id, spec=sync("updated_at"), write_mode="merge"
-            )
-        with pytest.raises(InvalidArgument, match="overwrite needs a full sync"):
-            await client.create_pipeline(
-                "o", src.id, dst.id, spec=sync("updated_at"), write_mode="overwrite"
-            )
-        with pytest.raises(InvalidArgument, match="lookback"):
-            await client.create_pipeline("l", src.id, dst.id, spec=sync("updated_at", "soon"))
-        await client.discover_streams(src.id)
-        with pytest.raises(InvalidArgument, match=r"sync\.orders\.cursor.*no column 'changed'"):
-            await client.create_pipeline("c", src.id, dst.id, spec=sync("changed"))
-        # A dedupe without order_by keeps the latest row by the cursor, as a
-        # run does: accepted at create time too.
-        latest = sync("updated_at") | {"operators": [{"op": "dedupe", "keys": ["id"]}]}
-        await client.create_pipeline("d", src.id, dst.id, spec=latest, write_mode="upsert")
-        await source._pg("ALTER TABLE orders ADD COLUMN tags jsonb")
-        await client.discover_streams(src.id)
-        with pytest.raises(InvalidArgument, match="type json, which a cursor cannot follow"):
-            await client.create_pipeline("t", src.id, dst.id, spec=sync("tags"))
+    with pytest.raises(InvalidArgument, match="overwrite needs a full sync"):
+        await client.create_pipeline(
+            "o", src.id, dst.id, spec=sync("updated_at"), write_mode="overwrite"
+        )
+    with pytest.raises(InvalidArgument, match="lookback"):
+        await client.create_pipeline("l", src.id, dst.id, spec=sync("updated_at", "soon"))
+    await client.discover_streams(src.id)
+    with pytest.raises(InvalidArgument, match=r"sync\.orders\.cursor.*no column 'changed'"):
+        await client.create_pipeline("c", src.id, dst.id, spec=sync("changed"))
+    # A dedupe without order_by keeps the latest row by the cursor, as a
+    # run does: accepted at create time too.
+    latest = sync("updated_at") | {"operators": [{"op": "dedupe", "keys": ["id"]}]}
+    await client.create_pipeline("d", src.id, dst.id, spec=latest, write_mode="upsert")
+    await source._pg("ALTER TABLE orders ADD COLUMN tags jsonb")
+    await client.discover_streams(src.id)
+    with pytest.raises(InvalidArgument, match="type json, which a cursor cannot follow"):
+        await client.create_pipeline("t", src.id, dst.id, spec=sync("tags"))
 
 
 async def test_reset_and_show_validate_and_stay_in_the_workspace(
@@ -435,61 +434,53 @@ async def test_every_edge_flow_reads_only_the_delta_and_advances_the_state(
             assert job.state == S.JOB_STATE_SUCCEEDED, (table, job.error_message)
             assert read == 11, table  # the boundary row (upsert) and the 10 new ones
             assert await rows_of(edge.destination, table) == expected, table
+            # Wherever the extract ran, the timeline says what it read, once.
+            said = [e.message async for e in client.job_events(job.id)]
+            window = f"stream public.orders: incremental from id >= {EDGE_ROWS}"
+            assert said.count(window) == 1, (table, said)
             [state] = (await client.get_pipeline_state(p.id)).streams
             assert state.cursor.value == str(EDGE_ROWS + 10), table
 
 
 @pytest.mark.server(direct_max_rows=10)
 async def test_a_small_delta_goes_direct_sized_by_a_count_with_the_cursor_predicate(
-    client: SetuClient, pg_server_url: str, tmp_path: Path
+    client: SetuClient, make_orders: MakeOrders
 ) -> None:
-    async with (
-        scratch_database(pg_server_url) as source_url,
-        scratch_database(pg_server_url) as destination_url,
-    ):
-        source = Source("postgres", source_url, tmp_path / "source.db")
-        made = await pipeline(
-            client, await source.create(), destination_url, "upsert", sync("updated_at")
-        )
-        await source.put(rows(range(1, 101), 1, T0))
-        await source._pg("ANALYZE orders")  # the table's estimate: 100 rows
-        job, _ = await run(client, made)
-        assert job.phase == S.PHASE_LOAD  # 100 rows: staged
-        await source.put(rows(range(101, 106), 2, T0))
-        job, read = await run(client, made)
-        assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
-        assert (job.phase, read) == (S.PHASE_DIRECT, 6)
-        assert await read_back(destination_url)() == as_rows(source.model)
+    orders = await make_orders("upsert", sync("updated_at"))
+    source, made = orders.source, orders.pipeline_id
+    await source.put(rows(range(1, 101), 1, T0))
+    await source._pg("ANALYZE orders")  # the table's estimate: 100 rows
+    job, _ = await run(client, made)
+    assert job.phase == S.PHASE_LOAD  # 100 rows: staged
+    await source.put(rows(range(101, 106), 2, T0))
+    job, read = await run(client, made)
+    assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
+    assert (job.phase, read) == (S.PHASE_DIRECT, 6)
+    assert await orders.landed() == as_rows(source.model)
 
 
 async def test_dry_and_cancelled_runs_leave_the_cursor(
-    client: SetuClient, pg_server_url: str, tmp_path: Path
+    client: SetuClient, make_orders: MakeOrders
 ) -> None:
-    async with (
-        scratch_database(pg_server_url) as source_url,
-        scratch_database(pg_server_url) as destination_url,
-    ):
-        source = Source("postgres", source_url, tmp_path / "source.db")
-        made = await pipeline(
-            client, await source.create(), destination_url, "upsert", sync("updated_at")
-        )
-        await source.put(rows(range(1, 11), 1, T0))
-        await run(client, made)
-        before = list((await client.get_pipeline_state(made)).streams)
-        await source.put(rows(range(11, 15), 1, T0))
+    orders = await make_orders("upsert", sync("updated_at"))
+    source, made = orders.source, orders.pipeline_id
+    await source.put(rows(range(1, 11), 1, T0))
+    await run(client, made)
+    before = list((await client.get_pipeline_state(made)).streams)
+    await source.put(rows(range(11, 15), 1, T0))
 
-        dry = await client.submit_run(made, dry_run=True)
-        await client.wait_for_job(dry.id)
-        assert (await client.get_job(dry.id)).state == S.JOB_STATE_SUCCEEDED
-        held = await client.submit_run(made, start=False)
-        await client.cancel_job(held.id)
-        assert (await client.get_job(held.id)).state == S.JOB_STATE_CANCELLED
-        assert list((await client.get_pipeline_state(made)).streams) == before
+    dry = await client.submit_run(made, dry_run=True)
+    await client.wait_for_job(dry.id)
+    assert (await client.get_job(dry.id)).state == S.JOB_STATE_SUCCEEDED
+    held = await client.submit_run(made, start=False)
+    await client.cancel_job(held.id)
+    assert (await client.get_job(held.id)).state == S.JOB_STATE_CANCELLED
+    assert list((await client.get_pipeline_state(made)).streams) == before
 
-        job, read = await run(client, made)
-        assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
-        assert read == 5  # the boundary row and the 4 new ones
-        assert await read_back(destination_url)() == as_rows(source.model)
+    job, read = await run(client, made)
+    assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
+    assert read == 5  # the boundary row and the 4 new ones
+    assert await orders.landed() == as_rows(source.model)
 
 
 async def load_waiting(url: str) -> bool:
@@ -508,55 +499,52 @@ async def load_waiting(url: str) -> bool:
 
 @pytest.mark.server(direct_max_rows=0)
 async def test_a_run_cancelled_mid_load_leaves_the_cursor_and_the_next_reads_the_same_delta(
-    client: SetuClient, pg_server_url: str, tmp_path: Path
+    client: SetuClient, make_orders: MakeOrders
 ) -> None:
     """The run's extract has finished (its stream staged, its cursor mark in
     the manifest); its load waits at a row the test holds uncommitted in the
     destination. Cancelled there, the run must not move the saved cursor."""
-    async with (
-        scratch_database(pg_server_url) as source_url,
-        scratch_database(pg_server_url) as destination_url,
-    ):
-        source = Source("postgres", source_url, tmp_path / "source.db")
-        made = await pipeline(client, await source.create(), destination_url, "append", sync("id"))
-        await source.put(rows(range(1, 11), 1, T0))
-        job, _ = await run(client, made)
-        assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
-        before = list((await client.get_pipeline_state(made)).streams)
-        # Several batches (batch_rows 16), appended one by one: the load
-        # checks for a cancel after each, before its commit.
-        later = T0 + timedelta(days=30)
-        await source.put(rows(range(20, 60), 2, later))
+    orders = await make_orders("append", sync("id"))
+    source, made = orders.source, orders.pipeline_id
+    await source.put(rows(range(1, 11), 1, T0))
+    job, _ = await run(client, made)
+    assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
+    before = list((await client.get_pipeline_state(made)).streams)
+    # Several batches (batch_rows 16), appended one by one: the load
+    # checks for a cancel after each, before its commit.
+    later = T0 + timedelta(days=30)
+    await source.put(rows(range(20, 60), 2, later))
 
-        holder = await asyncpg.connect(destination_url)
-        try:
-            await holder.execute("BEGIN")
-            await holder.execute(
-                "INSERT INTO orders (id, amount, updated_at) VALUES (30, 0, $1)", T0
+    holder = await asyncpg.connect(orders.destination_url)
+    try:
+        await holder.execute("BEGIN")
+        await holder.execute("INSERT INTO orders (id, amount, updated_at) VALUES (30, 0, $1)", T0)
+        job = await client.submit_run(made)
+        deadline = asyncio.get_running_loop().time() + 60
+        # Held at row 30 with the extract done (the delta staged, its mark in
+        # the manifest); a cloud run may load while it stages, so both are awaited.
+        while not (
+            await load_waiting(orders.destination_url)
+            and (await client.get_job(job.id)).phase == S.PHASE_LOAD
+        ):
+            assert asyncio.get_running_loop().time() < deadline, (
+                "the load never waited at row 30 with the delta staged"
             )
-            job = await client.submit_run(made)
-            deadline = asyncio.get_running_loop().time() + 60
-            while not await load_waiting(destination_url):
-                assert asyncio.get_running_loop().time() < deadline, "the load never reached row 30"
-                await asyncio.sleep(0.05)
-            snapshot = await client.get_job(job.id)
-            assert snapshot.phase == S.PHASE_LOAD  # the extract is done: the delta is staged
-            await client.cancel_job(job.id, "stop the load")
-            await holder.execute("ROLLBACK")
-        finally:
-            await holder.close()
-        await client.wait_for_job(job.id)
-        done = await client.get_job(job.id)
-        assert done.state == S.JOB_STATE_CANCELLED, done.error_message
-        assert list((await client.get_pipeline_state(made)).streams) == before
-        assert await read_back(destination_url)() == as_rows(
-            {i: v for i, v in source.model.items() if i < 20}
-        )
+            await asyncio.sleep(0.05)
+        await client.cancel_job(job.id, "stop the load")
+        await holder.execute("ROLLBACK")
+    finally:
+        await holder.close()
+    await client.wait_for_job(job.id)
+    done = await client.get_job(job.id)
+    assert done.state == S.JOB_STATE_CANCELLED, done.error_message
+    assert list((await client.get_pipeline_state(made)).streams) == before
+    assert await orders.landed() == as_rows({i: v for i, v in source.model.items() if i < 20})
 
-        job, read = await run(client, made)
-        assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
-        assert read == 40  # the 40 rows the cancelled run did not land (append: > saved)
-        assert await read_back(destination_url)() == as_rows(source.model)
+    job, read = await run(client, made)
+    assert job.state == S.JOB_STATE_SUCCEEDED, job.error_message
+    assert read == 40  # the 40 rows the cancelled run did not land (append: > saved)
+    assert await orders.landed() == as_rows(source.model)
 
 
 async def test_an_agent_extracted_run_cancelled_mid_load_leaves_the_cursor(

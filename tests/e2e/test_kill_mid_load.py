@@ -1,19 +1,20 @@
 """Resumable loads with real processes (docs/flows.md, "Resumable loads"):
 the process that loads a multi-part stream is killed (SIGKILL) between two
-parts, once as the cloud worker (its supervisor starts it again) and once
-as a setu-agent; the retry resumes at the first part without a marker, the
-destination holds every row once under `append`, and the target held
-nothing of the stream until the final apply.
+parts, as the cloud worker (agent → cloud, and a fresh cloud → cloud run,
+whose large stream steps aside from its overlapped load: its supervisor
+starts it again) and as a setu-agent (cloud → agent); the retry resumes at
+the first part without a marker, the destination holds every row once
+under `append`, and the target held nothing of the stream until the final
+apply.
 
-The window is opened by a lock, never a sleep: a trigger on the markers
-table makes the load's claim of part 4 wait for an advisory lock the test
-holds, so the loader is surely between parts 3 and 4 when it is killed."""
+The window is opened by a pause point, never a sleep: the loader, run with
+SETU_TEST_PAUSE (setu_agent/engine/testpoints.py), stops once the third
+part is committed with its marker, tells the test through a FIFO, and is
+killed there."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,10 @@ from typing import Any
 import asyncpg
 import pytest
 
+from setu_agent.engine import testpoints
 from setu_agent.engine.markers import MARKERS
-from setu_agent.engine.providers.postgres import MARKERS_DDL
 from setu_agent.engine.resumable import stage_table
+from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2
 from tests.databases import postgres_config
 from tests.e2e.test_cloud_run_lifecycle import fetch
@@ -36,57 +38,44 @@ from tests.e2e.test_exactly_once import (
     source_without_key,
 )
 from tests.factories import Tenant
+from tests.pause import pause_point
 from tests.servers import checked_in_agent
 
 S = common_pb2
 pytestmark = pytest.mark.slow
 
 STREAM = "public.events"
-HELD_PART = "part-00003"  # the fourth part: three are copied when the loader stops
-LOCK = 7_340_001
+# Part 2 (from 0) committed: three parts are copied when the loader stops.
+HELD = testpoints.STAGED_PART.format(index=2)
+AGENT_ENV = REAL_ENGINE | {"SETU_AGENT_RESUMABLE_LOAD_MIN_BYTES": "0"}
 
 
-async def destination_with_a_hold(url: str) -> None:
-    """The target (no key: a row loaded twice shows) and the markers table,
-    whose insert of HELD_PART waits for the test's advisory lock."""
+async def destination_table(url: str) -> None:
+    """The target, with no key: a row loaded twice shows."""
     conn = await asyncpg.connect(url)
     try:
-        await conn.execute(
-            "CREATE TABLE events (id integer, body text);"
-            + MARKERS_DDL.format(table=f"public.{MARKERS}")
-            + ";"
-            "CREATE FUNCTION hold_part() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-            f"IF NEW.part = '{HELD_PART}' THEN PERFORM pg_advisory_xact_lock({LOCK}); END IF; "
-            "RETURN NEW; END $$;"
-            f"CREATE TRIGGER hold_part BEFORE INSERT ON {MARKERS} "
-            "FOR EACH ROW EXECUTE FUNCTION hold_part()"
-        )
+        await conn.execute("CREATE TABLE events (id integer, body text)")
     finally:
         await conn.close()
 
 
-@asynccontextmanager
-async def held(url: str) -> AsyncIterator[None]:
-    """Holds the advisory lock; released (the load goes on) on exit."""
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.execute("SELECT pg_advisory_lock($1)", LOCK)
-        yield
-    finally:
-        await conn.close()
+async def pipeline_of(
+    client: SetuClient, source: str, destination: str, *, agent: str, loads: bool
+) -> str:
+    """A pipeline with one end on `agent`: the destination when it `loads`
+    (cloud → agent), else the source (agent → cloud, the cloud loads)."""
 
+    def placed(on_agent: bool) -> tuple[str, str]:
+        return ("agent", agent) if on_agent else ("cloud", "")
 
-async def wait_until_held(url: str) -> None:
-    """Polls until a loader waits on the lock (bounded so a failure cannot
-    hang the suite)."""
-    query = (
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-        f"AND objid = {LOCK}"
+    src = await client.create_connection(
+        "source", "postgres", postgres_config(source), *placed(not loads)
     )
-    async with asyncio.timeout(60):
-        # Polled: a lock wait in another session notifies nobody.
-        while (await fetch(url, query))[0][0] == 0:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
+    dst = await client.create_connection(
+        "destination", "postgres", postgres_config(destination), *placed(loads)
+    )
+    made = await client.create_pipeline("copy", src.id, dst.id, streams=["events"])
+    return str(made.id)
 
 
 async def before_the_kill(url: str, run_id: str) -> datetime:
@@ -96,7 +85,9 @@ async def before_the_kill(url: str, run_id: str) -> datetime:
     parts the retry copied apart from these."""
     stage = stage_table(run_id, STREAM)
     parts = await fetch(
-        url, f"SELECT part, rows FROM {MARKERS} WHERE run_id = '{run_id}' ORDER BY part"
+        url,
+        f"SELECT part, rows FROM {MARKERS} WHERE run_id = '{run_id}' AND part LIKE 'part-%' "
+        "ORDER BY part",
     )
     assert [p for p, _ in parts] == ["part-00000", "part-00001", "part-00002"]
     staged = await fetch(url, f'SELECT count(*) FROM "{stage}"')
@@ -113,8 +104,8 @@ async def after_the_resume(url: str, run_id: str, killed_at: datetime, timeline:
     await each_row_once(url)
     parts = await fetch(
         url,
-        f"SELECT part, loaded_at FROM {MARKERS} WHERE run_id = '{run_id}' AND part <> '' "
-        "ORDER BY part",
+        f"SELECT part, loaded_at FROM {MARKERS} WHERE run_id = '{run_id}' "
+        "AND part LIKE 'part-%' ORDER BY part",
     )
     first = [p for p, at in parts if at < killed_at]
     assert first == ["part-00000", "part-00001", "part-00002"]
@@ -126,34 +117,66 @@ async def after_the_resume(url: str, run_id: str, killed_at: datetime, timeline:
     assert any(f"Resuming at part 4 of {len(parts)}" in m for m in timeline), timeline
 
 
+async def cloud_pipeline(client: SetuClient, source: str, destination: str) -> str:
+    """Both ends in the cloud: the worker extracts and loads."""
+    src = await client.create_connection("source", "postgres", postgres_config(source))
+    dst = await client.create_connection("destination", "postgres", postgres_config(destination))
+    made = await client.create_pipeline("copy", src.id, dst.id, streams=["events"])
+    return str(made.id)
+
+
+@pytest.mark.parametrize("source_on", ["agent", "cloud"])
 async def test_a_cloud_worker_killed_between_parts_resumes_at_the_first_part_without_a_marker(
-    client_for: Any, databases: tuple[str, str]
+    client_for: Any,
+    databases: tuple[str, str],
+    tenant: Tenant,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    source_on: str,
 ) -> None:
     source, destination = databases
     await source_without_key(source)
-    await destination_with_a_hold(destination)
-    server, client = await client_for(**FAST | {"resumable_load_min_bytes": 0})
-    workers = server.services.workers
-    assert workers is not None
-    src = await client.create_connection("source", "postgres", postgres_config(source))
-    dst = await client.create_connection("destination", "postgres", postgres_config(destination))
-    pipeline = await client.create_pipeline("copy", src.id, dst.id, streams=["events"])
-    async with held(destination):
-        job = await client.submit_run(pipeline.id)
-        await wait_until_held(destination)
+    await destination_table(destination)
+    async with pause_point(tmp_path / "pause", HELD) as pause, AsyncExitStack() as stack:
+        # The cloud worker inherits the setting; the agent only extracts.
+        monkeypatch.setenv(testpoints.ENV, pause.setting)
+        server, client = await client_for(**FAST | {"resumable_load_min_bytes": 0})
+        monkeypatch.delenv(testpoints.ENV)
+        workers = server.services.workers
+        assert workers is not None
+        if source_on == "agent":
+            log = tmp_path / "agent.log"
+            await stack.enter_async_context(
+                checked_in_agent(server.port, tenant.agent_token, log, **REAL_ENGINE)
+            )
+            pipeline = await pipeline_of(
+                client, source, destination, agent=str(tenant.agent_id), loads=False
+            )
+        else:  # a fresh cloud → cloud run: its load would overlap the extract
+            pipeline = await cloud_pipeline(client, source, destination)
+        await pause.arm()
+        job = await client.submit_run(pipeline)
+        await pause.reached()
         killed_at = await before_the_kill(destination, job.id)
         victim = await workers.process()
         victim.kill()
         await victim.wait()
+        pause.disarm()  # the next worker goes on at this point
         # Dead, and its supervisor starts another: still nothing in the target.
         assert await fetch(destination, "SELECT count(*) FROM events") == [(0,)]
-    await client.wait_for_job(job.id)
-    done = await client.get_job(job.id)
-    timeline = await events(client, job.id)
+        await client.wait_for_job(job.id)
+        done = await client.get_job(job.id)
+        timeline = await events(client, job.id)
 
     assert done.state == S.JOB_STATE_SUCCEEDED, (done.error_message, timeline)
     assert workers.started == 2
     await after_the_resume(destination, job.id, killed_at, timeline)
+    if source_on == "cloud":
+        stepped_aside = [m for m in timeline if "large stream" in m]
+        assert stepped_aside == [
+            f"{STREAM}: large stream (≥ 0 bytes staged): loads part by part after the "
+            "extract, so a crash resumes"
+        ], timeline
 
 
 async def test_an_agent_killed_between_parts_resumes_at_the_first_part_without_a_marker(
@@ -161,28 +184,30 @@ async def test_an_agent_killed_between_parts_resumes_at_the_first_part_without_a
 ) -> None:
     source, destination = databases
     await source_without_key(source)
-    await destination_with_a_hold(destination)
+    await destination_table(destination)
     server, client = await client_for(**FAST)
-    env = REAL_ENGINE | {"SETU_AGENT_RESUMABLE_LOAD_MIN_BYTES": "0"}
-    src = await client.create_connection("source", "postgres", postgres_config(source))
-    dst = await client.create_connection(
-        "destination", "postgres", postgres_config(destination), "agent", str(tenant.agent_id)
+    pipeline = await pipeline_of(
+        client, source, destination, agent=str(tenant.agent_id), loads=True
     )
-    pipeline = await client.create_pipeline("copy", src.id, dst.id, streams=["events"])
-    async with held(destination):
+    async with pause_point(tmp_path / "pause", HELD) as pause:
+        env = AGENT_ENV | {testpoints.ENV: pause.setting}
+        await pause.arm()
         async with checked_in_agent(
             server.port, tenant.agent_token, tmp_path / "agent-a.log", **env
         ) as first:
-            job = await client.submit_run(pipeline.id)
-            await wait_until_held(destination)
+            job = await client.submit_run(pipeline)
+            await pause.reached()
             killed_at = await before_the_kill(destination, job.id)
             first.kill()
             await first.wait()
+        pause.disarm()  # the next agent goes on at this point
         assert await fetch(destination, "SELECT count(*) FROM events") == [(0,)]
-    async with checked_in_agent(server.port, tenant.agent_token, tmp_path / "agent-b.log", **env):
-        await client.wait_for_job(job.id)
-        done = await client.get_job(job.id)
-        timeline = await events(client, job.id)
+        async with checked_in_agent(
+            server.port, tenant.agent_token, tmp_path / "agent-b.log", **env
+        ):
+            await client.wait_for_job(job.id)
+            done = await client.get_job(job.id)
+            timeline = await events(client, job.id)
 
     assert done.state == S.JOB_STATE_SUCCEEDED, (done.error_message, timeline)
     assert any("stopped heartbeating; requeued" in m for m in timeline), timeline

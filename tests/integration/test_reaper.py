@@ -13,12 +13,17 @@ from setu_server.store import jobs, tasks
 from tests.builders import Domain, build_domain
 from tests.factories import Tenant, make_job, make_task, make_tenant
 
-SETTINGS = ReaperSettings(retry_backoff_seconds=10.0, batch=2)
+SETTINGS = ReaperSettings(batch=2)
 
 
-async def setup(pool: asyncpg.Pool) -> tuple[Reaper, Domain, Tenant]:
-    domain = build_domain(pool, policy=LeasePolicy(ttl_seconds=60, retry_backoff_seconds=10))
-    reaper = Reaper(pool, domain.clock, domain.lifecycle, domain.outcomes, SETTINGS)
+async def setup(
+    pool: asyncpg.Pool, retry_backoff_seconds: float = 10
+) -> tuple[Reaper, Domain, Tenant]:
+    policy = LeasePolicy(ttl_seconds=60, retry_backoff_seconds=retry_backoff_seconds)
+    domain = build_domain(pool, policy=policy)
+    reaper = Reaper(
+        pool, domain.clock, domain.lifecycle, domain.outcomes, domain.tasks.policy, SETTINGS
+    )
     return reaper, domain, await make_tenant(pool)
 
 
@@ -73,3 +78,19 @@ async def test_a_pass_reaps_every_expired_lease_a_batch_at_a_time_and_says_so(
         f"Lease of task test expired: agent:{tenant.agent_id} stopped heartbeating; "
         "requeued (attempt 2 of 3)"
     )
+
+
+async def test_a_requeued_lease_backs_off_as_the_lease_policy_says(pool: asyncpg.Pool) -> None:
+    # One setting paces both retries: a failed task's and an expired lease's.
+    reaper, domain, tenant = await setup(pool, retry_backoff_seconds=40)
+    task = await make_task(pool, tenant, now=domain.clock.now())
+    runtime = str(tenant.agent_id)
+    assert await domain.tasks.lease(runtime, 0) is not None
+    domain.clock.advance(61)
+    assert (await reaper.run_once()).requeued == [task.id]
+
+    domain.clock.advance(39)
+    assert await domain.tasks.lease(runtime, 0) is None, "the policy's 40 s, not a default"
+    domain.clock.advance(1)
+    again = await domain.tasks.lease(runtime, 0)
+    assert again is not None and again.id == task.id

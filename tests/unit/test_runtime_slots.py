@@ -14,7 +14,7 @@ import pytest
 from setu_agent.results import TaskResult, TestResult
 from setu_agent.runtime.loop import Runtime
 from setu_agent.runtime.task import LeasedTask, TaskContext
-from setu_client.errors import Internal, SetuError
+from setu_client.errors import Internal, SetuError, Unavailable
 
 
 def _task(n: int) -> LeasedTask:
@@ -197,6 +197,47 @@ async def test_a_completion_in_flight_when_the_grace_runs_out_is_delivered() -> 
     await running
     assert source.completed == ["task-1"], "the report was not cut short"
     assert source.failed == [], "a delivered result is not also handed back"
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize("server", ["holds the report", "is unreachable"])
+async def test_a_completion_still_in_flight_after_the_report_grace_is_given_up(
+    server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Held for good, or retried for good: stop() must end all the same, and
+    # send nothing more for the task, whose lease then runs out (the reaper
+    # requeues it elsewhere) rather than block the process's exit.
+    source = Source(_task(1))
+    reporting = asyncio.Event()
+
+    async def held() -> None:
+        reporting.set()
+        if server == "is unreachable":
+            raise Unavailable("connection refused")
+        await asyncio.Event().wait()
+
+    source.before_complete = held
+    runtime = Runtime(
+        source,
+        {"test": _ok},
+        name="test runtime",
+        lease_ttl_seconds=3.0,
+        max_backoff_seconds=2.0,
+        report_grace_seconds=5,
+    )
+    running = asyncio.create_task(runtime.run())
+    await reporting.wait()
+    # Not wait_for: cancelling a stop() stuck on a report would hang too.
+    stopped, _ = await asyncio.wait(
+        {asyncio.create_task(runtime.stop(grace_seconds=1))}, timeout=60
+    )
+    assert stopped, "stop() returned"
+    await asyncio.wait_for(running, timeout=1)
+    assert source.completed == [] and source.failed == [], "nothing more sent for it"
+    beats = source.heartbeats
+    await asyncio.sleep(30)  # loop time: many a heartbeat interval
+    assert source.heartbeats == beats, "its lease is left to run out"
+    assert "reports not delivered within the report grace" in caplog.text
 
 
 @pytest.mark.looptime

@@ -4,6 +4,8 @@ misspelt, unknown or missing fails loudly; nothing is dropped."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from setu_agent.engine.providers.base import RowChanges
@@ -38,6 +40,7 @@ EXTRACT = ExtractResult(
 )
 WIRE_RESULTS: list[TaskResult] = [
     EXTRACT,
+    replace(EXTRACT, notes=(("public.items", "stream public.items: incremental from id > 7"),)),
     LoadResult(8000, {"public.items": 8000, "public.empty": 0}),
     LoadResult(8000, {"public.items": 8000, "f": 0}, {"public.items": RowChanges(1, 2, 7997)}),
     TestResult(ok=False, message="refused"),
@@ -152,6 +155,16 @@ def test_an_unknown_field_nested_in_a_result_is_refused_too() -> None:
     with pytest.raises(MalformedResult) as info:
         task_result(request)
     assert "extract result.artifact.streams[0].#9" in str(info.value)
+
+
+def test_an_extract_note_on_a_stream_it_did_not_stage_is_refused() -> None:
+    stray = replace(EXTRACT, notes=(("public.other", "stream public.other: …"),))
+    with pytest.raises(MalformedResult, match=r"a note on 'public\.other', which it did not stage"):
+        stray.validate()
+    twice = replace(EXTRACT, notes=(("public.items", "…"), ("public.items", "…")))
+    with pytest.raises(MalformedResult, match=r"a note on 'public\.items', which it did not"):
+        twice.validate()
+    replace(EXTRACT, notes=(("public.items", "stream public.items: …"),)).validate()
 
 
 def test_an_extract_without_its_artifact_is_refused() -> None:

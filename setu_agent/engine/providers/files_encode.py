@@ -2,7 +2,9 @@
 orjson, a batch at a time, and CSV through per-column text converters.
 
 The spellings are those of docs/data-types.md ("Values and spellings per
-format"), which files_codec reads back: NaN and ±Infinity of double, real and
+format"), read from setu_agent/engine/spellings.py (as the SQL-rendered JSON
+Lines of setu_agent/engine/providers/postgres_json.py reads them), which
+files_codec reads back: NaN and ±Infinity of double, real and
 numeric as `NaN`, `Infinity`, `-Infinity` (JSON strings in JSON Lines);
 ±infinity of dates and timestamps as `infinity`, `-infinity`; numerics as
 their exact digits; real as float4's shortest digits; bytes as base64; json
@@ -31,6 +33,7 @@ from uuid import UUID
 
 import orjson
 
+from setu_agent.engine import spellings
 from setu_agent.engine.types import Column, Row
 from setu_agent.engine.values import (
     JSON_NULL,
@@ -62,8 +65,8 @@ def _default(value: Any) -> Any:
 
 def _decimal_text(value: Decimal) -> str:
     if value.is_nan():
-        return "NaN"
-    return "Infinity" if value > 0 else "-Infinity"
+        return spellings.NAN
+    return spellings.INFINITY if value > 0 else spellings.MINUS_INFINITY
 
 
 def _spelled_float(value: Any) -> Any:
@@ -156,7 +159,7 @@ def _temporal_text(value: date | time | Infinite) -> str:
 
 def _json_text(value: Any) -> str:
     if value is JSON_NULL:
-        return "null"
+        return spellings.NULL
     return orjson.dumps(value, default=_default).decode()
 
 

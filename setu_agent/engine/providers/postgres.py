@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ import asyncpg
 
 from setu_agent.engine import pgcopy, sqltypes
 from setu_agent.engine.destination_plan import TableShape
-from setu_agent.engine.markers import MARKERS, LoadMarker
+from setu_agent.engine.markers import KEEP_MARKERS, MARKERS, LoadMarker
 from setu_agent.engine.operators import Plan, parse_spec
 from setu_agent.engine.pgcopy_split import CopySplitter
 from setu_agent.engine.providers import postgres_json, postgres_shape, postgres_stage
@@ -302,6 +303,16 @@ class PostgresConnector:
     async def close(self) -> None:
         await self._conn.close()
 
+    # -- reuse by the cloud worker's connection cache (setu_agent/cloud/connections.py)
+
+    def idle(self) -> bool:
+        return not self._conn.is_closed() and not self._conn.is_in_transaction()
+
+    async def reset(self) -> None:
+        # Rollback, RESET ALL, CLOSE ALL, UNLISTEN *, advisory locks released:
+        # one round trip, which also proves the session is alive.
+        await self._conn.reset(timeout=10)
+
     async def test(self) -> str:
         try:
             version = await self._conn.fetchval("SHOW server_version")
@@ -556,6 +567,7 @@ class PostgresConnector:
                     await self._conn.execute(
                         SET_MARKER.format(table=markers), *key_of, int(written)
                     )
+                    await postgres_stage.applied(self._conn, markers, marker, KEEP_MARKERS)
                 return written
         except asyncpg.PostgresError as exc:
             raise postgres_error(exc, f"postgres: loading {load.target}") from exc
@@ -599,11 +611,12 @@ class PostgresConnector:
             raise postgres_error(exc, "postgres: reading load markers") from exc
 
     async def prepare_stage(
-        self, stage: str, columns: Sequence[Column], schema: str | None
+        self, stage: str, columns: Sequence[Column], schema: str | None, marker: LoadMarker
     ) -> None:
         relation = f"{quote(schema or self._schema)}.{quote(stage)}"
         try:
-            await postgres_stage.create(self._conn, relation, _ddl(columns))
+            markers = await self._markers()
+            await postgres_stage.create(self._conn, relation, _ddl(columns), markers, marker)
         except asyncpg.PostgresError as exc:
             raise postgres_error(exc, f"postgres: creating {relation}") from exc
 
@@ -630,7 +643,12 @@ class PostgresConnector:
             raise postgres_error(exc, f"postgres: staging into {load.target}") from exc
 
     async def apply_stage(
-        self, stage: str, columns: Sequence[Column], target: Target, marker: LoadMarker
+        self,
+        stage: str,
+        columns: Sequence[Column],
+        target: Target,
+        marker: LoadMarker,
+        before_commit: Callable[[], Awaitable[None]],
     ) -> Written | int:
         schema = target.schema or self._schema
         load = _Load(
@@ -648,9 +666,23 @@ class PostgresConnector:
                 written = await load.insert_from(relation)
                 await self._conn.execute(f"DROP TABLE {relation}")
                 await self._set_marker(markers, marker, int(written))
+                await postgres_stage.applied(self._conn, markers, marker, KEEP_MARKERS)
+                await before_commit()
                 return written
         except asyncpg.PostgresError as exc:
             raise postgres_error(exc, f"postgres: loading {load.target}") from exc
+
+    async def drop_stage(self, stage: str, marker: LoadMarker) -> None:
+        try:
+            await postgres_stage.drop(self._conn, await self._markers(), stage, marker)
+        except asyncpg.PostgresError as exc:
+            raise postgres_error(exc, f"postgres: dropping {stage}") from exc
+
+    async def stale_stages(self, run_id: str, idle: timedelta) -> list[LoadMarker]:
+        try:
+            return await postgres_stage.stale(self._conn, await self._markers(), run_id, idle)
+        except asyncpg.PostgresError as exc:
+            raise postgres_error(exc, "postgres: reading load markers") from exc
 
     # -- the destination's shape (engine/destination_plan.py)
 

@@ -17,14 +17,14 @@ import contextlib
 import functools
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Sequence
-from datetime import UTC, tzinfo
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import UTC, timedelta, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from setu_agent.engine.destination_plan import TableShape
-from setu_agent.engine.markers import MARKERS, LoadMarker
+from setu_agent.engine.markers import KEEP_MARKERS, MARKERS, LoadMarker
 from setu_agent.engine.providers import sqlite_shape, sqlite_stage
 from setu_agent.engine.providers.base import (
     ConfigError,
@@ -258,10 +258,12 @@ class SqliteConnector:
         return await self._run("reading load markers", find)
 
     async def prepare_stage(
-        self, stage: str, columns: Sequence[Column], schema: str | None
+        self, stage: str, columns: Sequence[Column], schema: str | None, marker: LoadMarker
     ) -> None:
-        create = functools.partial(sqlite_stage.create, stage=stage, columns=columns)
-        await self._write_locked(f"creating {stage!r}", create)
+        create = functools.partial(sqlite_stage.create, stage=stage, columns=columns, marker=marker)
+        await self._write_locked(
+            f"creating {stage!r}", functools.partial(create, markers_ddl=MARKERS_DDL)
+        )
 
     async def stage_part(
         self,
@@ -291,24 +293,57 @@ class SqliteConnector:
         return await self._write_locked(f"staging into {stage!r}", copy)
 
     async def apply_stage(
-        self, stage: str, columns: Sequence[Column], target: Target, marker: LoadMarker
+        self,
+        stage: str,
+        columns: Sequence[Column],
+        target: Target,
+        marker: LoadMarker,
+        before_commit: Callable[[], Awaitable[None]],
     ) -> Written | int:
         table = f"{target.schema}.{target.table}" if target.schema else target.table
         plan = _WritePlan(table, list(columns), target.mode, list(target.key), marker)
 
-        def apply(conn: sqlite3.Connection) -> Written | int:
+        def apply(conn: sqlite3.Connection) -> tuple[int | None, int]:
+            recorded = plan.begin(conn)
+            if recorded is not None:
+                return recorded, 0  # an earlier attempt applied it
+            return None, plan.insert_staged(conn, stage)
+
+        what = f"writing {table!r}"
+        async with self._lock:
+            conn = await self._writable_conn()
             try:
-                recorded = plan.begin(conn)
+                began: tuple[int | None, int] = await _in_thread(_guarded, what, apply, conn)
+                recorded, written = began
                 if recorded is not None:
-                    _rollback(conn)
-                    return recorded  # an earlier attempt applied it
-                written = plan.insert_staged(conn, stage)
-                return Written(written, plan.finish(conn, written))
+                    await _in_thread(_rollback, conn)
+                    return recorded
+                await before_commit()
+                finish = functools.partial(plan.finish, written=written)
+                changes: RowChanges = await _in_thread(_guarded, what, finish, conn)
+                return Written(written, changes)
             except BaseException:
-                _rollback(conn)
+                await _in_thread(_rollback, conn)
                 raise
 
-        return await self._write_locked(f"writing {table!r}", apply)
+    async def drop_stage(self, stage: str, marker: LoadMarker) -> None:
+        drop = functools.partial(
+            sqlite_stage.drop, stage=stage, marker=marker, markers_ddl=MARKERS_DDL
+        )
+        await self._write_locked(f"dropping {stage!r}", drop)
+
+    async def stale_stages(self, run_id: str, idle: timedelta) -> list[LoadMarker]:
+        find = functools.partial(sqlite_stage.stale, run_id=run_id, idle=idle)
+        return await self._run("reading load markers", find)
+
+    async def _writable_conn(self) -> sqlite3.Connection:
+        """The connection, reopened for writing if it was opened read-only;
+        call it holding the lock."""
+        if not self._writable:
+            await _in_thread(self._conn.close)
+            self._conn = await _in_thread(_open, self._path, "rw")
+            self._writable = True
+        return self._conn
 
     async def _write_locked(self, what: str, fn: Callable[[sqlite3.Connection], T]) -> T:
         async with self._lock:
@@ -585,6 +620,7 @@ class _WritePlan:
             changes = RowChanges(inserted, updated, written - inserted - updated)
         if self.marker is not None:
             conn.execute(SET_MARKER, (*_marker_key(self.marker), written))
+            sqlite_stage.applied(conn, self.marker, KEEP_MARKERS)
         if self.mode is WriteMode.MERGE:
             match = " AND ".join(f"k.{quote(k)} = t.{quote(k)}" for k in self.key)
             conn.execute(

@@ -75,9 +75,11 @@ WITH candidates AS (
     FROM leased
     ORDER BY job_id, created_at
 ), moved AS (
-    SELECT j FROM said,
-         setu_transition_jobs(ARRAY[said.job_id], 'running', ARRAY['pending'], NULL, NULL,
-                              'info', said.message, $4, NULL) AS j
+    -- One set-based transition for every job of the batch (migration 0010).
+    SELECT j FROM setu_transition_jobs_each(
+        ARRAY(SELECT job_id FROM said ORDER BY job_id),
+        ARRAY(SELECT message FROM said ORDER BY job_id),
+        NULL, 'running', ARRAY['pending'], NULL, NULL, 'info', $4) AS j
 ), more AS (
     SELECT pg_notify('setu_task', $1) AS notified
     WHERE EXISTS (SELECT 1 FROM leased) AND EXISTS (
@@ -86,9 +88,8 @@ WITH candidates AS (
           AND id NOT IN (SELECT id FROM leased)
     )
 )
-SELECT leased.*, (SELECT m.j FROM moved m WHERE (m.j).id = leased.job_id) AS moved_job,
-       (SELECT notified FROM more) AS notified
-FROM leased
+SELECT leased.*, moved.j AS moved_job, (SELECT notified FROM more) AS notified
+FROM leased LEFT JOIN moved ON (moved.j).id = leased.job_id
 ORDER BY leased.created_at, leased.id;
 
 -- name: seconds_to_next_eligible
@@ -159,12 +160,48 @@ WITH done AS (
 ), moved AS (
     SELECT j FROM done,
          setu_transition_jobs(
-             ARRAY[done.job_id], 'succeeded', ARRAY['running'], NULL, NULL, 'info',
+             -- '': a cancel requested too late to stop it leaves no error behind.
+             ARRAY[done.job_id], 'succeeded', ARRAY['running'], '', NULL, 'info',
              format('Task %s succeeded on %s', kind,
                     CASE WHEN runtime = 'cloud' THEN 'cloud' ELSE 'agent:' || runtime END),
              $4, $3) AS j
 )
 SELECT done.*, (SELECT j FROM moved) AS moved_job FROM done;
+
+-- name: complete_tasks_and_jobs
+-- Several completions of complete_task_and_job in one statement (a group
+-- commit's batch): the n-th task of $1 with the n-th token, result, kind
+-- and runtime, each under the same conditions as alone; their jobs move with
+-- one set-based transition (migration 0010). A completion whose conditions
+-- fail is left out (its caller finds out why on its own). Returns the
+-- completed tasks' columns and `moved_job`.
+-- $1 ids uuid[], $2 lease tokens uuid[], $3 results jsonb[], $4 kinds text[],
+-- $5 runtimes text[], $6 now
+WITH asked AS (
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::jsonb[], $4::text[], $5::text[])
+        AS a(id, token, result, kind, runtime)
+), done AS (
+    UPDATE task
+    SET state = 'succeeded', result = asked.result, finished_at = coalesce($6, now()),
+        updated_at = coalesce($6, now())
+    FROM asked
+    WHERE task.id = asked.id AND task.lease_token = asked.token
+      AND task.runtime = asked.runtime AND task.state = 'leased'
+      AND task.lease_expires_at > coalesce($6, now())
+      AND (task.kind = asked.kind OR (asked.kind IS NULL AND task.kind IN ('test', 'preview')))
+    RETURNING task.*
+), moved AS (
+    SELECT j FROM setu_transition_jobs_each(
+        ARRAY(SELECT job_id FROM done ORDER BY job_id, id),
+        ARRAY(SELECT format('Task %s succeeded on %s', kind,
+                            CASE WHEN runtime = 'cloud' THEN 'cloud' ELSE 'agent:' || runtime END)
+              FROM done ORDER BY job_id, id),
+        ARRAY(SELECT result FROM done ORDER BY job_id, id),
+        -- '': a cancel requested too late to stop it leaves no error behind.
+        'succeeded', ARRAY['running'], '', NULL, 'info', $6) AS j
+)
+SELECT done.*, moved.j AS moved_job
+FROM done LEFT JOIN moved ON (moved.j).id = done.job_id;
 
 -- name: fail_task
 -- Retry (back to pending, attempt + 1, after a backoff of $4 seconds

@@ -586,18 +586,26 @@ class ExtractResult(_message.Message):
 
     ARTIFACT_FIELD_NUMBER: _builtins.int
     ROWS_EXTRACTED_FIELD_NUMBER: _builtins.int
+    NOTES_FIELD_NUMBER: _builtins.int
     rows_extracted: _builtins.int
     @_builtins.property
     def artifact(self) -> Global___Artifact: ...
+    @_builtins.property
+    def notes(self) -> _containers.RepeatedCompositeFieldContainer[Global___LoadNote]:
+        """What the extract read of each incremental stream ("stream orders:
+        incremental from id > 41"), one job event each, as a cloud extract writes.
+        """
+
     def __init__(
         self,
         *,
         artifact: Global___Artifact | None = ...,
         rows_extracted: _builtins.int = ...,
+        notes: _abc.Iterable[Global___LoadNote] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["artifact", b"artifact"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact", b"artifact", "rows_extracted", b"rows_extracted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact", b"artifact", "notes", b"notes", "rows_extracted", b"rows_extracted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -179,11 +179,21 @@ class RecordRunPlanRequest(_message.Message):
     ROWS_TOTAL_FIELD_NUMBER: _builtins.int
     EXTRACT_IN_CLOUD_FIELD_NUMBER: _builtins.int
     LOAD_IN_CLOUD_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
     rows_total: _builtins.int
     """Rows the source estimates, when known."""
     extract_in_cloud: _builtins.bool
     """Set when this task runs the stage in the cloud."""
     load_in_cloud: _builtins.bool
+    phase: _common_pb2.Phase.ValueType
+    """When set, the run also moves to this phase (as EnterRunPhase does), in
+    the same transaction: one round trip where a small run would pay two.
+    """
+    message: _builtins.str
+    """A line in the run's timeline, written with the plan (the phase's
+    message when `phase` is set).
+    """
     @_builtins.property
     def lease(self) -> Global___TaskLease: ...
     def __init__(
@@ -193,10 +203,12 @@ class RecordRunPlanRequest(_message.Message):
         rows_total: _builtins.int | None = ...,
         extract_in_cloud: _builtins.bool = ...,
         load_in_cloud: _builtins.bool = ...,
+        phase: _common_pb2.Phase.ValueType = ...,
+        message: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_rows_total", b"_rows_total", "lease", b"lease", "rows_total", b"rows_total"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rows_total", b"_rows_total", "extract_in_cloud", b"extract_in_cloud", "lease", b"lease", "load_in_cloud", b"load_in_cloud", "rows_total", b"rows_total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rows_total", b"_rows_total", "extract_in_cloud", b"extract_in_cloud", "lease", b"lease", "load_in_cloud", b"load_in_cloud", "message", b"message", "phase", b"phase", "rows_total", b"rows_total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__rows_total: _TypeAlias = _typing.Literal["rows_total"]  # noqa: Y015
     _WhichOneofArgType__rows_total: _TypeAlias = _typing.Literal["_rows_total", b"_rows_total"]  # noqa: Y015
@@ -355,10 +367,18 @@ class RecordStreamLoadedRequest(_message.Message):
     CHECKSUM_FIELD_NUMBER: _builtins.int
     CHANGES_FIELD_NUMBER: _builtins.int
     CURSOR_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    RECORD_PROGRESS_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     rows_extracted: _builtins.int
     rows_loaded: _builtins.int
     checksum: _builtins.str
+    message: _builtins.str
+    """A line in the run's timeline, written in the same transaction."""
+    record_progress: _builtins.bool
+    """The migrate's last stream: also write the outputs' sums as the run's
+    counts, and answer the outputs (what ListRunOutputs would).
+    """
     @_builtins.property
     def lease(self) -> Global___TaskLease: ...
     @_builtins.property
@@ -381,10 +401,12 @@ class RecordStreamLoadedRequest(_message.Message):
         checksum: _builtins.str = ...,
         changes: _common_pb2.RowChanges | None = ...,
         cursor: _common_pb2.StreamCursor | None = ...,
+        message: _builtins.str = ...,
+        record_progress: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "cursor", b"cursor", "lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "checksum", b"checksum", "cursor", b"cursor", "lease", b"lease", "rows_extracted", b"rows_extracted", "rows_loaded", b"rows_loaded", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "checksum", b"checksum", "cursor", b"cursor", "lease", b"lease", "message", b"message", "record_progress", b"record_progress", "rows_extracted", b"rows_extracted", "rows_loaded", b"rows_loaded", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -394,12 +416,19 @@ Global___RecordStreamLoadedRequest: _TypeAlias = RecordStreamLoadedRequest  # no
 class RecordStreamLoadedResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    OUTPUTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def outputs(self) -> _containers.RepeatedCompositeFieldContainer[Global___RunOutput]:
+        """The run's per-stream counts, when `record_progress` was set."""
+
     def __init__(
         self,
+        *,
+        outputs: _abc.Iterable[Global___RunOutput] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["outputs", b"outputs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -410,16 +439,22 @@ class ListRunOutputsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     LEASE_FIELD_NUMBER: _builtins.int
+    RECORD_PROGRESS_FIELD_NUMBER: _builtins.int
+    record_progress: _builtins.bool
+    """Also write the outputs' sums as the run's counts (what a finishing
+    migrate reports), in the same call.
+    """
     @_builtins.property
     def lease(self) -> Global___TaskLease: ...
     def __init__(
         self,
         *,
         lease: Global___TaskLease | None = ...,
+        record_progress: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "record_progress", b"record_progress"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -107,7 +107,8 @@ class CloudRunServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RecordRunPlan(self, request, context):
-        """Records what the run is about to move (rows estimated, where stages run).
+        """Records what the run is about to move (rows estimated, where stages run),
+        and optionally moves it to a phase with a line in its timeline.
         Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -141,7 +142,7 @@ class CloudRunServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RecordStreamLoaded(self, request, context):
-        """One stream committed in the destination.
+        """One stream committed in the destination (with a timeline line, if given).
         Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -149,7 +150,8 @@ class CloudRunServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListRunOutputs(self, request, context):
-        """The run's per-stream counts so far.
+        """The run's per-stream counts so far (written as the run's counts too when
+        asked).
         Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

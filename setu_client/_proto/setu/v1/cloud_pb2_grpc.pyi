@@ -48,7 +48,8 @@ class CloudRunServiceStub:
     the run was deleted).
     """
     RecordRunPlan: _grpc.UnaryUnaryMultiCallable[_cloud_pb2.RecordRunPlanRequest, _cloud_pb2.RecordRunPlanResponse]
-    """Records what the run is about to move (rows estimated, where stages run).
+    """Records what the run is about to move (rows estimated, where stages run),
+    and optionally moves it to a phase with a line in its timeline.
     Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
     """
     EnterRunPhase: _grpc.UnaryUnaryMultiCallable[_cloud_pb2.EnterRunPhaseRequest, _cloud_pb2.EnterRunPhaseResponse]
@@ -66,11 +67,12 @@ class CloudRunServiceStub:
     INVALID_ARGUMENT (an artifact outside the run's own prefix).
     """
     RecordStreamLoaded: _grpc.UnaryUnaryMultiCallable[_cloud_pb2.RecordStreamLoadedRequest, _cloud_pb2.RecordStreamLoadedResponse]
-    """One stream committed in the destination.
+    """One stream committed in the destination (with a timeline line, if given).
     Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
     """
     ListRunOutputs: _grpc.UnaryUnaryMultiCallable[_cloud_pb2.ListRunOutputsRequest, _cloud_pb2.ListRunOutputsResponse]
-    """The run's per-stream counts so far.
+    """The run's per-stream counts so far (written as the run's counts too when
+    asked).
     Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
     """
     AddRunEvent: _grpc.UnaryUnaryMultiCallable[_cloud_pb2.AddRunEventRequest, _cloud_pb2.AddRunEventResponse]
@@ -98,7 +100,8 @@ class CloudRunServiceAsyncStub(CloudRunServiceStub):
     the run was deleted).
     """
     RecordRunPlan: _aio.UnaryUnaryMultiCallable[_cloud_pb2.RecordRunPlanRequest, _cloud_pb2.RecordRunPlanResponse]  # type: ignore[assignment]
-    """Records what the run is about to move (rows estimated, where stages run).
+    """Records what the run is about to move (rows estimated, where stages run),
+    and optionally moves it to a phase with a line in its timeline.
     Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
     """
     EnterRunPhase: _aio.UnaryUnaryMultiCallable[_cloud_pb2.EnterRunPhaseRequest, _cloud_pb2.EnterRunPhaseResponse]  # type: ignore[assignment]
@@ -116,11 +119,12 @@ class CloudRunServiceAsyncStub(CloudRunServiceStub):
     INVALID_ARGUMENT (an artifact outside the run's own prefix).
     """
     RecordStreamLoaded: _aio.UnaryUnaryMultiCallable[_cloud_pb2.RecordStreamLoadedRequest, _cloud_pb2.RecordStreamLoadedResponse]  # type: ignore[assignment]
-    """One stream committed in the destination.
+    """One stream committed in the destination (with a timeline line, if given).
     Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
     """
     ListRunOutputs: _aio.UnaryUnaryMultiCallable[_cloud_pb2.ListRunOutputsRequest, _cloud_pb2.ListRunOutputsResponse]  # type: ignore[assignment]
-    """The run's per-stream counts so far.
+    """The run's per-stream counts so far (written as the run's counts too when
+    asked).
     Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
     """
     AddRunEvent: _aio.UnaryUnaryMultiCallable[_cloud_pb2.AddRunEventRequest, _cloud_pb2.AddRunEventResponse]  # type: ignore[assignment]
@@ -157,7 +161,8 @@ class CloudRunServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cloud_pb2.RecordRunPlanRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cloud_pb2.RecordRunPlanResponse, _abc.Awaitable[_cloud_pb2.RecordRunPlanResponse]]:
-        """Records what the run is about to move (rows estimated, where stages run).
+        """Records what the run is about to move (rows estimated, where stages run),
+        and optionally moves it to a phase with a line in its timeline.
         Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
         """
 
@@ -199,7 +204,7 @@ class CloudRunServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cloud_pb2.RecordStreamLoadedRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cloud_pb2.RecordStreamLoadedResponse, _abc.Awaitable[_cloud_pb2.RecordStreamLoadedResponse]]:
-        """One stream committed in the destination.
+        """One stream committed in the destination (with a timeline line, if given).
         Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
         """
 
@@ -209,7 +214,8 @@ class CloudRunServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cloud_pb2.ListRunOutputsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cloud_pb2.ListRunOutputsResponse, _abc.Awaitable[_cloud_pb2.ListRunOutputsResponse]]:
-        """The run's per-stream counts so far.
+        """The run's per-stream counts so far (written as the run's counts too when
+        asked).
         Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
         """
 

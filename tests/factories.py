@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -21,6 +22,7 @@ from setu_server.models import (
     TaskKind,
     WriteMode,
 )
+from setu_server.server import Running
 from setu_server.service.admin import AdminService
 from setu_server.store import connections, jobs, pipelines, tasks
 
@@ -136,3 +138,34 @@ async def make_pipeline(
         next_run_at=next_run_at,
         now=None,
     )
+
+
+def detached_job(now: datetime = datetime(2026, 1, 1, tzinfo=UTC)) -> Job:
+    """A running job that exists only in memory (for the watch hub's own tests)."""
+    return Job(
+        id=uuid.uuid4(),
+        workspace_id=uuid.uuid4(),
+        kind=JobKind.TEST,
+        state=JobState.RUNNING,
+        version=1,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+async def no_jobs(ids: list[uuid.UUID]) -> list[Job]:
+    """A watch hub's reader that finds nothing."""
+    return []
+
+
+async def parked_wait(server: Running, tenant: Tenant, job: Job) -> asyncio.Task[Job]:
+    """A WaitJob parked on `job`, its first read done."""
+    read = asyncio.Event()
+
+    async def mark(job_id: uuid.UUID) -> None:
+        read.set()
+
+    server.jobs.hooks.after_read = mark
+    wait = asyncio.create_task(server.jobs.wait(tenant.workspace_id, job.id, 60.0))
+    await read.wait()
+    return wait

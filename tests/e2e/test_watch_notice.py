@@ -5,27 +5,13 @@ have passed PostgreSQL's 8,000-byte payload limit."""
 from __future__ import annotations
 
 import asyncio
-from uuid import UUID
 
 import asyncpg
 
 from setu_server.models import Job, JobState
 from setu_server.server import Running
 from setu_server.store import jobs
-from tests.factories import Tenant, make_job
-
-
-async def _parked_wait(server: Running, tenant: Tenant, job: Job) -> asyncio.Task[Job]:
-    """A WaitJob parked on `job`, its first read done."""
-    read = asyncio.Event()
-
-    async def mark(job_id: UUID) -> None:
-        read.set()
-
-    server.jobs.hooks.after_read = mark
-    wait = asyncio.create_task(server.jobs.wait(tenant.workspace_id, job.id, 60.0))
-    await read.wait()
-    return wait
+from tests.factories import Tenant, make_job, parked_wait
 
 
 async def _end_elsewhere(pool: asyncpg.Pool, job: Job, error: str) -> None:
@@ -40,7 +26,7 @@ async def test_a_notification_wakes_a_waiter_from_its_snapshot_with_no_read(
     server: Running, pool: asyncpg.Pool, tenant: Tenant
 ) -> None:
     job = await make_job(pool, tenant.workspace_id, state=JobState.RUNNING)
-    wait = await _parked_wait(server, tenant, job)
+    wait = await parked_wait(server, tenant, job)
     reads, applied = server.hub.reads, server.hub.applied
     await _end_elsewhere(pool, job, "the source went away")
     answer = await asyncio.wait_for(wait, 30)
@@ -55,7 +41,7 @@ async def test_a_snapshot_past_the_payload_limit_falls_back_to_a_read(
     server: Running, pool: asyncpg.Pool, tenant: Tenant
 ) -> None:
     job = await make_job(pool, tenant.workspace_id, state=JobState.RUNNING)
-    wait = await _parked_wait(server, tenant, job)
+    wait = await parked_wait(server, tenant, job)
     reads, applied = server.hub.reads, server.hub.applied
     long_error = "x" * 9000  # a snapshot of it would pass 8,000 bytes
     await _end_elsewhere(pool, job, long_error)

@@ -6,27 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from uuid import UUID
 
 import asyncpg
 import pytest
 
-from setu_server.models import Job, JobState
+from setu_server.models import JobState
 from setu_server.server import Running
-from tests.factories import Tenant, make_job
-
-
-async def _parked_wait(server: Running, tenant: Tenant, job: Job) -> asyncio.Task[Job]:
-    """A WaitJob parked on `job`, its first read done."""
-    read = asyncio.Event()
-
-    async def mark(job_id: UUID) -> None:
-        read.set()
-
-    server.jobs.hooks.after_read = mark
-    wait = asyncio.create_task(server.jobs.wait(tenant.workspace_id, job.id, 60.0))
-    await read.wait()
-    return wait
+from tests.factories import Tenant, make_job, parked_wait
 
 
 # No periodic re-check during the test: only the reconnect's can wake it.
@@ -36,8 +22,8 @@ async def test_a_change_missed_with_the_listen_session_wakes_its_waiter_after_re
 ) -> None:
     missed = await make_job(pool, tenant.workspace_id, state=JobState.RUNNING)
     quiet = await make_job(pool, tenant.workspace_id, state=JobState.RUNNING)
-    wait = await _parked_wait(server, tenant, missed)
-    other = await _parked_wait(server, tenant, quiet)
+    wait = await parked_wait(server, tenant, missed)
+    other = await parked_wait(server, tenant, quiet)
     # A plain UPDATE sends no NOTIFY: as if its notification had been lost.
     await pool.execute(
         "UPDATE job SET state = 'succeeded', version = version + 1, finished_at = now() "

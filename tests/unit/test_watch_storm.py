@@ -8,32 +8,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from setu_server.models import Job, JobKind, JobState
+from setu_server.models import Job, JobState
 from setu_server.service.watch import Drain, WatchHub
+from tests.factories import detached_job, no_jobs
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 STORM = 10_000
 CHUNK = 1_000
-
-
-def _job() -> Job:
-    return Job(
-        id=uuid.uuid4(),
-        workspace_id=uuid.uuid4(),
-        kind=JobKind.TEST,
-        state=JobState.RUNNING,
-        version=1,
-        created_at=NOW,
-        updated_at=NOW,
-    )
-
-
-async def _nothing(ids: list[uuid.UUID]) -> list[Job]:
-    return []
 
 
 def _notice(job: Job) -> str:
@@ -102,8 +86,8 @@ async def _parked(hub: WatchHub, jobs: list[Job]) -> None:
 
 
 async def test_a_storm_of_wakes_yields_to_the_loop_between_chunks() -> None:
-    hub = WatchHub(_nothing, wake_chunk=CHUNK)
-    jobs = [_job() for _ in range(STORM)]
+    hub = WatchHub(no_jobs, wake_chunk=CHUNK)
+    jobs = [detached_job() for _ in range(STORM)]
     ended = [replace(j, state=JobState.SUCCEEDED, version=2) for j in jobs]
     watches = [hub.subscribe(j.id).__enter__() for j in jobs]
     for watch, job in zip(watches, jobs, strict=True):
@@ -129,8 +113,8 @@ async def test_a_storm_of_wakes_yields_to_the_loop_between_chunks() -> None:
 
 
 async def test_a_storm_of_notifications_is_applied_a_chunk_per_turn() -> None:
-    hub = WatchHub(_nothing, notice_chunk=CHUNK)
-    jobs = [_job() for _ in range(STORM)]
+    hub = WatchHub(no_jobs, notice_chunk=CHUNK)
+    jobs = [detached_job() for _ in range(STORM)]
     watches = [hub.subscribe(j.id).__enter__() for j in jobs]
     for watch, job in zip(watches, jobs, strict=True):
         watch.offer(job)

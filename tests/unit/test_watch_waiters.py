@@ -5,30 +5,10 @@ waits are what a server holds; a leak per wait would be the next outage.)"""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from dataclasses import replace
-from datetime import UTC, datetime
 
-from setu_server.models import Job, JobKind, JobState
 from setu_server.service.watch import Watch, WatchHub
-
-NOW = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def _job() -> Job:
-    return Job(
-        id=uuid.uuid4(),
-        workspace_id=uuid.uuid4(),
-        kind=JobKind.TEST,
-        state=JobState.RUNNING,
-        version=1,
-        created_at=NOW,
-        updated_at=NOW,
-    )
-
-
-async def _nothing(ids: list[uuid.UUID]) -> list[Job]:
-    return []
+from tests.factories import detached_job, no_jobs
 
 
 def _parked(watch: Watch) -> int:
@@ -44,8 +24,8 @@ async def _until_parked(watch: Watch, n: int) -> None:
     raise AssertionError(f"{_parked(watch)} waiters parked, not {n}")
 
 
-async def test_waiters_woken_by_a_newer_snapshot_leave_nothing_behind() -> None:
-    hub, job = WatchHub(_nothing), _job()
+async def test_waiters_woken_by_a_newer_snapshot_leaveno_jobs_behind() -> None:
+    hub, job = WatchHub(no_jobs), detached_job()
     with hub.subscribe(job.id) as watch:
         watch.offer(job)
         waiters = [asyncio.create_task(watch.newer_than(1, 60, hub.closing)) for _ in range(3)]
@@ -56,8 +36,8 @@ async def test_waiters_woken_by_a_newer_snapshot_leave_nothing_behind() -> None:
     assert hub.watched == 0
 
 
-async def test_a_timed_out_waiter_leaves_nothing_behind_and_answers_what_it_has() -> None:
-    hub, job = WatchHub(_nothing), _job()
+async def test_a_timed_out_waiter_leavesno_jobs_behind_and_answers_what_it_has() -> None:
+    hub, job = WatchHub(no_jobs), detached_job()
     with hub.subscribe(job.id) as watch:
         watch.offer(job)
         answer = await watch.newer_than(1, 0.01, hub.closing)
@@ -65,8 +45,8 @@ async def test_a_timed_out_waiter_leaves_nothing_behind_and_answers_what_it_has(
         assert _parked(watch) == 0
 
 
-async def test_a_cancelled_waiter_leaves_nothing_behind_and_the_others_still_wake() -> None:
-    hub, job = WatchHub(_nothing), _job()
+async def test_a_cancelled_waiter_leavesno_jobs_behind_and_the_others_still_wake() -> None:
+    hub, job = WatchHub(no_jobs), detached_job()
     with hub.subscribe(job.id) as watch:
         watch.offer(job)
         gone = asyncio.create_task(watch.newer_than(1, 60, hub.closing))
@@ -81,7 +61,7 @@ async def test_a_cancelled_waiter_leaves_nothing_behind_and_the_others_still_wak
 
 
 async def test_a_watch_re_subscribed_after_its_last_subscriber_left_is_a_fresh_one() -> None:
-    hub, job = WatchHub(_nothing), _job()
+    hub, job = WatchHub(no_jobs), detached_job()
     with hub.subscribe(job.id) as first:
         first.offer(job)
     assert hub.watched == 0

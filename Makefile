@@ -20,7 +20,7 @@ run: $(STAMP)
 
 ## test: the whole suite (unit, integration on real PostgreSQL, e2e with real processes)
 test: $(STAMP)
-	scripts/ensure_browser.sh
+	scripts/ensure_test_tools.sh
 	$(PY) -m pytest
 
 lint: $(STAMP)

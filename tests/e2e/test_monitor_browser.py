@@ -2,7 +2,7 @@
 Playwright): sign in, watch a run succeed live, cancel another from the page.
 
 Screenshots of the runs list and of a run land in tests/artifacts/ for
-people to look at. The browser is installed by scripts/ensure_browser.sh
+people to look at. The browser is installed by scripts/ensure_test_tools.sh
 (`make test` runs it); without it this test fails, it never skips."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ WATCH_PAGE = """() => {
 def chromium() -> str:
     found = os.environ.get("SETU_TEST_CHROMIUM") or shutil.which("chromium")
     if not found:
-        raise AssertionError("no chromium: run scripts/ensure_browser.sh (make test does)")
+        raise AssertionError("no chromium: run scripts/ensure_test_tools.sh (make test does)")
     return found
 
 

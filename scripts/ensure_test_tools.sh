@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# What the e2e suite needs from Debian, installed when missing (no browser or
+# server download of a test tool's own):
+# - chromium: the monitor's browser test, Playwright with the system browser
+#   (tests/e2e/test_monitor_browser.py);
+# - nginx and pgbouncer: the production topologies, a gRPC proxy in front of
+#   setu-server and a transaction-mode pooler in front of PostgreSQL
+#   (tests/e2e/test_topology_*.py). Tests start their own instances on free
+#   ports; the packages' system services are stopped and left disabled.
+# Needs root or sudo the first time. `make test` runs this before the suite.
+set -euo pipefail
+
+missing=()
+if [ -z "${SETU_TEST_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
+  missing+=(chromium)
+fi
+for tool in nginx pgbouncer; do
+  if ! command -v "$tool" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$tool" ]; then
+    missing+=("$tool")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "ensure_test_tools: missing ${missing[*]} and no apt-get; install them and put them on PATH" \
+       "(or point SETU_TEST_CHROMIUM at a browser)" >&2
+  exit 1
+fi
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  sudo="sudo"
+fi
+echo "ensure_test_tools: installing ${missing[*]} (Debian packages)" >&2
+$sudo apt-get update -qq
+# policy-rc.d answering 101 keeps the packages' own services from starting
+# (nginx would take port 80; the tests run instances of their own).
+policy=/usr/sbin/policy-rc.d
+created_policy=""
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+  $sudo chmod +x "$policy"
+  created_policy=1
+fi
+trap 'if [ -n "$created_policy" ]; then $sudo rm -f "$policy"; fi' EXIT
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+for tool in "${missing[@]}"; do
+  command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || {
+    echo "ensure_test_tools: $tool did not install" >&2
+    exit 1
+  }
+done

@@ -86,6 +86,35 @@ async def test_long_polls_travel_on_their_own_connections(
     assert [a.state for a in answers] == [ClientJobState.SUCCEEDED] * 2
 
 
+async def test_by_default_long_polls_share_two_connections(
+    database_url: str, pool: asyncpg.Pool, tenant_of: Tenant
+) -> None:
+    # Four parked waits on a client with the default pool: two long-poll
+    # connections beside the short calls' one (a pool of 1 would make 2 in
+    # all, of 3 or more 4 or 5).
+    waited = [await make_job(pool, tenant_of.workspace_id) for _ in range(4)]
+    async with in_process(database_url, wait_cap_seconds=3600.0, **QUIET) as server:
+        parked = 0
+        all_parked = asyncio.Event()
+
+        async def mark(job_id: uuid.UUID) -> None:
+            nonlocal parked
+            parked += 1
+            if parked == len(waited):
+                all_parked.set()
+
+        server.jobs.hooks.after_read = mark
+        async with SetuClient(f"127.0.0.1:{server.port}", tenant_of.api_key) as client:
+            waits = [asyncio.create_task(client.wait_for_job(str(j.id))) for j in waited]
+            await all_parked.wait()
+            await client.get_job(str(waited[0].id))
+            assert connections_to(server.port) == 1 + 2
+            for job in waited:
+                await finish(pool, job.id)
+            answers = await asyncio.wait_for(asyncio.gather(*waits), 30)
+    assert [a.state for a in answers] == [ClientJobState.SUCCEEDED] * 4
+
+
 @pytest.mark.looptime(noop_cycles=5000)
 async def test_the_retry_budget_starts_afresh_after_every_good_answer(
     quiet_server: Running, pool: asyncpg.Pool, tenant_of: Tenant

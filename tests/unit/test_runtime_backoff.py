@@ -6,13 +6,14 @@ each delay is exactly the ceiling the backoff allows."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from typing import Any
 
 import pytest
 
 from setu_agent.results import TaskResult
-from setu_agent.runtime.loop import Runtime
+from setu_agent.runtime.loop import Runtime, backoff
 from setu_agent.runtime.task import LeasedTask
 from setu_client.errors import Unavailable
 
@@ -51,6 +52,11 @@ class Source:
     async def fail(self, task: LeasedTask, error: str, retryable: bool) -> None:
         raise AssertionError("nothing is leased")
 
+    async def release(
+        self, task: LeasedTask, message: str, *, checkpoint: str = "", outage: bool = False
+    ) -> None:
+        raise AssertionError("nothing is leased")
+
 
 @pytest.mark.looptime
 async def test_the_backoff_grows_is_capped_and_starts_small_after_a_good_answer(
@@ -77,3 +83,39 @@ async def test_the_backoff_grows_is_capped_and_starts_small_after_a_good_answer(
         FIRST,  # ...and the next failure backs off from the start again
         2 * FIRST,
     ]
+
+
+@pytest.mark.looptime
+async def test_by_default_the_backoff_is_capped_at_30_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # setu-agent builds its Runtime without a cap of its own: this default is
+    # how long an agent may stay deaf to a server that came back.
+    monkeypatch.setattr(random, "uniform", lambda low, high: high)
+    down = Unavailable("server unreachable")
+    source = Source(*[down] * 9)
+    runtime = Runtime(source, {}, name="test", concurrency=1)
+    running = asyncio.create_task(runtime.run())
+    await source.spent.wait()
+    await runtime.stop(grace_seconds=0)
+    await running
+
+    gaps = [round(b - a, 6) for a, b in zip(source.calls, source.calls[1:], strict=False)]
+    assert gaps == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+
+
+@pytest.mark.looptime
+async def test_by_default_the_agents_check_in_backs_off_up_to_30_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # setu-agent checks in through backoff() with its defaults (setu_agent/main.py).
+    monkeypatch.setattr(random, "uniform", lambda low, high: high)
+    loop = asyncio.get_running_loop()
+    calls: list[float] = []
+    async for attempt in backoff(who="setu-agent"):
+        with attempt:
+            calls.append(loop.time())
+            if len(calls) < 10:
+                raise Unavailable("server unreachable")
+    gaps = [round(b - a, 6) for a, b in itertools.pairwise(calls)]
+    assert gaps == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]

@@ -326,6 +326,40 @@ async def test_a_merged_batch_refuses_a_wrong_token_alone_and_accepts_a_repeat_o
         assert sum("succeeded" in m for m in said) == 1, said
 
 
+async def test_a_merged_batch_leaves_a_wrong_tokens_task_leased_when_its_lease_is_absent(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The statement's own token condition refuses a completion: no
+    completion with the right token sits beside it to complete the task anyway."""
+    service, tenant, runtime = await _service(pool)
+    for _ in range(2):
+        await make_task(pool, tenant)
+    stale, other = await service.lease_many(runtime, 0, 2)
+    assert other.lease_token is not None
+    merged: list[int] = []
+    statement = service._complete_merged
+
+    async def counted(db: Executor, asked: list[tasks.Completion]) -> list[Any]:
+        merged.append(len(asked))
+        return await statement(db, asked)
+
+    monkeypatch.setattr(service, "_complete_merged", counted)
+    result = TestResult(True, "")
+    async with batch_of(service.group, 2) as taken:
+        answers = await asyncio.gather(
+            service.complete(runtime, stale.id, uuid.uuid4(), result),  # not its lease
+            service.complete(runtime, other.id, other.lease_token, result),
+            return_exceptions=True,
+        )
+    assert taken == [2] and merged == [2], "both went through the merged statement"
+    assert isinstance(answers[0], LeaseLost), answers[0]
+    assert answers[1] is None
+    assert await _state(pool, stale) is TaskState.LEASED
+    job = await jobs.get_job(pool, stale.job_id, tenant.workspace_id)
+    assert job is not None and job.state is JobState.RUNNING
+    assert await _state(pool, other) is TaskState.SUCCEEDED
+
+
 async def test_a_failing_merged_statement_lets_every_part_run_alone(pool: asyncpg.Pool) -> None:
     tenant = await make_tenant(pool)
     job = await make_job(pool, tenant.workspace_id)

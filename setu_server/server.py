@@ -349,7 +349,7 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         worker_token=worker_token,
         background=background,
         connections=ConnectionService(pool, clock),
-        pipelines=PipelineService(pool, clock),
+        pipelines=PipelineService(pool, clock, lifecycle),
         runs=runs_service,
         blob=blob,
         connection_ops=ConnectionOps(pool, clock, job_service, presence),

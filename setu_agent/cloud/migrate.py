@@ -119,7 +119,12 @@ class Migrate:
 
     async def __call__(self, ctx: TaskContext) -> MigrateResult:
         book = self._books(ctx.task)
-        run = await book.spec()
+        try:
+            run = await book.spec()
+        except LeaseLost:
+            raise
+        except FailedPrecondition as exc:  # e.g. the run's pipeline was deleted
+            raise NonRetryable(str(exc)) from exc
         if run.ended:
             # Cancelled (or failed) while the task waited: never revive it.
             return MigrateResult(MigrateMode.SKIPPED, reason="the run had already ended")

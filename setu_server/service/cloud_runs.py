@@ -30,7 +30,7 @@ from setu_server.models import (
     TaskState,
 )
 from setu_server.service.runbook import RunBook
-from setu_server.service.runs import connection_spec, snapshot_of
+from setu_server.service.runs import connection_spec, pipeline_gone, snapshot_of
 from setu_server.store import jobs, stream_state, tasks
 from setu_server.store.db import Database
 
@@ -62,7 +62,8 @@ class CloudRuns:
     async def spec(self, task_id: UUID, token: UUID) -> MigrateSpec:
         job = await self._run(task_id, token)
         taken = snapshot_of(job)
-        assert job.pipeline_id is not None, "a run has a pipeline"
+        if job.pipeline_id is None:
+            raise FailedPrecondition(pipeline_gone(job))
         # Three independent reads, on three pooled connections at once: a
         # small run waits for this answer before it can start.
         source, destination, cursors = await asyncio.gather(
@@ -120,7 +121,8 @@ class CloudRuns:
 
     async def staged(self, task_id: UUID, token: UUID, artifact: Artifact) -> None:
         job = await self._run(task_id, token)
-        assert job.pipeline_id is not None, "a run has a pipeline"
+        if job.pipeline_id is None:
+            raise FailedPrecondition(pipeline_gone(job))
         prefix = run_prefix(job.workspace_id, job.pipeline_id, job.id)
         if artifact.blob_prefix != prefix:
             raise InvalidArgument(f"artifact.blob_prefix: run {job.id} stages under {prefix}")

@@ -9,12 +9,13 @@ from typing import Protocol
 from uuid import UUID
 
 from setu_client.clock import Clock
-from setu_client.errors import JobNotFound, JobNotStarted, Unavailable
+from setu_client.errors import FailedPrecondition, JobNotFound, JobNotStarted, Unavailable
 from setu_server.models import (
     EventLevel,
     Job,
     JobEvent,
     JobFilter,
+    JobKind,
     JobOutput,
     JobState,
 )
@@ -115,7 +116,12 @@ class JobService:
             raise Unavailable("this server is shutting down: try again (another replica)")
 
     async def start(self, workspace_id: UUID, job_id: UUID) -> Job:
-        await self.get(workspace_id, job_id)
+        found = await self.get(workspace_id, job_id)
+        orphan = found.kind is JobKind.RUN and found.pipeline_id is None
+        if orphan and found.state is JobState.READY:
+            # Deleting a pipeline cancels its READY runs; one left from before
+            # that rule could never run.
+            raise FailedPrecondition(f"run {job_id}: its pipeline was deleted; nothing to start")
         async with transaction(self._pool) as conn:
             job = await self._lifecycle.transition(
                 job_id,

@@ -20,9 +20,10 @@ from setu_agent.engine.incremental import SyncError, check_provider, parse_sync
 from setu_agent.engine.operators import SpecError, parse_spec
 from setu_client.clock import Clock
 from setu_client.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from setu_server.models import Pipeline, WriteMode
+from setu_server.models import JobState, Pipeline, WriteMode
 from setu_server.service import paging
 from setu_server.service.connections import DEFAULT_PAGE_SIZE, check_name, merge_fields
+from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.pipeline_catalog import check_against_catalog
 from setu_server.store import connections, pipelines, stream_state
 from setu_server.store.db import Connection, Database, transaction
@@ -79,10 +80,15 @@ def check_streams(streams: Sequence[str]) -> None:
 
 class PipelineService:
     def __init__(
-        self, pool: Database, clock: Clock, spec_validator: SpecValidator = parse_spec
+        self,
+        pool: Database,
+        clock: Clock,
+        lifecycle: JobLifecycle,
+        spec_validator: SpecValidator = parse_spec,
     ) -> None:
         self._pool = pool
         self._clock = clock
+        self._lifecycle = lifecycle
         self._parse_spec = spec_validator
 
     async def create(self, workspace_id: UUID, draft: PipelineDraft) -> Pipeline:
@@ -171,15 +177,30 @@ class PipelineService:
         return reset
 
     async def delete(self, workspace_id: UUID, pipeline_id: UUID) -> None:
+        """Refused while a run is pending or running. Runs waiting in READY
+        are cancelled with it (a run cannot start without its pipeline);
+        ended runs stay, unlinked."""
         async with transaction(self._pool) as conn:
-            if await pipelines.lock_pipeline(conn, pipeline_id, workspace_id) is None:
+            pipeline = await pipelines.lock_pipeline(conn, pipeline_id, workspace_id)
+            if pipeline is None:
                 raise _not_found(pipeline_id)
+            # Locked and cancelled before the check: a StartJob that commits
+            # meanwhile leaves its run PENDING, which the check then refuses on.
+            why = f"cancelled: its pipeline {pipeline.name} was deleted"
+            cancelled = await self._lifecycle.transition_many(
+                await pipelines.ready_pipeline_runs(conn, pipeline_id),
+                JobState.CANCELLED,
+                f"Cancelled: its pipeline {pipeline.name} was deleted before the run started",
+                db=conn,
+                error_message=why,
+            )
             run = await pipelines.active_pipeline_run(conn, pipeline_id)
             if run is not None:
                 raise FailedPrecondition(
                     f"pipeline {pipeline_id} has an active run {run}; cancel it first"
                 )
             await pipelines.delete_pipeline(conn, pipeline_id, workspace_id)
+        self._lifecycle.published(cancelled)
 
     def _check(self, draft: PipelineDraft) -> datetime | None:
         """Validates everything but the connections; returns the next run."""

@@ -288,7 +288,8 @@ class RunService:
         references unresolved, and where to stage."""
         job, _ = await self._leased_job(runtime, task_id, token, TaskKind.EXTRACT)
         taken = snapshot_of(job)
-        assert job.pipeline_id is not None, "a run has a pipeline"
+        if job.pipeline_id is None:
+            raise FailedPrecondition(pipeline_gone(job))
         return ExtractSpec(
             job_id=str(job.id),
             pipeline_id=str(job.pipeline_id),
@@ -349,6 +350,13 @@ class RunService:
         fresh = await jobs.get_job(self._pool, job.id, job.workspace_id)
         assert fresh is not None
         return fresh
+
+
+def pipeline_gone(job: Job) -> str:
+    """Why a run whose pipeline was deleted cannot go on (a run deleted with
+    its pipeline is cancelled; one from before that rule, or a race, ends here)."""
+    name = snapshot_of(job).pipeline_name
+    return f"run {job.id}: its pipeline {name} was deleted; nothing to run"
 
 
 async def connection_spec(db: Executor, connection_id: UUID) -> ConnectionSpec:

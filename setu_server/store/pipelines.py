@@ -127,3 +127,10 @@ async def active_pipeline_run(db: Executor, pipeline_id: UUID) -> UUID | None:
     with translate_errors():
         found: UUID | None = await db.fetchval(QUERIES.active_pipeline_run, pipeline_id)
     return found
+
+
+async def ready_pipeline_runs(db: Executor, pipeline_id: UUID) -> list[UUID]:
+    """The pipeline's runs that wait in READY for a StartJob."""
+    with translate_errors():
+        rows = await db.fetch(QUERIES.ready_pipeline_runs, pipeline_id)
+    return [r["id"] for r in rows]

@@ -57,3 +57,14 @@ SELECT id FROM job
 WHERE pipeline_id = $1 AND kind = 'run' AND state IN ('pending', 'running')
 ORDER BY created_at, id
 LIMIT 1;
+
+-- name: ready_pipeline_runs
+-- The runs of a pipeline submitted with start = false and not yet started:
+-- deleting the pipeline cancels them (they could never run without it).
+-- Locked, so none starts until the delete commits; one a StartJob holds is
+-- re-read once free, and left out when it has started.
+-- $1 pipeline_id
+SELECT id FROM job
+WHERE pipeline_id = $1 AND kind = 'run' AND state = 'ready'
+ORDER BY created_at, id
+FOR UPDATE;

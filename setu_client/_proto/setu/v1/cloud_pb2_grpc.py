@@ -99,8 +99,8 @@ class CloudRunServiceServicer:
 
     def GetMigrateSpec(self, request, context):
         """The run as the task sees it: its snapshot, where it stands, both ends.
-        Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost, or a connection of
-        the run was deleted).
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost, or the run's
+        pipeline or one of its connections was deleted: the run fails, not retried).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

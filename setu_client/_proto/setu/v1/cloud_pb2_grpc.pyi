@@ -44,8 +44,8 @@ class CloudRunServiceStub:
     def __new__(cls, channel: _aio.Channel) -> CloudRunServiceAsyncStub: ...
     GetMigrateSpec: _grpc.UnaryUnaryMultiCallable[_cloud_pb2.GetMigrateSpecRequest, _cloud_pb2.MigrateSpec]
     """The run as the task sees it: its snapshot, where it stands, both ends.
-    Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost, or a connection of
-    the run was deleted).
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost, or the run's
+    pipeline or one of its connections was deleted: the run fails, not retried).
     """
     RecordRunPlan: _grpc.UnaryUnaryMultiCallable[_cloud_pb2.RecordRunPlanRequest, _cloud_pb2.RecordRunPlanResponse]
     """Records what the run is about to move (rows estimated, where stages run),
@@ -96,8 +96,8 @@ class CloudRunServiceAsyncStub(CloudRunServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     GetMigrateSpec: _aio.UnaryUnaryMultiCallable[_cloud_pb2.GetMigrateSpecRequest, _cloud_pb2.MigrateSpec]  # type: ignore[assignment]
     """The run as the task sees it: its snapshot, where it stands, both ends.
-    Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost, or a connection of
-    the run was deleted).
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost, or the run's
+    pipeline or one of its connections was deleted: the run fails, not retried).
     """
     RecordRunPlan: _aio.UnaryUnaryMultiCallable[_cloud_pb2.RecordRunPlanRequest, _cloud_pb2.RecordRunPlanResponse]  # type: ignore[assignment]
     """Records what the run is about to move (rows estimated, where stages run),
@@ -151,8 +151,8 @@ class CloudRunServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_cloud_pb2.MigrateSpec, _abc.Awaitable[_cloud_pb2.MigrateSpec]]:
         """The run as the task sees it: its snapshot, where it stands, both ends.
-        Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost, or a connection of
-        the run was deleted).
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost, or the run's
+        pipeline or one of its connections was deleted: the run fails, not retried).
         """
 
     @_abc_1.abstractmethod

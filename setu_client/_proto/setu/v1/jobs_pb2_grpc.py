@@ -109,7 +109,8 @@ class JobOrchestrationServiceServicer:
 
     def StartJob(self, request, context):
         """Moves a READY job on to PENDING and dispatches it.
-        Codes: OK, NOT_FOUND, FAILED_PRECONDITION (not READY).
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION (not READY, or a run whose
+        pipeline was deleted).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -48,7 +48,8 @@ class JobOrchestrationServiceStub:
     """
     StartJob: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.StartJobRequest, _jobs_pb2.StartJobResponse]
     """Moves a READY job on to PENDING and dispatches it.
-    Codes: OK, NOT_FOUND, FAILED_PRECONDITION (not READY).
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION (not READY, or a run whose
+    pipeline was deleted).
     """
     GetJob: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.GetJobRequest, _jobs_pb2.GetJobResponse]
     """Codes: OK, NOT_FOUND."""
@@ -102,7 +103,8 @@ class JobOrchestrationServiceAsyncStub(JobOrchestrationServiceStub):
     """
     StartJob: _aio.UnaryUnaryMultiCallable[_jobs_pb2.StartJobRequest, _jobs_pb2.StartJobResponse]  # type: ignore[assignment]
     """Moves a READY job on to PENDING and dispatches it.
-    Codes: OK, NOT_FOUND, FAILED_PRECONDITION (not READY).
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION (not READY, or a run whose
+    pipeline was deleted).
     """
     GetJob: _aio.UnaryUnaryMultiCallable[_jobs_pb2.GetJobRequest, _jobs_pb2.GetJobResponse]  # type: ignore[assignment]
     """Codes: OK, NOT_FOUND."""
@@ -165,7 +167,8 @@ class JobOrchestrationServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_jobs_pb2.StartJobResponse, _abc.Awaitable[_jobs_pb2.StartJobResponse]]:
         """Moves a READY job on to PENDING and dispatches it.
-        Codes: OK, NOT_FOUND, FAILED_PRECONDITION (not READY).
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION (not READY, or a run whose
+        pipeline was deleted).
         """
 
     @_abc_1.abstractmethod

@@ -113,7 +113,10 @@ class PipelineServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeletePipeline(self, request, context):
-        """Codes: OK, NOT_FOUND, FAILED_PRECONDITION (a run is still active).
+        """Refused while a run is pending or running. Runs still READY (submitted
+        with start = false) are cancelled with it, each with an event naming the
+        deletion: a run cannot start without its pipeline. Ended runs stay, unlinked.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION (a run is still active).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -52,7 +52,11 @@ class PipelineServiceStub:
     Codes: OK, NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS.
     """
     DeletePipeline: _grpc.UnaryUnaryMultiCallable[_pipelines_pb2.DeletePipelineRequest, _pipelines_pb2.DeletePipelineResponse]
-    """Codes: OK, NOT_FOUND, FAILED_PRECONDITION (a run is still active)."""
+    """Refused while a run is pending or running. Runs still READY (submitted
+    with start = false) are cancelled with it, each with an event naming the
+    deletion: a run cannot start without its pipeline. Ended runs stay, unlinked.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION (a run is still active).
+    """
     GetPipelineState: _grpc.UnaryUnaryMultiCallable[_pipelines_pb2.GetPipelineStateRequest, _pipelines_pb2.PipelineState]
     """The saved cursor of each incremental stream (docs/pipelines.md).
     Codes: OK, INVALID_ARGUMENT, NOT_FOUND.
@@ -86,7 +90,11 @@ class PipelineServiceAsyncStub(PipelineServiceStub):
     Codes: OK, NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS.
     """
     DeletePipeline: _aio.UnaryUnaryMultiCallable[_pipelines_pb2.DeletePipelineRequest, _pipelines_pb2.DeletePipelineResponse]  # type: ignore[assignment]
-    """Codes: OK, NOT_FOUND, FAILED_PRECONDITION (a run is still active)."""
+    """Refused while a run is pending or running. Runs still READY (submitted
+    with start = false) are cancelled with it, each with an event naming the
+    deletion: a run cannot start without its pipeline. Ended runs stay, unlinked.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION (a run is still active).
+    """
     GetPipelineState: _aio.UnaryUnaryMultiCallable[_pipelines_pb2.GetPipelineStateRequest, _pipelines_pb2.PipelineState]  # type: ignore[assignment]
     """The saved cursor of each incremental stream (docs/pipelines.md).
     Codes: OK, INVALID_ARGUMENT, NOT_FOUND.
@@ -147,7 +155,11 @@ class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _pipelines_pb2.DeletePipelineRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_pipelines_pb2.DeletePipelineResponse, _abc.Awaitable[_pipelines_pb2.DeletePipelineResponse]]:
-        """Codes: OK, NOT_FOUND, FAILED_PRECONDITION (a run is still active)."""
+        """Refused while a run is pending or running. Runs still READY (submitted
+        with start = false) are cancelled with it, each with an event naming the
+        deletion: a run cannot start without its pipeline. Ended runs stay, unlinked.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION (a run is still active).
+        """
 
     @_abc_1.abstractmethod
     def GetPipelineState(

@@ -75,7 +75,11 @@ from setu_server.store.listener import Listener
 from setu_server.store.migrate import migrate
 from setu_server.web import HttpListener, serve_monitor
 from setu_server.worker.endpoints import database_endpoints
-from setu_server.worker.supervisor import WorkerSupervisor, worker_environment
+from setu_server.worker.supervisor import (
+    WorkerSupervisor,
+    shared_secret_variables,
+    worker_environment,
+)
 
 log = logging.getLogger("setu.server")
 
@@ -450,7 +454,8 @@ def worker_settings(settings: Settings, port: int, token: str) -> dict[str, str]
             "SETU_BLOB_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", ""),
             "SETU_BLOB_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
             "SETU_BLOB_SESSION_TOKEN": os.environ.get("AWS_SESSION_TOKEN", ""),
-        },
+        }
+        | shared_secret_variables(settings.shared_secrets, os.environ),
         os.environ,
     )
 

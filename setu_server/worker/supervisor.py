@@ -22,6 +22,8 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from setu_agent.engine.secrets import ENV_PREFIX
+
 log = logging.getLogger("setu.supervisor")
 
 # What a worker inherits of the server's environment: enough to run Python.
@@ -35,6 +37,20 @@ INHERITED = (
 STEADY_SECONDS = 30.0
 FIRST_RESTART_SECONDS = 0.5
 MAX_RESTART_SECONDS = 30.0
+
+
+def shared_secret_variables(shared: str, parent: Mapping[str, str]) -> dict[str, str]:
+    """The `SETU_SECRET_<NAME>` variables of the server for the names it
+    shares with every workspace (SETU_SHARED_SECRETS): a shared secret may be
+    given either way, a top-level secrets-file entry or this variable. Only
+    the shared names: a worker looks up nothing else outside a workspace's
+    section of the file, so it holds nothing else."""
+    names = {name.strip() for name in shared.split(",") if name.strip()}
+    return {
+        f"{ENV_PREFIX}{name}": parent[f"{ENV_PREFIX}{name}"]
+        for name in sorted(names)
+        if f"{ENV_PREFIX}{name}" in parent
+    }
 
 
 def worker_environment(settings: Mapping[str, str], parent: Mapping[str, str]) -> dict[str, str]:

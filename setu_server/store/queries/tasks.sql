@@ -245,6 +245,8 @@ SELECT * FROM task WHERE id = $1 AND runtime = $2;
 -- Leases that ran out: back to pending (attempt + 1, after a backoff of $2
 -- seconds doubling per attempt, capped at $3), or failed when attempts are
 -- spent or the job asked to stop (nothing runs a cancelled run again).
+-- The token is cleared with the lease: a late report from the runtime that
+-- let it lapse is refused as lease lost, not mistaken for a repeat of its own.
 -- $1 batch size, $2 backoff seconds, $3 max backoff seconds, $4 now
 WITH expired AS (
     SELECT task.id, task.attempt < task.max_attempts AND NOT job.cancel_requested AS again
@@ -260,6 +262,7 @@ WITH expired AS (
         run_after = coalesce($4, now()) + make_interval(
             secs => least($3, $2 * power(2, attempt - 1))),
         error_message = 'lease expired: the runtime stopped heartbeating',
+        lease_token = NULL,
         lease_expires_at = NULL,
         finished_at = CASE WHEN expired.again THEN NULL ELSE coalesce($4, now()) END,
         updated_at = coalesce($4, now())

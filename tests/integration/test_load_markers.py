@@ -15,12 +15,13 @@ import asyncpg
 import pytest
 
 from setu_agent.engine import pgcopy
-from setu_agent.engine.markers import LoadMarker
+from setu_agent.engine.markers import LoadIdentity, LoadMarker
 from setu_agent.engine.operators import parse_spec
 from setu_agent.engine.providers.base import Connector, CopyBatch, WriteMode
 from setu_agent.engine.providers.postgres import PROVIDER as POSTGRES
 from setu_agent.engine.providers.postgres import PostgresConnector
 from setu_agent.engine.providers.sqlite import PROVIDER as SQLITE
+from setu_agent.engine.resumable import part_marker, stage_marker, stage_table
 from setu_agent.engine.types import Batch, Column
 from tests.databases import postgres_config, scratch_database
 from tests.integration.test_files_provider import Place, place  # noqa: F401 (a fixture)
@@ -148,6 +149,47 @@ async def test_postgres_two_attempts_at_once_write_once(pg: PostgresConnector, u
     finally:
         await other.close()
     assert await people(url) == ROWS
+
+
+async def blocked_by(watcher: asyncpg.Connection, pid: int, holder: int) -> None:
+    """Until backend `pid` waits on a lock `holder` holds (bounded)."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while holder not in await watcher.fetchval("SELECT pg_blocking_pids($1)", pid):
+        assert asyncio.get_running_loop().time() < deadline, f"{pid} never waited on {holder}"
+        await asyncio.sleep(0.02)
+
+
+async def test_postgres_two_attempts_at_one_staged_part_copy_it_once(
+    pg: PostgresConnector, url: str
+) -> None:
+    """A lapsed lease's attempt and the retry stage the same part at once:
+    the second waits at the first's claim of the part's marker, and once the
+    first commits it copies nothing."""
+    run = LoadIdentity(str(uuid.uuid4()))
+    stream = "public.people"
+    stage = stage_table(run.run_id, stream)
+    part = part_marker(run, stream, 0)
+    await pg.prepare_stage(stage, COLUMNS, None, stage_marker(run.run_id, stream))
+    batch = CopyBatch(pgcopy.encode(COLUMNS, ROWS), len(ROWS))
+    holder = await asyncpg.connect(url)
+    other = await POSTGRES.connect(postgres_config(url))
+    try:
+        # The staging table locked: the first attempt claims the part, then
+        # waits to copy; the second waits at the claim the first holds.
+        await holder.execute("BEGIN")
+        await holder.execute(f'LOCK TABLE public."{stage}" IN SHARE MODE')
+        first = asyncio.create_task(pg.stage_part(stage, COLUMNS, batch, part, None))
+        await blocked_by(holder, pg._conn.get_server_pid(), holder.get_server_pid())
+        second = asyncio.create_task(other.stage_part(stage, COLUMNS, batch, part, None))
+        await blocked_by(holder, other._conn.get_server_pid(), pg._conn.get_server_pid())
+        await holder.execute("ROLLBACK")
+        assert await first is True, "the first attempt copied the part"
+        assert await second is False, "the second found it copied"
+        staged = await holder.fetch(f'SELECT id FROM public."{stage}" ORDER BY id')
+    finally:
+        await other.close()
+        await holder.close()
+    assert [r["id"] for r in staged] == [1, 2, 3]
 
 
 async def test_postgres_discovery_never_offers_the_markers(pg: PostgresConnector) -> None:

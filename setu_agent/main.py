@@ -28,6 +28,7 @@ from setu_agent.runtime.loop import REPORT_GRACE_SECONDS, backoff
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client.channel import open_channel
 from setu_client.errors import PermissionDenied, SetuError, Unauthenticated
+from setu_client.long_poll import LongPollWindow, add_long_poll_option
 
 VERSION = "0.1.0"
 log = logging.getLogger("setu.agent")
@@ -96,6 +97,7 @@ def parser() -> argparse.ArgumentParser:
         help="a staged stream of several parts and this many bytes loads part by part "
         "(env SETU_AGENT_RESUMABLE_LOAD_MIN_BYTES)",
     )
+    add_long_poll_option(p)
     p.add_argument(
         "--grace-seconds",
         type=float,
@@ -132,7 +134,7 @@ async def run(args: argparse.Namespace) -> None:
     secrets = SecretStore.from_file(Path(args.secrets_file) if args.secrets_file else None)
     root = args.root_cert_pem
     async with open_channel(args.server, args.token, tls=args.tls, root_certificates=root) as ch:
-        source = GrpcTaskSource(ch)
+        source = GrpcTaskSource(ch, LongPollWindow(args.server, args.long_poll_seconds))
         engine = EngineHandlers(
             secrets,
             source,

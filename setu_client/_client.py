@@ -55,6 +55,7 @@ from setu_client._types import (
 from setu_client.channel import open_channel
 from setu_client.errors import (
     ClientClosed,
+    DeadlineExceeded,
     FailedPrecondition,
     JobNotFound,
     JobNotStarted,
@@ -63,6 +64,7 @@ from setu_client.errors import (
     Unavailable,
     from_rpc_error,
 )
+from setu_client.long_poll import LongPollWindow
 from setu_client.messages import (
     Connection,
     DiscoverStreamsResponse,
@@ -74,7 +76,10 @@ from setu_client.messages import (
 
 T = TypeVar("T")
 
-# The server's WaitJob cap (docs/jobs-and-tasks.md); the SDK's per-call timeout sits above it.
+# The server's WaitJob cap (docs/jobs-and-tasks.md). A long-poll is sent with
+# its window as its deadline (setu_client/long_poll.py) and the server answers
+# a second before that; LONG_POLL_MARGIN_SECONDS is the room a blocking call
+# leaves above the server's own wait.
 SERVER_WAIT_CAP_SECONDS = 60.0
 LONG_POLL_MARGIN_SECONDS = 15.0
 
@@ -176,13 +181,19 @@ class SetuClient:
         retry: RetryPolicy | None = None,
         long_poll_channels: int = 2,
         call_timeout: float = 30.0,
-        wait_cap_seconds: float = SERVER_WAIT_CAP_SECONDS,
+        wait_cap_seconds: float | None = None,
+        long_poll_seconds: float | None = None,
     ) -> None:
         if long_poll_channels < 1:
             raise ValueError("long_poll_channels must be at least 1")
         self.retry = retry or RetryPolicy()
         self._call_timeout = call_timeout
-        self._long_poll_timeout = wait_cap_seconds + LONG_POLL_MARGIN_SECONDS
+        if long_poll_seconds is None and wait_cap_seconds is not None:
+            # The older spelling: the server's cap, with room above it.
+            long_poll_seconds = wait_cap_seconds + LONG_POLL_MARGIN_SECONDS
+        # The deadline of each long-poll, shortened below whatever cuts them
+        # on the way (a proxy's read timeout) and probed back up now and then.
+        self.long_polls = LongPollWindow(target, long_poll_seconds, now=_loop_time)
 
         def channel() -> grpc.aio.Channel:
             return open_channel(target, api_key, tls=tls, root_certificates=root_certificates)
@@ -306,26 +317,38 @@ class SetuClient:
         No overall deadline unless `timeout` (seconds) is given, then
         TimeoutError. Raises JobNotStarted for a READY job and JobNotFound
         for an unknown one; transient failures are retried (see RetryPolicy).
+        Each call is held for the long-poll window at most; one that
+        something in between cuts (a proxy's 504) is re-issued at once,
+        spends no retry budget, and teaches the window (`long_polls`).
         """
+        loop = asyncio.get_running_loop()
+        backoff = _Backoff(self.retry, self.retry.long_poll_max_seconds)
         async with asyncio.timeout(timeout):
             while True:
-                answer: jobs_pb2.WaitJobResponse = await self._retrying(
-                    self._wait_once,
-                    job_id,
-                    cap=self.retry.long_poll_max_seconds,
-                    budget=self.retry.long_poll_budget_seconds,
-                )
+                window = self.long_polls.window()
+                sent = loop.time()
+                try:
+                    answer = await self._wait_once(job_id, window)
+                except SetuError as error:
+                    if self._closed:
+                        raise
+                    held = loop.time() - sent
+                    if self.long_polls.on_error(error.code, error.message, held):
+                        continue  # cut on the way: at once, and no budget spent
+                    if error.code not in _TRANSIENT:
+                        raise
+                    await backoff.pause(error)
+                    continue
+                self.long_polls.on_answer(loop.time() - sent)
+                backoff.reset()
                 if answer.terminal:
                     return outcome_from_message(answer)
 
-    async def _wait_once(self, job_id: str) -> jobs_pb2.WaitJobResponse:
+    async def _wait_once(self, job_id: str, window: float) -> jobs_pb2.WaitJobResponse:
         stub = self._long_stubs[next(self._next_long)]
         try:
             answer: jobs_pb2.WaitJobResponse = await self._call(
-                stub.WaitJob,
-                jobs_pb2.WaitJobRequest(job_id=job_id),
-                timeout=self._long_poll_timeout,
-                job_id=job_id,
+                stub.WaitJob, jobs_pb2.WaitJobRequest(job_id=job_id), timeout=window, job_id=job_id
             )
         except (JobNotFound, JobNotStarted):
             raise
@@ -343,30 +366,56 @@ class SetuClient:
         terminal snapshot, is resumed from the last version seen (on whichever
         server the channel reaches next), so no snapshot is repeated and the
         generator never ends without the terminal one. Transient failures
-        back off as `RetryPolicy` says for long-polls.
+        back off as `RetryPolicy` says for long-polls. A stream lasts one
+        long-poll window at most (the server ends it a second before), and
+        one that something in between cuts is resumed at once, as a cut
+        `wait_for_job` call is.
         """
+        loop = asyncio.get_running_loop()
         seen = from_version
         backoff = _Backoff(self.retry, self.retry.long_poll_max_seconds)
         while True:
             if self._closed:
                 raise ClientClosed("the client is closed")
+            window = self.long_polls.window()
             stream = self._long_stubs[next(self._next_long)].WatchJob(
-                jobs_pb2.WatchJobRequest(job_id=job_id, from_version=seen)
+                jobs_pb2.WatchJobRequest(job_id=job_id, from_version=seen), timeout=window
             )
             error: SetuError
+            # The stream is held between messages, not over its whole life:
+            # that is what a proxy's read timeout counts.
+            sent = opened = loop.time()
             try:
                 async for answer in stream:
                     job = job_from_message(answer.job)
                     seen = job.version
                     backoff.reset()
+                    sent = loop.time()
                     yield job
                     if job.terminal:
                         return
             except grpc.aio.AioRpcError as exc:
                 error = self._translate(exc, job_id)
-                if error.code not in _TRANSIENT or self._closed:
+                if self._closed:
+                    raise error from exc
+                held = loop.time() - sent
+                if isinstance(error, DeadlineExceeded) and loop.time() - opened >= window - 1.5:
+                    # Our own deadline: the window ended with nothing new.
+                    self.long_polls.on_answer(held)
+                    backoff.reset()
+                    continue
+                if self.long_polls.on_error(error.code, error.message, held):
+                    backoff.reset()
+                    continue
+                if error.code not in _TRANSIENT:
                     raise error from exc
             else:
+                if loop.time() - opened >= window - 1.5:
+                    # The server ended the stream at the window, the job
+                    # unchanged: resume at once.
+                    self.long_polls.on_answer(loop.time() - sent)
+                    backoff.reset()
+                    continue
                 # Ended without the terminal snapshot: the server is closing,
                 # or the caller already had the latest version. Only the job
                 # itself can tell which.
@@ -737,6 +786,10 @@ _DEFAULT_BLOCKING_SECONDS = 30
 
 def _blocking(timeout_seconds: int) -> float:
     return (timeout_seconds or _DEFAULT_BLOCKING_SECONDS) + LONG_POLL_MARGIN_SECONDS
+
+
+def _loop_time() -> float:
+    return asyncio.get_running_loop().time()
 
 
 def _is_uuid(text: str) -> bool:

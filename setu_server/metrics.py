@@ -224,6 +224,13 @@ class Metrics:
             "Passes of the watch hub's periodic re-read of every watched job.",
             registry=r,
         )
+        self.long_poll_cuts = Counter(
+            "setu_long_poll_cuts",
+            "Long-polls cut before they answered (cancelled by the client, or ended by a "
+            "proxy or load balancer in between), by method.",
+            ["method"],
+            registry=r,
+        )
 
     # -- gRPC (rpc/interceptor.py)
 
@@ -233,6 +240,15 @@ class Metrics:
         self.grpc_handled.labels(service, name, code).inc()
         timing = self.long_poll_seconds if name in LONG_POLLS else self.grpc_seconds
         timing.labels(service, name).observe(seconds)
+
+    def long_poll_cut(self, method: str) -> bool:
+        """A call cancelled before it answered; counted (and True) when it
+        was a long-poll, whose cuts say something is in between."""
+        name = _split(method)[1]
+        if name not in LONG_POLLS:
+            return False
+        self.long_poll_cuts.labels(name).inc()
+        return True
 
     def parked_gauge(self, method: str) -> Gauge | None:
         """The parked-calls gauge of a long-poll method; None for other calls

@@ -38,6 +38,7 @@ from setu_agent.runtime.grpc_source import GrpcTaskSource
 from setu_agent.runtime.task import LeasedTask
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client.channel import open_channel
+from setu_client.long_poll import LongPollWindow, add_long_poll_option
 
 log = logging.getLogger("setu.worker")
 
@@ -114,6 +115,7 @@ def parser() -> argparse.ArgumentParser:
         help="how long a run's connection stays open for the next run of the same "
         "connection; 0 closes each at once (SETU_WORKER_IDLE_CONNECTION_SECONDS)",
     )
+    add_long_poll_option(p)
     add(
         "--grace-seconds",
         type=float,
@@ -145,7 +147,7 @@ async def run(args: argparse.Namespace) -> None:
     )
     root = args.root_cert_pem
     async with open_channel(args.server, args.token, tls=args.tls, root_certificates=root) as ch:
-        source = GrpcTaskSource(ch)
+        source = GrpcTaskSource(ch, LongPollWindow(args.server, args.long_poll_seconds))
 
         def book(task: LeasedTask) -> GrpcRunBook:
             return GrpcRunBook(ch, task)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
@@ -27,10 +28,12 @@ from setu_agent.specs import ConnectionSpec, ExtractSpec, LoadSpec
 from setu_client import struct_to_dict
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
-from setu_client.errors import from_rpc_error
+from setu_client.errors import SetuError, from_rpc_error
+from setu_client.long_poll import LongPollWindow
 
-# The client's own timeout on a lease long-poll: above the server's wait so
-# the server's empty answer always wins the race (docs/jobs-and-tasks.md).
+# Room above the server's wait that a lease's window should leave, so the
+# server's empty answer wins the race (docs/jobs-and-tasks.md); the window
+# itself (setu_client/long_poll.py) is the call's deadline.
 LEASE_TIMEOUT_MARGIN_SECONDS = 15.0
 CALL_TIMEOUT_SECONDS = 30.0
 # A stopping runtime does not wait long to say so: the presence window covers a miss.
@@ -54,8 +57,10 @@ def _blob(blob: pb.BlobSettings) -> BlobSettings:
 
 
 class GrpcTaskSource:
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    def __init__(self, channel: grpc.aio.Channel, long_polls: LongPollWindow | None = None) -> None:
         self._stub = agents_pb2_grpc.AgentServiceStub(channel)
+        # LeaseTask's deadline, shortened below whatever cuts it on the way.
+        self.long_polls = long_polls or LongPollWindow("setu-server")
 
     async def check_in(self, version: str, capabilities: list[str], hostname: str) -> Any:
         request = pb.CheckInRequest(version=version, capabilities=capabilities, hostname=hostname)
@@ -67,12 +72,25 @@ class GrpcTaskSource:
         await self._call(self._stub.SignOff, request, timeout=SIGN_OFF_TIMEOUT_SECONDS)
 
     async def lease(self, wait_seconds: float, max_tasks: int = 1) -> list[LeasedTask]:
-        """Up to `max_tasks` tasks (the runtime's free slots), none after the wait."""
-        answer: pb.LeaseTaskResponse = await self._call(
-            self._stub.LeaseTask,
-            pb.LeaseTaskRequest(wait_seconds=int(wait_seconds), max_tasks=max_tasks),
-            timeout=wait_seconds + LEASE_TIMEOUT_MARGIN_SECONDS,
-        )
+        """Up to `max_tasks` tasks (the runtime's free slots), none after the
+        wait or the long-poll window, whichever ends first (the server answers
+        a second before the window). A call that something in between cuts
+        (a proxy's 504) comes back empty, as a wait that found nothing: it
+        is no failure, and the window learns from it."""
+        loop = asyncio.get_running_loop()
+        window = self.long_polls.window()
+        sent = loop.time()
+        try:
+            answer: pb.LeaseTaskResponse = await self._call(
+                self._stub.LeaseTask,
+                pb.LeaseTaskRequest(wait_seconds=int(wait_seconds), max_tasks=max_tasks),
+                timeout=window,
+            )
+        except SetuError as error:
+            if self.long_polls.on_error(error.code, error.message, loop.time() - sent):
+                return []
+            raise
+        self.long_polls.on_answer(loop.time() - sent)
         # A server that predates max_tasks answers one, in `task`.
         tasks = list(answer.tasks) or ([answer.task] if answer.HasField("task") else [])
         return [leased_task(task) for task in tasks]

@@ -244,7 +244,11 @@ class _Call:
         if isinstance(exc, asyncio.CancelledError | GeneratorExit) or context.cancelled():
             # The client cancelled, hung up or ran out of time: its business,
             # not the server's trouble, and anyone could make it happen often.
-            self._log(grpc.StatusCode.CANCELLED, started, level=logging.DEBUG)
+            # A long-poll cut this way is counted: many say a proxy or load
+            # balancer in between ends calls before the server answers them.
+            cut = self.metrics.long_poll_cut(self.method)
+            message = "long-poll cut before it answered" if cut else "call"
+            self._log(grpc.StatusCode.CANCELLED, started, level=logging.DEBUG, message=message)
             return
         if isinstance(exc, SetuError):
             code, message, trailers = status_of(exc)
@@ -274,12 +278,17 @@ class _Call:
         return fields
 
     def _log(
-        self, code: grpc.StatusCode, started: float, error: str = "", level: int = logging.INFO
+        self,
+        code: grpc.StatusCode,
+        started: float,
+        error: str = "",
+        level: int = logging.INFO,
+        message: str = "call",
     ) -> None:
         fields = self._fields(started) | {"code": code.name}
         if error:
             fields["error"] = error
-        log.log(level, "call", extra=fields)
+        log.log(level, message, extra=fields)
         self._count(code, started)
 
     def _count(self, code: grpc.StatusCode, started: float) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from setu_client._proto.setu.v1 import common_pb2, jobs_pb2_grpc
@@ -58,7 +59,20 @@ class JobServicer(jobs_pb2_grpc.JobOrchestrationServiceServicer):
         self, request: pb.WatchJobRequest, context: Ctx
     ) -> AsyncIterator[pb.WatchJobResponse]:
         snapshots = self._jobs.watch(caller_workspace(), uid(request.job_id), request.from_version)
-        async for job in snapshots:
+        remaining = context.time_remaining()
+        # Like WaitJob, end cleanly a second before the caller's deadline:
+        # the SDK resumes from the last version it saw.
+        deadline = (
+            None
+            if remaining is None
+            else asyncio.get_running_loop().time() + remaining - DEADLINE_MARGIN_SECONDS
+        )
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    job = await anext(snapshots)
+            except (StopAsyncIteration, TimeoutError):
+                return  # a timeout ended `snapshots` too (the cancel ran through it)
             yield pb.WatchJobResponse(job=convert.job(job))
 
     async def StartJob(self, request: pb.StartJobRequest, context: Ctx) -> pb.StartJobResponse:

@@ -29,6 +29,28 @@ class Settings:
     database_url: str = field(
         default="", metadata={"help": "PostgreSQL URL; empty starts an embedded server"}
     )
+    database_pooler: str = field(
+        default="auto",
+        metadata={
+            "help": "what DATABASE_URL goes through: none, session (a session-mode pooler), "
+            "transaction (a transaction-mode pooler: no statement cache, one more round trip "
+            "per query), or auto (look at startup)"
+        },
+    )
+    listen_database_url: str = field(
+        default="",
+        metadata={
+            "help": "PostgreSQL URL of the LISTEN session (empty: DATABASE_URL); point it "
+            "past a transaction-mode pooler, at PostgreSQL itself"
+        },
+    )
+    listen_fallback_seconds: float = field(
+        default=1.0,
+        metadata={
+            "help": "while notifications do not arrive on the LISTEN session, how often "
+            "watched jobs and parked leases are re-checked"
+        },
+    )
     data_dir: Path = field(
         default=DEFAULT_DATA_DIR,
         metadata={"help": "folder for the embedded database and local blobs"},

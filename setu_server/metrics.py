@@ -91,6 +91,9 @@ class ListenerView(Protocol):
     sessions: int
     connected: asyncio.Event
 
+    @property
+    def healthy(self) -> bool: ...
+
 
 @dataclass(frozen=True)
 class TaskCount:
@@ -426,6 +429,13 @@ class _LiveCollector(Collector):
         )
         yield GaugeMetricFamily(
             "setu_listen_connected",
-            "1 while the LISTEN connection is up.",
+            "1 while the LISTEN connection is open (whether notifications arrive on it: "
+            "setu_listen_healthy).",
             value=1 if self._listener.connected.is_set() else 0,
+        )
+        yield GaugeMetricFamily(
+            "setu_listen_healthy",
+            "1 while notifications arrive on the LISTEN connection (a probe sent through "
+            "the pool comes back); 0 while waits and leases fall back to short re-checks.",
+            value=1 if self._listener.healthy else 0,
         )

@@ -37,6 +37,7 @@ from setu_client.clock import Clock, SystemClock
 from setu_server.config import Settings
 from setu_server.maintenance.gauges import GaugeRefresh, GaugeSettings
 from setu_server.maintenance.janitor import Janitor, JanitorSettings
+from setu_server.maintenance.listen_fallback import FallbackSettings, ListenFallback
 from setu_server.maintenance.periodic import PeriodicService
 from setu_server.maintenance.reaper import Reaper, ReaperSettings
 from setu_server.maintenance.scheduler import Scheduler, SchedulerSettings
@@ -71,8 +72,9 @@ from setu_server.service.watch import WatchHub
 from setu_server.store import db, jobs
 from setu_server.store.db import Database
 from setu_server.store.embedded import EmbeddedPostgres
-from setu_server.store.listener import Listener
+from setu_server.store.listener import Listener, send_probe
 from setu_server.store.migrate import migrate
+from setu_server.store.pooler import Pooler, pooler_setting, resolve_pooler
 from setu_server.web import HttpListener, serve_monitor
 from setu_server.worker.endpoints import database_endpoints
 from setu_server.worker.supervisor import (
@@ -82,6 +84,11 @@ from setu_server.worker.supervisor import (
 )
 
 log = logging.getLogger("setu.server")
+
+# The gRPC health service's name for the LISTEN session: SERVING while
+# notifications arrive, NOT_SERVING while waits and leases fall back to
+# re-checks (the server itself still serves: "" stays SERVING).
+LISTEN_HEALTH = "setu.listen"
 
 # What store/queries/*.sql notify: every job transition, and every task that
 # becomes eligible to lease (payload: its runtime).
@@ -150,6 +157,8 @@ class Services:
     # Prometheus: this server's figures (its own registry), and their refresh.
     metrics: Metrics
     gauges: GaugeRefresh
+    # Short re-checks while the LISTEN session does not deliver.
+    fallback: ListenFallback
 
     @property
     def maintenance(self) -> tuple[PeriodicService[Any], ...]:
@@ -224,6 +233,7 @@ class Running:
         for task in parts.background:
             task.cancel()
         await asyncio.gather(*parts.background, return_exceptions=True)
+        await parts.fallback.stop()
         await parts.listener.close()
         await parts.blob.close()
         await parts.pool.close()
@@ -252,12 +262,14 @@ def blob_settings(settings: Settings) -> BlobSettings:
 
 
 async def build_services(settings: Settings, url: str, clock: Clock) -> Services:
-    conn = await db.connect(url)
+    pooler = await resolve_pooler(pooler_setting(settings.database_pooler), url)
+    cache = pooler.keeps_sessions  # named prepared statements need a session
+    conn = await db.connect(url, statement_cache=cache)
     try:
         await migrate(conn)
     finally:
         await conn.close()
-    pool = await db.create_pool(url, max_size=settings.db_pool_size)
+    pool = await db.create_pool(url, max_size=settings.db_pool_size, statement_cache=cache)
     admin_digest = digest(settings.admin_token) if settings.admin_token else None
     if settings.worker_token and len(settings.worker_token) < 16:
         raise SystemExit("SETU_WORKER_TOKEN must be at least 16 characters")
@@ -283,13 +295,22 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         signals.wake_all()  # a task may have arrived while nobody listened
         await hub.refresh_all()
 
+    fallback = ListenFallback(hub, signals, FallbackSettings(settings.listen_fallback_seconds))
+
+    async def probe(channel: str, payload: str) -> None:
+        await send_probe(pool, channel, payload)
+
     listener = Listener(
-        url,
+        settings.listen_database_url or url,
         {
             JOB_CHANNEL: metrics.counting(JOB_CHANNEL, hub.notified),
             TASK_CHANNEL: metrics.counting(TASK_CHANNEL, signals.notified),
         },
         after_reconnect,
+        probe=probe,
+        on_health=fallback.listen_health,
+        # LISTEN through the same transaction-mode pooler cannot hold a session.
+        pooled=pooler is Pooler.TRANSACTION and not settings.listen_database_url,
     )
     metrics.watch_live(hub, listener)
     await listener.start()
@@ -359,6 +380,7 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         connection_ops=ConnectionOps(pool, clock, job_service, presence),
         metrics=metrics,
         gauges=GaugeRefresh(pool, metrics, GaugeSettings(settings.metrics_refresh_seconds)),
+        fallback=fallback,
     )
     for service in services.maintenance:
         service.start()
@@ -401,6 +423,7 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in SERVICE_NAMES:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    _report_listen_health(parts, health_servicer)
     reflection.enable(server, SERVICE_NAMES)
 
     port = _bind(server, settings)
@@ -420,6 +443,21 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
         await running.stop(grace=0)
         raise
     return running
+
+
+def _report_listen_health(parts: Services, servicer: health.aio.HealthServicer) -> None:
+    """LISTEN_HEALTH follows the listener's verdict, in order."""
+    verdicts: asyncio.Queue[bool] = asyncio.Queue()
+    parts.listener.health_handlers.append(lambda healthy, _: verdicts.put_nowait(healthy))
+    verdicts.put_nowait(parts.listener.delivering)
+
+    async def report() -> None:
+        serving = health_pb2.HealthCheckResponse.SERVING
+        not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+        while True:
+            await servicer.set(LISTEN_HEALTH, serving if await verdicts.get() else not_serving)
+
+    parts.background.append(asyncio.create_task(report(), name="setu-listen-health"))
 
 
 def worker_settings(settings: Settings, port: int, token: str) -> dict[str, str]:

@@ -114,3 +114,6 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
 
 # A real S3-compatible server (moto on loopback) for blob and file-provider tests.
 from tests.s3server import s3_bucket, s3_endpoint  # noqa: E402, F401
+
+# PgBouncer in transaction mode in front of Setu's PostgreSQL (production topologies).
+from tests.pooler import pgbouncer  # noqa: E402, F401

@@ -45,24 +45,50 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
-    """Pooled connections carry no session state (no LISTEN, no advisory locks,
-    no SET): those live on dedicated connections. So a connection goes back to
+    """Pooled connections carry no session state (no LISTEN, no session-level
+    advisory locks, no SET but SET LOCAL): those live on dedicated connections,
+    and a transaction-mode pooler would share them between sessions. So a connection goes back to
     the pool as it is, instead of asyncpg's default reset, which costs a
     round trip on every release, doubling the cost of a one-query call."""
 
 
-async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> Database:
+# asyncpg's default: the statements a connection keeps prepared, by text.
+STATEMENT_CACHE_SIZE = 100
+
+
+def _cache_size(statement_cache: bool) -> int:
+    """asyncpg names every statement it caches (`__asyncpg_stmt_N__`), and a
+    named statement lives in the PostgreSQL session that prepared it. Behind
+    a transaction-mode pooler the next transaction may run in another session
+    (InvalidSQLStatementNameError), and another process's counter may pick a
+    name this session already holds (DuplicatePreparedStatementError). Without
+    the cache every query is an unnamed statement, parsed again each time:
+    one more round trip per query (docs/operations.md, "PostgreSQL through a
+    pooler")."""
+    return STATEMENT_CACHE_SIZE if statement_cache else 0
+
+
+async def create_pool(
+    url: str, *, min_size: int = 1, max_size: int = 10, statement_cache: bool = True
+) -> Database:
     with translate_errors():
         pool: Database = await asyncpg.create_pool(
-            url, min_size=min_size, max_size=max_size, init=_init_connection, reset=_keep_session
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            init=_init_connection,
+            reset=_keep_session,
+            statement_cache_size=_cache_size(statement_cache),
         )
     return pool
 
 
-async def connect(url: str) -> Connection:
+async def connect(url: str, *, statement_cache: bool = True) -> Connection:
     """A connection outside the pool (migrations, LISTEN)."""
     with translate_errors():
-        conn: Connection = await asyncpg.connect(url)
+        conn: Connection = await asyncpg.connect(
+            url, statement_cache_size=_cache_size(statement_cache)
+        )
     await _init_connection(conn)
     return conn
 

@@ -1,7 +1,12 @@
 """Numbered schema migrations, applied in order at startup.
 
-A session-level advisory lock serialises concurrent servers: the first
+A transaction-level advisory lock serialises concurrent servers: the first
 applies what is missing, the others wait and then find nothing left to do.
+The migrations missing are applied in one transaction that holds the lock:
+an upgrade lands whole or not at all, and nothing outlives the transaction,
+so this works through a transaction-mode pooler too, where a session-level
+lock would be taken in one PostgreSQL session and released (or not) in
+another, leaving the next server to wait on it for ever.
 """
 
 from __future__ import annotations
@@ -38,19 +43,16 @@ def migrations() -> list[tuple[int, str, str]]:
 
 async def migrate(conn: asyncpg.Connection) -> list[int]:
     """Apply every migration not yet recorded; returns the versions applied."""
-    applied_now: list[int] = []
-    await conn.execute(QUERIES.migration_lock, _LOCK_KEY)
-    try:
+    applied_now: list[tuple[int, str]] = []
+    async with conn.transaction():
+        await conn.execute(QUERIES.migration_lock, _LOCK_KEY)
         await conn.execute(QUERIES.create_migration_table)
         done = {r["version"] for r in await conn.fetch(QUERIES.applied_migrations)}
         for version, name, sql in migrations():
-            if version in done:
-                continue
-            async with conn.transaction():
+            if version not in done:
                 await conn.execute(sql)
                 await conn.execute(QUERIES.record_migration, version, name)
-            log.info("migration applied", extra={"version": version, "migration": name})
-            applied_now.append(version)
-    finally:
-        await conn.execute(QUERIES.migration_unlock, _LOCK_KEY)
-    return applied_now
+                applied_now.append((version, name))
+    for version, name in applied_now:
+        log.info("migration applied", extra={"version": version, "migration": name})
+    return [version for version, _ in applied_now]

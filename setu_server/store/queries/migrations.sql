@@ -1,10 +1,7 @@
 -- name: migration_lock
--- Serialises migrating servers. $1 lock key
-SELECT pg_advisory_lock($1);
-
--- name: migration_unlock
--- $1 lock key
-SELECT pg_advisory_unlock($1);
+-- Serialises migrating servers until the transaction ends (a transaction-mode
+-- pooler keeps no session between transactions). $1 lock key
+SELECT pg_advisory_xact_lock($1);
 
 -- name: create_migration_table
 -- no parameters

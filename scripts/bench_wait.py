@@ -32,10 +32,21 @@ server's own transition path. In the order run:
     every parked job: time until each parked wait_for_job returns.
 Then the original in-process burst (--waiters): W waits, one commit.
 
+--through-proxy measures instead (and only) long-polls through a real nginx
+(Debian's, as the tests start it: tests/topology.py) in front of one
+setu-server with the production 60 s WaitJob cap, at grpc_read_timeout 60 s
+(nginx's default) and 15 s (Envoy's default route timeout), each against a
+direct connection as the control: wake latency (--rounds waits, each ended
+by a commit) and, with --proxy-waits jobs waited on for --proxy-seconds,
+WaitJob calls per waiting job per minute, the calls' outcomes (a cut is an
+UNAVAILABLE from nginx's 504) and the window the SDK settled on.
+
 Every process started here is stopped on the way out, errors included.
 
     python scripts/bench_wait.py [--rounds 300] [--parked 10000,50000]
         [--short-calls 500] [--client-procs 2] [--channels 4] [--waiters 2000]
+    python scripts/bench_wait.py --through-proxy [--rounds 100]
+        [--proxy-waits 20] [--proxy-seconds 120]
 """
 
 from __future__ import annotations
@@ -169,13 +180,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(name: str, url: str) -> Server:
+def start_server(name: str, url: str, wait_cap: float = WAIT_CAP_SECONDS) -> Server:
     port = free_port()
     env = os.environ | {
         "SETU_DATABASE_URL": url,
         "SETU_LISTEN": f"127.0.0.1:{port}",
         "SETU_LOG_LEVEL": "warning",
-        "SETU_WAIT_CAP_SECONDS": str(WAIT_CAP_SECONDS),
+        "SETU_WAIT_CAP_SECONDS": str(wait_cap),
         "SETU_HTTP_LISTEN": "",  # no run monitor: port 8080 may be taken
     }
     process = subprocess.Popen(
@@ -297,13 +308,19 @@ class CountingClient(SetuClient):
     """A SetuClient that tallies the outcome of every WaitJob RPC it makes,
     re-issues and retries included (the SDK loops over `_wait_once`)."""
 
-    def __init__(self, target: str, key: str, long_poll_channels: int = 2) -> None:
-        # The SDK's long-poll timeout is its idea of the server cap + 15 s, and
-        # the server answers 1 s before the caller's deadline: left at the
-        # default 60 s, every parked wait would be re-issued each 74 s, and
-        # 50,000 of them would never be quiet. Tell it the cap we run with.
+    def __init__(
+        self,
+        target: str,
+        key: str,
+        long_poll_channels: int = 2,
+        long_poll_seconds: float | None = WAIT_CAP_SECONDS + 15.0,
+    ) -> None:
+        # The SDK's long-poll window is its deadline, and the server answers
+        # 1 s before it: left at the default 55 s, every parked wait would be
+        # re-issued each 54 s, and 50,000 of them would never be quiet. Give
+        # it room above the cap we run with (None: the SDK's default).
         super().__init__(
-            target, key, long_poll_channels=long_poll_channels, wait_cap_seconds=WAIT_CAP_SECONDS
+            target, key, long_poll_channels=long_poll_channels, long_poll_seconds=long_poll_seconds
         )
         self.wait_calls: Counter[str] = Counter()
         # Waits inside a WaitJob call right now (not between retries).
@@ -313,10 +330,10 @@ class CountingClient(SetuClient):
     def wait_call_count(self) -> int:
         return sum(self.wait_calls.values())
 
-    async def _wait_once(self, job_id: str) -> Any:
+    async def _wait_once(self, job_id: str, window: float) -> Any:
         self.in_flight += 1
         try:
-            answer = await super()._wait_once(job_id)
+            answer = await super()._wait_once(job_id, window)
         except Exception as exc:
             code = getattr(exc, "code", None)
             self.wait_calls[f"{type(exc).__name__} {getattr(code, 'name', '')}".strip()] += 1
@@ -697,6 +714,80 @@ async def burst(
     report.add("commit -> all answered", f"{max(returned) - committed:.3f} s")
 
 
+# -- --through-proxy: long-polls through nginx
+
+PROXY_ROUTES: dict[str, float | None] = {"60 s": 60.0, "15 s": 15.0}
+
+
+async def parked_calls(
+    client: CountingClient, pool: asyncpg.Pool, ws: uuid.UUID, waits: int, seconds: float
+) -> tuple[float, Counter[str]]:
+    """`waits` jobs waited on for `seconds`, then ended: WaitJob calls per
+    waiting job per minute, and every call's outcome."""
+    ids = await new_jobs(pool, ws, waits)
+    before = Counter(client.wait_calls)
+    started = now()
+    tasks = [asyncio.create_task(client.wait_for_job(i)) for i in ids]
+    await asyncio.sleep(seconds)  # benchmark pacing: the time the jobs stay waited on
+    await end_jobs(pool, ids)
+    await asyncio.gather(*tasks)
+    elapsed = now() - started
+    calls = client.wait_calls - before
+    return sum(calls.values()) / waits / elapsed * 60, calls
+
+
+async def through_proxy(
+    args: argparse.Namespace, report: Report, cleanup: contextlib.AsyncExitStack
+) -> None:
+    from tests.topology import running_nginx
+
+    url, _ = database(cleanup)
+    conn = await db.connect(url)
+    await migrate(conn)
+    await conn.close()
+    pool = await db.create_pool(url, max_size=4)
+    cleanup.push_async_callback(pool.close)
+    admin = AdminService(pool, SystemClock())
+    workspace = await admin.create_workspace(f"bench-{uuid.uuid4().hex[:6]}")
+    key = (await admin.create_api_key(workspace.id, "bench")).secret
+    ws = workspace.id
+    server = start_server("A", url, wait_cap=PRODUCTION_WAIT_CAP_SECONDS)
+    cleanup.callback(stop_process, server.process)
+    port = int(server.target.rsplit(":", 1)[1])
+    proxy = cleanup.enter_context(running_nginx(PROXY_ROUTES, upstream_port=port))
+    report.section(
+        f"--through-proxy: nginx ({proxy.log_path.parent}) in front of setu-server pid "
+        f"{server.process.pid}, WaitJob cap {PRODUCTION_WAIT_CAP_SECONDS:g} s, SDK defaults, "
+        f"{os.cpu_count()} cores, {load()}"
+    )
+    routes = [("direct", server.target)] + [
+        (f"nginx grpc_read_timeout {name}", proxy.target(name)) for name in PROXY_ROUTES
+    ]
+    for name, target in routes:
+        client = CountingClient(target, key, long_poll_seconds=None)
+        cleanup.push_async_callback(client.close)
+        await wait_up(client, server)
+        progress(f"{name}: {args.rounds} wake rounds")
+        wakes = await waiter_rounds(client, commit_on(pool), await new_jobs(pool, ws, args.rounds))
+        report.section(f"{name} ({target})")
+        report_wakes(report, "wake latency, commit on the database", wakes)
+        if args.proxy_waits:
+            progress(f"{name}: {args.proxy_waits} waits held {args.proxy_seconds:g} s")
+            rate, calls = await parked_calls(client, pool, ws, args.proxy_waits, args.proxy_seconds)
+            report.add(
+                "WaitJob calls per waiting job per minute",
+                f"{rate:.2f} ({args.proxy_waits} jobs waited on {args.proxy_seconds:g} s)",
+            )
+            report.add("their outcomes", outcomes(calls))
+        learned = client.long_polls.cut
+        report.add(
+            "window the SDK settled on",
+            f"{client.long_polls.window():g} s"
+            + (f" (cut learned at ~{learned:g} s)" if learned else " (no cut seen)"),
+        )
+    report.section(f"end: {load()}")
+
+
 # -- main
 
 
@@ -704,7 +795,10 @@ async def main(args: argparse.Namespace) -> None:
     report = Report()
     async with contextlib.AsyncExitStack() as cleanup:
         try:
-            await run(args, report, cleanup)
+            if args.through_proxy:
+                await through_proxy(args, report, cleanup)
+            else:
+                await run(args, report, cleanup)
         finally:
             if report.rows:
                 report.print()
@@ -815,4 +909,18 @@ if __name__ == "__main__":
     parser.add_argument("--client-procs", type=int, default=2, help="processes holding the waits")
     parser.add_argument("--channels", type=int, default=4, help="long-poll channels per process")
     parser.add_argument("--waiters", type=int, default=2000, help="in-process burst; 0 skips")
+    parser.add_argument(
+        "--through-proxy",
+        action="store_true",
+        help="only the long-polls through nginx at 60 s and 15 s grpc_read_timeout",
+    )
+    parser.add_argument(
+        "--proxy-waits", type=int, default=20, help="--through-proxy: jobs waited on; 0 skips"
+    )
+    parser.add_argument(
+        "--proxy-seconds",
+        type=float,
+        default=120.0,
+        help="--through-proxy: how long those jobs stay waited on",
+    )
     asyncio.run(main(parser.parse_args()))

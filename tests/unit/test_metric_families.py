@@ -119,3 +119,14 @@ def test_the_task_census_replaces_the_last_one() -> None:
     pending = {"runtime": "cloud", "kind": "migrate", "state": "pending"}
     assert metrics.registry.get_sample_value("setu_tasks", pending) is None
     assert sample(metrics, "setu_tasks", **pending | {"state": "leased"}) == 1
+
+
+def test_only_long_polls_cut_before_they_answered_count_as_cuts() -> None:
+    metrics = Metrics(process=False)
+    assert metrics.long_poll_cut("/setu.v1.JobOrchestrationService/WaitJob")
+    assert metrics.long_poll_cut("/setu.v1.AgentService/LeaseTask")
+    assert metrics.long_poll_cut("/setu.v1.AgentService/LeaseTask")
+    assert not metrics.long_poll_cut("/setu.v1.JobOrchestrationService/GetJob")
+    assert sample(metrics, "setu_long_poll_cuts_total", method="WaitJob") == 1
+    assert sample(metrics, "setu_long_poll_cuts_total", method="LeaseTask") == 2
+    assert sample(metrics, "setu_long_poll_cuts_total", method="GetJob") == 0

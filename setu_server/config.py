@@ -135,6 +135,13 @@ class Settings:
     task_retry_backoff_seconds: float = field(
         default=5.0, metadata={"help": "first retry delay of a failed task; doubles per attempt"}
     )
+    outage_free_retries: int = field(
+        default=5,
+        metadata={
+            "help": "times a task whose database was unreachable for a moment is retried "
+            "without spending an attempt"
+        },
+    )
     reaper_interval_seconds: float = field(
         default=5.0, metadata={"help": "how often expired leases are requeued"}
     )

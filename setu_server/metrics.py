@@ -213,6 +213,12 @@ class Metrics:
             ["runtime", "kind"],
             registry=r,
         )
+        self.released = Counter(
+            "setu_tasks_released",
+            "Tasks handed back without spending an attempt (a runtime draining, an outage).",
+            ["runtime", "kind", "reason"],
+            registry=r,
+        )
 
     def _define_long_polls(self) -> None:
         r = self.registry
@@ -308,6 +314,11 @@ class Metrics:
         """A reported failure; counted when it would have retried but for its attempts."""
         if task.state is TaskState.FAILED and retryable and task.attempt >= task.max_attempts:
             self.exhausted.labels(placement_of(task.runtime), task.kind.value).inc()
+
+    def task_released(self, task: Task, outage: bool) -> None:
+        """A hand-back that spent no attempt (ReleaseTask)."""
+        reason = "outage" if outage else "drain"
+        self.released.labels(placement_of(task.runtime), task.kind.value, reason).inc()
 
     def tasks_counted(self, census: Iterable[TaskCount]) -> None:
         """The queue's pending and leased tasks, from the periodic refresh."""

@@ -261,6 +261,8 @@ class Task:
     error_message: str = ""
     finished_at: datetime | None = None
     agent_id: UUID | None = None
+    # Outages handed back without spending an attempt (ReleaseTask).
+    free_retries: int = 0
 
 
 class Placement(StrEnum):

@@ -321,6 +321,7 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         wait_cap_seconds=settings.lease_wait_cap_seconds,
         poll_seconds=settings.lease_poll_seconds,
         retry_backoff_seconds=settings.task_retry_backoff_seconds,
+        outage_free_retries=settings.outage_free_retries,
     )
     where = blob_settings(settings)
     blob = open_blob(where, S3Settings(where.endpoint_url, where.region or "us-east-1"))

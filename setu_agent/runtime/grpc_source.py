@@ -28,7 +28,7 @@ from setu_agent.specs import ConnectionSpec, ExtractSpec, LoadSpec
 from setu_client import struct_to_dict
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
-from setu_client.errors import SetuError, from_rpc_error
+from setu_client.errors import SetuError, Unimplemented, from_rpc_error
 from setu_client.long_poll import LongPollWindow
 
 # Room above the server's wait that a lease's window should leave, so the
@@ -152,6 +152,22 @@ class GrpcTaskSource:
             retryable=retryable,
         )
         await self._call(self._stub.FailTask, request)
+
+    async def release(
+        self, task: LeasedTask, message: str, *, checkpoint: str = "", outage: bool = False
+    ) -> None:
+        request = pb.ReleaseTaskRequest(
+            task_id=task.id,
+            lease_token=task.lease_token,
+            reason=pb.RELEASE_REASON_OUTAGE if outage else pb.RELEASE_REASON_DRAIN,
+            checkpoint=checkpoint[:500],
+            message=message[:10_000],
+        )
+        try:
+            await self._call(self._stub.ReleaseTask, request)
+        except Unimplemented:
+            # A server that predates ReleaseTask: a retryable failure, as before.
+            await self.fail(task, message, True)
 
     async def _call(self, method: Any, request: Any, timeout: float = CALL_TIMEOUT_SECONDS) -> Any:
         try:

@@ -14,15 +14,21 @@ reporting how it ended.
   capped, and forever; the backoff resets after each good answer. Any other
   error backs off too, logged with its traceback: no error ends a slot, and
   `live_slots` counts the slots at work.
-- stop() leases nothing more (a task leased while it began is handed back
-  unstarted), lets running tasks finish within a grace period, and hands
-  back the rest so they are retried at once elsewhere. A completion report
-  already in flight is not cut short at the grace: it has a second, bounded
-  wait of its own (`report_grace_seconds`), since cut off it might land or
-  not. Past that (the server unreachable, say), stop() gives the task up:
-  nothing more is sent for it, its heartbeats stop, and its lease runs out,
-  so the reaper requeues it for another runtime, unless the report did land
-  and the task stands completed. So stop() returns within both graces plus
+- A drain is not a failure: stop() leases nothing more (a task leased
+  while it began is handed back unstarted), lets running tasks finish within
+  a grace period, and hands back the rest (ReleaseTask: pending again at
+  once elsewhere, no attempt spent, the job told where the task stood).
+- An outage is not one either: a task whose database went away for a
+  moment (an error with `outage = True`, engine/providers/failures.py) is
+  handed back for a retry after a backoff without spending an attempt, as
+  long as the server grants free retries.
+- A report already in flight (a completion, a failure or a hand-back) is
+  not cut short at the grace: it has a second, bounded wait of its own
+  (`report_grace_seconds`), since cut off it might land or not. Past that
+  (the server unreachable, say), stop() gives the task up: nothing more is
+  sent for it, its heartbeats stop, and its lease runs out, so the reaper
+  requeues it for another runtime, unless the report did land and the task
+  stands completed. So stop() returns within both graces plus
   a hand-back's call. As it begins it signs off (when given `sign_off`), so
   the server counts the runtime offline at once and refuses new runs for
   it rather than queue them.
@@ -152,7 +158,13 @@ class Runtime:
         # `concurrency` while not stopping means one died.
         self.live_slots = 0
         # Observability: tasks this runtime reported, by outcome.
-        self.reported: dict[str, int] = {"completed": 0, "failed": 0, "lost": 0, "refused": 0}
+        self.reported: dict[str, int] = {
+            "completed": 0,
+            "failed": 0,
+            "released": 0,
+            "lost": 0,
+            "refused": 0,
+        }
 
     def set_lease_ttl(self, seconds: float) -> None:
         self._ttl = seconds
@@ -171,6 +183,11 @@ class Runtime:
         the rest; a report in flight gets the report grace, then is given up."""
         self._stopping.set()
         signing_off = asyncio.create_task(self._signing_off())
+        # Leasing ends first: a parked long-poll would lease again the very
+        # tasks this runtime hands back (pending at once), and strand them.
+        if self._leasing is not None:
+            self._leasing.cancel()
+            await asyncio.gather(self._leasing, return_exceptions=True)
         running = list(self._running.values())
         if running:
             _, unfinished = await asyncio.wait(running, timeout=grace_seconds)
@@ -180,9 +197,6 @@ class Runtime:
         for slot in self._slots:
             slot.cancel()
         await asyncio.gather(*self._slots, return_exceptions=True)
-        if self._leasing is not None:
-            self._leasing.cancel()
-            await asyncio.gather(self._leasing, return_exceptions=True)
         unstarted = [self._ready.get_nowait() for _ in range(self._ready.qsize())]
         await self._hand_back([*unstarted, *self._eager.values()])
         self._eager.clear()
@@ -295,10 +309,22 @@ class Runtime:
         if isinstance(outcome[0], list):
             await self._hand_back(outcome[0])
 
-    async def _hand_back(self, tasks: list[LeasedTask]) -> None:
+    async def _hand_back(self, tasks: list[LeasedTask], checkpoint: str = "") -> None:
+        """Back to the queue at once, no attempt spent: this runtime is
+        stopping. Best effort: unsent, the lease runs out instead."""
         for task in tasks:
-            with contextlib.suppress(Exception):
-                await self._source.fail(task, f"{self.name} is shutting down", True)
+            try:
+                await self._source.release(
+                    task, f"{self.name} stopping", checkpoint=checkpoint or "before it started"
+                )
+            except Exception as exc:
+                log.warning(
+                    "hand-back not delivered; the task waits for its lease to expire",
+                    extra={"task_id": task.id, "error": str(exc)},
+                )
+            else:
+                self.reported["released"] += 1
+                log.info("task handed back", extra={"task_id": task.id, "checkpoint": checkpoint})
 
     async def _lease(self, max_tasks: int) -> list[LeasedTask]:
         # Any error backs off and tries again: no answer may end the leasing.
@@ -341,11 +367,18 @@ class Runtime:
                 log.warning("lease lost; task stopped", extra={"task_id": task.id})
                 return
             # stop(): hand the task back so it runs again at once elsewhere.
-            with contextlib.suppress(Exception):
-                await self._source.fail(task, f"{self.name} is shutting down", True)
+            await self._hand_back([task], context.checkpoint or "as it started")
             raise
         except Exception as exc:
             error = report(describe(exc))
+            if getattr(exc, "outage", False):
+                # Its database went away for a moment: not the work's fault.
+                log.warning(
+                    "database unreachable; handing the task back",
+                    extra={"task_id": task.id, "kind": task.kind, "error": error},
+                )
+                await self._release_for_outage(task, error, context.checkpoint)
+                return
             log.warning(
                 "task failed", extra={"task_id": task.id, "kind": task.kind, "error": error}
             )
@@ -429,7 +462,22 @@ class Runtime:
             self._eager[task.id] = upcoming
 
     async def _report_failure(self, task: LeasedTask, error: str, *, retryable: bool) -> None:
-        await self._report(lambda: self._source.fail(task, error, retryable), "failed", task)
+        # Delivered like a completion: a failure cut off at stop's grace would
+        # leave the task to its lease, and a permanent failure would run again.
+        await _delivered(
+            self._report(lambda: self._source.fail(task, error, retryable), "failed", task),
+            self._abandon,
+        )
+
+    async def _release_for_outage(self, task: LeasedTask, error: str, checkpoint: str) -> None:
+        await _delivered(
+            self._report(
+                lambda: self._source.release(task, error, checkpoint=checkpoint, outage=True),
+                "released",
+                task,
+            ),
+            self._abandon,
+        )
 
     async def _report(
         self, call: Callable[[], Awaitable[None]], outcome: str, task: LeasedTask
@@ -457,7 +505,8 @@ class Runtime:
 
 
 async def _delivered(report: Awaitable[None], abandon: asyncio.Event) -> None:
-    """Await a completion report that stop()'s task grace does not cut short:
+    """Await a report (a completion, a failure, a hand-back) that stop()'s
+    task grace does not cut short:
     cancelled in flight, the server might apply it or not, and the task would
     run again. The report finishes; then the cancel goes on. Only once stop()
     sets `abandon` (its report grace spent) is the report cancelled: the

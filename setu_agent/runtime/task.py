@@ -77,6 +77,9 @@ class TaskContext:
         self.progress: dict[str, Any] = {}
         # Secret values this task resolved: never in what it reports.
         self.redact: set[str] = set()
+        # Where the work stands ("extract of events, part 7"), for the job's
+        # timeline when the task is handed back; the reporters keep it.
+        self.checkpoint = ""
 
     def redacted(self, text: str) -> str:
         """text with every secret this task resolved replaced by `***`: a
@@ -132,3 +135,11 @@ class TaskSource(Protocol):
         ...
 
     async def fail(self, task: LeasedTask, error: str, retryable: bool) -> None: ...
+
+    async def release(
+        self, task: LeasedTask, message: str, *, checkpoint: str = "", outage: bool = False
+    ) -> None:
+        """Hand the task back without spending an attempt: this runtime is
+        stopping, or (`outage`) a database the task works on went away for a
+        moment. `checkpoint` says where the work stood."""
+        ...

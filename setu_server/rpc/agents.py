@@ -359,3 +359,16 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
             request.retryable,
         )
         return pb.FailTaskResponse(will_retry=retry)
+
+    async def ReleaseTask(
+        self, request: pb.ReleaseTaskRequest, context: Ctx
+    ) -> pb.ReleaseTaskResponse:
+        free, again = await self._tasks.release(
+            _runtime(),
+            uid(request.task_id),
+            uid(request.lease_token),
+            outage=request.reason == pb.RELEASE_REASON_OUTAGE,
+            message=request.message.strip() or "handed back",
+            checkpoint=request.checkpoint.strip(),
+        )
+        return pb.ReleaseTaskResponse(free=free, will_retry=again)

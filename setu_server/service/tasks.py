@@ -49,6 +49,9 @@ class LeasePolicy:
     poll_seconds: float = 10.0
     retry_backoff_seconds: float = 5.0
     max_backoff_seconds: float = 600.0
+    # Outages (a database gone for a moment) a task may be handed back for
+    # without spending an attempt; past them, an outage is a failure.
+    outage_free_retries: int = 5
 
 
 class TaskService:
@@ -311,6 +314,82 @@ class TaskService:
         self._metrics.task_failed(task, retryable)
         self._lifecycle.published(changed)
         return task.state is TaskState.PENDING
+
+    async def release(
+        self,
+        runtime: str,
+        task_id: UUID,
+        token: UUID,
+        *,
+        outage: bool,
+        message: str,
+        checkpoint: str,
+    ) -> tuple[bool, bool]:
+        """Hand a leased task back without spending an attempt: its runtime
+        is stopping (a drain: pending at once), or a database it works on
+        went away for a moment (an outage: after the backoff, while free
+        retries remain). (free, will run again): past the free retries, or
+        when the job asked to stop or ended, it is recorded as a retryable
+        failure would be."""
+        async with transaction(self._pool) as conn:
+            task = await tasks.release_task(
+                conn,
+                task_id,
+                runtime,
+                token,
+                message,
+                outage=outage,
+                backoff_seconds=self.policy.retry_backoff_seconds,
+                max_backoff=self.policy.max_backoff_seconds,
+                free_retries=self.policy.outage_free_retries,
+                now=self._clock.sql_now(),
+            )
+            if task is not None:
+                await jobs.insert_job_event(
+                    conn,
+                    task.job_id,
+                    self._released_event(task, outage, message, checkpoint),
+                    now=self._clock.sql_now(),
+                    level=EventLevel.WARNING if outage else EventLevel.INFO,
+                )
+            else:
+                current = await self._own(conn, runtime, task_id)
+                if not self._live(current, token):
+                    raise _lost_lease(current)
+        if task is not None:
+            self._metrics.task_released(task, outage)
+            return True, True
+        # Not free: the job stops or ended, or the outages' free retries are spent.
+        spent = (
+            f" (its {self.policy.outage_free_retries} free retries for outages are spent)"
+            if outage and current.free_retries >= self.policy.outage_free_retries
+            else ""
+        )
+        return False, await self.fail(runtime, task_id, token, message + spent, True)
+
+    def _released_event(self, task: Task, outage: bool, message: str, checkpoint: str) -> str:
+        at = f" at {checkpoint}" if checkpoint else ""
+        counts = f"attempt {task.attempt} of {task.max_attempts}"
+        if outage:
+            delay = (task.run_after - task.updated_at).total_seconds()
+            return (
+                f"Task {task.kind.value} lost its database on {runtime_name(task.runtime)}"
+                f"{at}: {message}; retrying in {delay:g} s without spending an attempt "
+                f"(free retry {task.free_retries} of {self.policy.outage_free_retries}; "
+                f"{counts})"
+            )
+        return (
+            f"{message}: task {task.kind.value} handed back{at}; it runs again at once, "
+            f"no attempt spent ({counts})"
+        )
+
+    def _live(self, task: Task, token: UUID) -> bool:
+        return (
+            task.state is TaskState.LEASED
+            and task.lease_token == token
+            and task.lease_expires_at is not None
+            and task.lease_expires_at > self._clock.now()
+        )
 
     async def _after_failure(self, conn: Connection, task: Task) -> list[Job]:
         if task.state is TaskState.PENDING:

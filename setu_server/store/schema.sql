@@ -212,6 +212,8 @@ CREATE TABLE task (
     created_at        timestamptz NOT NULL,
     updated_at        timestamptz NOT NULL,
     finished_at       timestamptz,
+    -- Outages handed back without spending an attempt (ReleaseTask).
+    free_retries      integer NOT NULL DEFAULT 0,
     CHECK ((runtime = 'cloud') = (agent_id IS NULL))
 );
 -- The lease query: oldest eligible pending task of one runtime.

@@ -37,6 +37,7 @@ def task_of(r: asyncpg.Record) -> Task:
         error_message=r["error_message"],
         finished_at=r["finished_at"],
         agent_id=r["agent_id"],
+        free_retries=r["free_retries"],
     )
 
 
@@ -200,6 +201,38 @@ async def fail_task(
             now,
             max_backoff,
             runtime,
+        )
+    return task_of(row) if row else None
+
+
+async def release_task(
+    db: Executor,
+    id: UUID,
+    runtime: str,
+    token: UUID,
+    message: str,
+    *,
+    outage: bool,
+    backoff_seconds: float,
+    max_backoff: float,
+    free_retries: int,
+    now: datetime | None,
+) -> Task | None:
+    """The task pending again without spending an attempt, or None when the
+    lease is not live, the job asked to stop or ended, or (an outage) the
+    free retries are spent."""
+    with translate_errors():
+        row = await db.fetchrow(
+            QUERIES.release_task,
+            id,
+            token,
+            runtime,
+            now,
+            backoff_seconds,
+            outage,
+            max_backoff,
+            free_retries,
+            message,
         )
     return task_of(row) if row else None
 

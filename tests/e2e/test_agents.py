@@ -139,8 +139,12 @@ async def test_sigterm_hands_a_running_task_back(
                 await agent.wait()
         handed_back = await tasks.get_task(pool, task.id)
         assert handed_back is not None
-        assert (handed_back.state, handed_back.attempt) == (TaskState.PENDING, 2)
-        assert "shutting down" in handed_back.error_message
+        # A drain is not a failure: pending again at once, no attempt spent.
+        assert (handed_back.state, handed_back.attempt) == (TaskState.PENDING, 1)
+        assert handed_back.run_after <= handed_back.updated_at
+        assert "stopping" in handed_back.error_message
+        events = await jobs.list_job_events(pool, task.job_id, after=0, limit=100)
+        assert any("handed back at" in e.message for e in events), [e.message for e in events]
 
 
 async def test_cancel_reaches_the_agent_through_its_heartbeat(

@@ -234,6 +234,7 @@ async def test_a_deactivated_agent_is_refused_everywhere_and_its_tasks_fail_thei
         agent.GetLoadSpec(pb.GetLoadSpecRequest(**ids)),
         agent.CompleteTask(pb.CompleteTaskRequest(**ids)),
         agent.FailTask(pb.FailTaskRequest(**ids, error_message="x")),
+        agent.ReleaseTask(pb.ReleaseTaskRequest(**ids, reason=pb.RELEASE_REASON_DRAIN)),
         agent.SignOff(pb.SignOffRequest()),
     ]
     assert len(calls) == len(pb.DESCRIPTOR.services_by_name["AgentService"].methods)

@@ -17,7 +17,12 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
     ReadTimeoutError,
 )
 
-from setu_agent.engine.providers.base import PermanentError, ProviderError, TransientError
+from setu_agent.engine.providers.base import (
+    OutageError,
+    PermanentError,
+    ProviderError,
+    TransientError,
+)
 from setu_agent.engine.providers.failures import (
     file_error,
     postgres_error,
@@ -62,6 +67,32 @@ def test_postgres_permanent_sqlstates(cls: type[Exception]) -> None:
 def test_postgres_transient_sqlstates(cls: type[Exception]) -> None:
     error = postgres_error(cls("boom"), "postgres: loading t")
     assert isinstance(error, TransientError) and error.retryable
+
+
+PG_OUTAGE = [
+    asyncpg.exceptions.ConnectionFailureError,  # 08006
+    asyncpg.exceptions.AdminShutdownError,  # 57P01
+    asyncpg.exceptions.CrashShutdownError,  # 57P02
+    asyncpg.exceptions.CannotConnectNowError,  # 57P03
+]
+
+
+@pytest.mark.parametrize("cls", PG_OUTAGE, ids=lambda c: c.sqlstate)
+def test_postgres_going_away_is_an_outage_that_spends_no_attempt(cls: type[Exception]) -> None:
+    error = postgres_error(cls("boom"), "postgres: loading t")
+    assert isinstance(error, OutageError) and error.outage and error.retryable
+
+
+def test_a_refused_reset_or_dropped_connection_is_an_outage_and_a_timeout_is_not() -> None:
+    for lost in (
+        ConnectionRefusedError(),
+        ConnectionResetError(),
+        asyncpg.exceptions.ConnectionDoesNotExistError("gone"),
+    ):
+        assert isinstance(postgres_error(lost, "x"), OutageError), lost
+    for other in (TimeoutError(), asyncpg.exceptions.SerializationError("retry")):
+        error = postgres_error(other, "x")
+        assert isinstance(error, TransientError) and not isinstance(error, OutageError)
 
 
 def test_postgres_login_refusal_names_the_fields_and_a_lost_connection_is_transient() -> None:

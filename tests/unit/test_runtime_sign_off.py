@@ -44,7 +44,7 @@ async def test_stop_signs_off_at_once_while_its_tasks_still_run() -> None:
     signed: list[tuple[str, float, int]] = []
 
     async def sign_off(reason: str) -> None:
-        signed.append((reason, loop.time(), len(source.failed)))
+        signed.append((reason, loop.time(), len(source.released)))
 
     runtime, started = _runtime(source, sign_off)
     running = asyncio.create_task(runtime.run())
@@ -53,7 +53,7 @@ async def test_stop_signs_off_at_once_while_its_tasks_still_run() -> None:
     await runtime.stop(grace_seconds=10)
     await running
     assert signed == [("edge is stopping", began, 0)], "once, before the task was handed back"
-    assert source.failed == [("task-1", "edge is shutting down", True)]
+    assert source.released == [("task-1", "edge stopping", "as it started", False)]
 
 
 @pytest.mark.looptime

@@ -13,7 +13,7 @@ import pytest
 
 from setu_agent.results import TaskResult, TestResult
 from setu_agent.runtime.loop import Runtime
-from setu_agent.runtime.task import LeasedTask, TaskContext
+from setu_agent.runtime.task import LeasedTask, NonRetryable, TaskContext
 from setu_client.errors import Internal, SetuError, Unavailable
 
 
@@ -44,6 +44,9 @@ class Source:
         self.heartbeats = 0
         self.completed: list[str] = []
         self.failed: list[tuple[str, str, bool]] = []
+        # (task id, message, checkpoint, outage) of each hand-back.
+        self.released: list[tuple[str, str, str, bool]] = []
+        self.before_fail: Callable[[], Any] | None = None
         self.before_complete: Callable[[], Any] | None = None
         self._news = asyncio.Event()
 
@@ -87,7 +90,15 @@ class Source:
         return self.upcoming.pop(0) if lease_next and self.upcoming else None
 
     async def fail(self, task: LeasedTask, error: str, retryable: bool) -> None:
+        if self.before_fail is not None:
+            await self.before_fail()
         self.failed.append((task.id, error, retryable))
+        self.poke()
+
+    async def release(
+        self, task: LeasedTask, message: str, *, checkpoint: str = "", outage: bool = False
+    ) -> None:
+        self.released.append((task.id, message, checkpoint, outage))
         self.poke()
 
 
@@ -149,8 +160,12 @@ async def test_a_task_leased_while_stopping_is_handed_back_and_stop_keeps_its_gr
     started: list[str] = []
 
     async def leased_late() -> LeasedTask:
-        # The lease call is held open until stop() has begun, then answers.
-        await stop_began.wait()
+        # The lease call is held open until stop() cancels it; the server's
+        # answer crosses the cancel (it had leased the task already).
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            stop_began.set()
         return _task(2)
 
     async def runs_forever(context: TaskContext) -> TaskResult:
@@ -166,13 +181,13 @@ async def test_a_task_leased_while_stopping_is_handed_back_and_stop_keeps_its_gr
 
     began = loop.time()
     stopping = asyncio.create_task(runtime.stop(grace_seconds=1))
-    await asyncio.sleep(0)  # stop() has begun: it leases nothing more
-    stop_began.set()
+    await asyncio.wait_for(stop_began.wait(), timeout=30)  # it leases nothing more
     await asyncio.wait_for(stopping, timeout=30)
     assert loop.time() - began <= 1.01, "stop(grace=1) returns within its grace"
     assert started == ["task-1"], "the late lease never started"
-    assert ("task-2", "test runtime is shutting down", True) in source.failed
-    assert ("task-1", "test runtime is shutting down", True) in source.failed
+    assert source.failed == [], "a drain is not a failure"
+    assert ("task-2", "test runtime stopping", "before it started", False) in source.released
+    assert ("task-1", "test runtime stopping", "as it started", False) in source.released
     await running
 
 
@@ -302,4 +317,56 @@ async def test_a_task_handed_out_eagerly_while_stopping_is_handed_back() -> None
     await asyncio.wait_for(stopping, timeout=30)
     await running
     assert source.completed == ["task-1"] and source.lease_next == [True]
-    assert source.failed == [("task-2", "test runtime is shutting down", True)]
+    assert source.released == [("task-2", "test runtime stopping", "before it started", False)]
+
+
+@pytest.mark.looptime
+async def test_a_failure_report_in_flight_when_the_grace_runs_out_is_delivered() -> None:
+    # Cut off, the report would never land: the lease would lapse and the
+    # reaper would run a permanent failure again elsewhere.
+    reporting = asyncio.Event()
+    release = asyncio.Event()
+
+    async def fails_for_good(context: TaskContext) -> TaskResult:
+        raise NonRetryable("the spec names no such stream")
+
+    async def held() -> None:
+        reporting.set()
+        await release.wait()
+
+    source = Source(_task(1))
+    source.before_fail = held
+    runtime = _runtime(source, fails_for_good)
+    running = asyncio.create_task(runtime.run())
+    await reporting.wait()
+    stopping = asyncio.create_task(runtime.stop(grace_seconds=1))
+    await asyncio.sleep(5)  # loop time: the grace has long run out
+    release.set()
+    await asyncio.wait_for(stopping, timeout=30)
+    await running
+    assert source.failed == [("task-1", "the spec names no such stream", False)]
+    assert source.released == [], "a reported failure is not also handed back"
+
+
+class _Outage(Exception):
+    outage = True
+    plain_message = True
+
+
+@pytest.mark.looptime
+async def test_a_database_outage_hands_the_task_back_instead_of_failing_it() -> None:
+    async def loses_its_database(context: TaskContext) -> TaskResult:
+        context.checkpoint = "extract of events, part 3"
+        raise _Outage("postgres: connection refused")
+
+    source = Source(_task(1))
+    runtime = _runtime(source, loses_its_database)
+    running = asyncio.create_task(runtime.run())
+    await asyncio.wait_for(source.until(lambda: bool(source.released)), timeout=60)
+    await runtime.stop(grace_seconds=1)
+    await running
+    assert source.released == [
+        ("task-1", "postgres: connection refused", "extract of events, part 3", True)
+    ]
+    assert source.failed == [], "an outage spends no attempt"
+    assert runtime.reported["released"] == 1

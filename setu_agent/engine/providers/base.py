@@ -77,6 +77,21 @@ class TransientError(ProviderError):
     retryable = True
 
 
+class OutageError(TransientError):
+    """The database went away for a moment (connection refused or reset, the
+    server shutting down or starting up): not the work's fault, so the task
+    is handed back for a retry without spending an attempt, as long as the
+    server grants free retries (SETU_OUTAGE_FREE_RETRIES)."""
+
+    outage = True
+
+
+class ConnectionClosed(ProviderError):
+    """A call met its connection closed under it: this runtime closed it,
+    as a cancelled or stopping task unwinds. Neither the data's fault nor
+    the spec's, so it names no fix; a run that was not cancelled retries."""
+
+
 class Connector(Protocol):
     """An open connection to one provider's system."""
 

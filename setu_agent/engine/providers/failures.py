@@ -13,7 +13,12 @@ import errno
 import sqlite3
 from typing import Any
 
-from setu_agent.engine.providers.base import PermanentError, ProviderError, TransientError
+from setu_agent.engine.providers.base import (
+    OutageError,
+    PermanentError,
+    ProviderError,
+    TransientError,
+)
 
 # -- PostgreSQL, by SQLSTATE (exact code first, then its two-letter class)
 
@@ -49,12 +54,22 @@ _PG_PERMANENT: dict[str, str] = {
 _PG_TRANSIENT = ("08", "40001", "40P01", "53", "55P03", "57014", "57P", "58")
 
 
+# The database itself went away for a moment: 08 connection exceptions,
+# 57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now (a
+# restart: `pg_ctl restart -m fast`, a failover).
+_PG_OUTAGE = ("08", "57P01", "57P02", "57P03")
+
+
 def postgres_error(exc: BaseException, what: str) -> ProviderError:
     """`what: exc` classified by its SQLSTATE; a connection that broke or
-    could not be opened (OSError, a timeout) is transient."""
+    could not be opened (OSError, a timeout) is transient, and one refused,
+    reset or closed by the server an outage (retried without spending an
+    attempt)."""
     message = f"{what}: {exc}"
     state = str(getattr(exc, "sqlstate", None) or "")
     if state:
+        if any(state.startswith(prefix) for prefix in _PG_OUTAGE):
+            return OutageError(message)
         if any(state.startswith(prefix) for prefix in _PG_TRANSIENT):
             return TransientError(message)
         fix = _PG_PERMANENT.get(state) or _PG_PERMANENT.get(state[:2])
@@ -62,7 +77,9 @@ def postgres_error(exc: BaseException, what: str) -> ProviderError:
             fields = PG_LOGIN if state.startswith("28") else ()
             return PermanentError(f"{message} ({fix})", fields=fields)
         return ProviderError(message)
-    if isinstance(exc, OSError | TimeoutError) or type(exc).__name__ in _PG_LOST:
+    if isinstance(exc, ConnectionError) or type(exc).__name__ in _PG_LOST:
+        return OutageError(message)
+    if isinstance(exc, OSError | TimeoutError):
         return TransientError(message)
     return ProviderError(message)
 

@@ -282,3 +282,36 @@ SET state = 'failed', error_message = $2, lease_expires_at = NULL,
     finished_at = coalesce($3, now()), updated_at = coalesce($3, now())
 WHERE runtime = $1 AND state IN ('pending', 'leased')
 RETURNING *;
+
+-- name: release_task
+-- A leased task handed back without spending an attempt (ReleaseTask): its
+-- runtime is stopping (a drain: eligible again at once), or a database it
+-- works on went away for a moment (an outage, $6: eligible after $5 seconds
+-- doubling per free retry, capped at $7, and counted in free_retries). Its
+-- lease is cleared, token too, so a late report with it is refused. Only
+-- while the job neither asked to stop nor ended and, for an outage, fewer
+-- than $8 free retries are spent; otherwise nothing changes (the caller
+-- records a failure instead, or finds the lease lost).
+-- $1 id, $2 lease_token, $3 runtime (the lease's holder), $4 now,
+-- $5 outage backoff seconds, $6 outage, $7 max backoff seconds,
+-- $8 free retries allowed, $9 message
+WITH released AS (
+    UPDATE task
+    SET state = 'pending',
+        run_after = coalesce($4, now()) + CASE WHEN $6
+            THEN make_interval(secs => least($7, $5 * power(2, task.free_retries)))
+            ELSE interval '0' END,
+        lease_token = NULL,
+        lease_expires_at = NULL,
+        free_retries = task.free_retries + CASE WHEN $6 THEN 1 ELSE 0 END,
+        error_message = $9,
+        updated_at = coalesce($4, now())
+    FROM job
+    WHERE task.id = $1 AND task.lease_token = $2 AND task.runtime = $3
+      AND task.state = 'leased' AND task.lease_expires_at > coalesce($4, now())
+      AND job.id = task.job_id AND NOT job.cancel_requested
+      AND job.state NOT IN ('succeeded', 'failed', 'cancelled')
+      AND (NOT $6 OR task.free_retries < $8)
+    RETURNING task.*
+)
+SELECT released.*, pg_notify('setu_task', released.runtime) AS notified FROM released;

@@ -49,6 +49,31 @@ TASK_KIND_DISCOVER: TaskKind.ValueType  # 5
 TASK_KIND_PREVIEW: TaskKind.ValueType  # 6
 Global___TaskKind: _TypeAlias = TaskKind  # noqa: Y015
 
+class _ReleaseReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ReleaseReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ReleaseReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RELEASE_REASON_UNSPECIFIED: _ReleaseReason.ValueType  # 0
+    RELEASE_REASON_DRAIN: _ReleaseReason.ValueType  # 1
+    """The runtime is stopping: the task runs again at once, elsewhere."""
+    RELEASE_REASON_OUTAGE: _ReleaseReason.ValueType  # 2
+    """A database the task reads or writes went away for a moment (connection
+    refused or reset, the server shutting down or starting up).
+    """
+
+class ReleaseReason(_ReleaseReason, metaclass=_ReleaseReasonEnumTypeWrapper): ...
+
+RELEASE_REASON_UNSPECIFIED: ReleaseReason.ValueType  # 0
+RELEASE_REASON_DRAIN: ReleaseReason.ValueType  # 1
+"""The runtime is stopping: the task runs again at once, elsewhere."""
+RELEASE_REASON_OUTAGE: ReleaseReason.ValueType  # 2
+"""A database the task reads or writes went away for a moment (connection
+refused or reset, the server shutting down or starting up).
+"""
+Global___ReleaseReason: _TypeAlias = ReleaseReason  # noqa: Y015
+
 @_typing.final
 class CheckInRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -1102,6 +1127,65 @@ class FailTaskResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FailTaskResponse: _TypeAlias = FailTaskResponse  # noqa: Y015
+
+@_typing.final
+class ReleaseTaskRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    task_id: _builtins.str
+    lease_token: _builtins.str
+    reason: Global___ReleaseReason.ValueType
+    checkpoint: _builtins.str
+    """Where the task stood, for its job's timeline, e.g. "extract of
+    events, part 7".
+    """
+    message: _builtins.str
+    """What happened, e.g. "cloud worker stopping", or the outage's error."""
+    def __init__(
+        self,
+        *,
+        task_id: _builtins.str = ...,
+        lease_token: _builtins.str = ...,
+        reason: Global___ReleaseReason.ValueType = ...,
+        checkpoint: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "lease_token", b"lease_token", "message", b"message", "reason", b"reason", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleaseTaskRequest: _TypeAlias = ReleaseTaskRequest  # noqa: Y015
+
+@_typing.final
+class ReleaseTaskResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FREE_FIELD_NUMBER: _builtins.int
+    WILL_RETRY_FIELD_NUMBER: _builtins.int
+    free: _builtins.bool
+    """True when no attempt was spent (false: recorded as a failure instead)."""
+    will_retry: _builtins.bool
+    """True when the task will run again."""
+    def __init__(
+        self,
+        *,
+        free: _builtins.bool = ...,
+        will_retry: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["free", b"free", "will_retry", b"will_retry"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleaseTaskResponse: _TypeAlias = ReleaseTaskResponse  # noqa: Y015
 
 @_typing.final
 class SignOffRequest(_message.Message):

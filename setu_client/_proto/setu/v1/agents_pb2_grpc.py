@@ -77,6 +77,11 @@ class AgentServiceStub:
                 request_serializer=setu_dot_v1_dot_agents__pb2.FailTaskRequest.SerializeToString,
                 response_deserializer=setu_dot_v1_dot_agents__pb2.FailTaskResponse.FromString,
                 _registered_method=True)
+        self.ReleaseTask = channel.unary_unary(
+                '/setu.v1.AgentService/ReleaseTask',
+                request_serializer=setu_dot_v1_dot_agents__pb2.ReleaseTaskRequest.SerializeToString,
+                response_deserializer=setu_dot_v1_dot_agents__pb2.ReleaseTaskResponse.FromString,
+                _registered_method=True)
         self.SignOff = channel.unary_unary(
                 '/setu.v1.AgentService/SignOff',
                 request_serializer=setu_dot_v1_dot_agents__pb2.SignOffRequest.SerializeToString,
@@ -157,6 +162,24 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReleaseTask(self, request, context):
+        """Hands a leased task back without counting it as a failure: the runtime
+        is stopping (RELEASE_REASON_DRAIN: SIGTERM, its grace ran out, its
+        server is closing), or a database the task works on was unreachable for
+        a moment (RELEASE_REASON_OUTAGE). The task is pending again at once (an
+        outage: after the retry backoff), its attempt unchanged, and its job
+        says where it stood. Outages are free up to the server's
+        outage_free_retries per task; past that, or when the job asked to stop
+        or has ended, the hand-back is recorded as FailTask(retryable) would.
+        A hand-back sent again after it landed finds the lease gone.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost: wrong or expired
+        token, or the task was already handed back or requeued),
+        INVALID_ARGUMENT (no reason).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SignOff(self, request, context):
         """Says the agent is stopping (setu-agent sends it on SIGTERM/SIGINT, once
         it has stopped leasing): it is offline at once, so a run placed on it is
@@ -205,6 +228,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.FailTask,
                     request_deserializer=setu_dot_v1_dot_agents__pb2.FailTaskRequest.FromString,
                     response_serializer=setu_dot_v1_dot_agents__pb2.FailTaskResponse.SerializeToString,
+            ),
+            'ReleaseTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseTask,
+                    request_deserializer=setu_dot_v1_dot_agents__pb2.ReleaseTaskRequest.FromString,
+                    response_serializer=setu_dot_v1_dot_agents__pb2.ReleaseTaskResponse.SerializeToString,
             ),
             'SignOff': grpc.unary_unary_rpc_method_handler(
                     servicer.SignOff,
@@ -409,6 +437,33 @@ class AgentService:
             '/setu.v1.AgentService/FailTask',
             setu_dot_v1_dot_agents__pb2.FailTaskRequest.SerializeToString,
             setu_dot_v1_dot_agents__pb2.FailTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/setu.v1.AgentService/ReleaseTask',
+            setu_dot_v1_dot_agents__pb2.ReleaseTaskRequest.SerializeToString,
+            setu_dot_v1_dot_agents__pb2.ReleaseTaskResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -74,6 +74,20 @@ class AgentServiceStub:
     """Reports failure; a retryable failure is retried while attempts remain.
     Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost).
     """
+    ReleaseTask: _grpc.UnaryUnaryMultiCallable[_agents_pb2.ReleaseTaskRequest, _agents_pb2.ReleaseTaskResponse]
+    """Hands a leased task back without counting it as a failure: the runtime
+    is stopping (RELEASE_REASON_DRAIN: SIGTERM, its grace ran out, its
+    server is closing), or a database the task works on was unreachable for
+    a moment (RELEASE_REASON_OUTAGE). The task is pending again at once (an
+    outage: after the retry backoff), its attempt unchanged, and its job
+    says where it stood. Outages are free up to the server's
+    outage_free_retries per task; past that, or when the job asked to stop
+    or has ended, the hand-back is recorded as FailTask(retryable) would.
+    A hand-back sent again after it landed finds the lease gone.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost: wrong or expired
+    token, or the task was already handed back or requeued),
+    INVALID_ARGUMENT (no reason).
+    """
     SignOff: _grpc.UnaryUnaryMultiCallable[_agents_pb2.SignOffRequest, _agents_pb2.SignOffResponse]
     """Says the agent is stopping (setu-agent sends it on SIGTERM/SIGINT, once
     it has stopped leasing): it is offline at once, so a run placed on it is
@@ -127,6 +141,20 @@ class AgentServiceAsyncStub(AgentServiceStub):
     FailTask: _aio.UnaryUnaryMultiCallable[_agents_pb2.FailTaskRequest, _agents_pb2.FailTaskResponse]  # type: ignore[assignment]
     """Reports failure; a retryable failure is retried while attempts remain.
     Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost).
+    """
+    ReleaseTask: _aio.UnaryUnaryMultiCallable[_agents_pb2.ReleaseTaskRequest, _agents_pb2.ReleaseTaskResponse]  # type: ignore[assignment]
+    """Hands a leased task back without counting it as a failure: the runtime
+    is stopping (RELEASE_REASON_DRAIN: SIGTERM, its grace ran out, its
+    server is closing), or a database the task works on was unreachable for
+    a moment (RELEASE_REASON_OUTAGE). The task is pending again at once (an
+    outage: after the retry backoff), its attempt unchanged, and its job
+    says where it stood. Outages are free up to the server's
+    outage_free_retries per task; past that, or when the job asked to stop
+    or has ended, the hand-back is recorded as FailTask(retryable) would.
+    A hand-back sent again after it landed finds the lease gone.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost: wrong or expired
+    token, or the task was already handed back or requeued),
+    INVALID_ARGUMENT (no reason).
     """
     SignOff: _aio.UnaryUnaryMultiCallable[_agents_pb2.SignOffRequest, _agents_pb2.SignOffResponse]  # type: ignore[assignment]
     """Says the agent is stopping (setu-agent sends it on SIGTERM/SIGINT, once
@@ -220,6 +248,26 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_agents_pb2.FailTaskResponse, _abc.Awaitable[_agents_pb2.FailTaskResponse]]:
         """Reports failure; a retryable failure is retried while attempts remain.
         Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost).
+        """
+
+    @_abc_1.abstractmethod
+    def ReleaseTask(
+        self,
+        request: _agents_pb2.ReleaseTaskRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agents_pb2.ReleaseTaskResponse, _abc.Awaitable[_agents_pb2.ReleaseTaskResponse]]:
+        """Hands a leased task back without counting it as a failure: the runtime
+        is stopping (RELEASE_REASON_DRAIN: SIGTERM, its grace ran out, its
+        server is closing), or a database the task works on was unreachable for
+        a moment (RELEASE_REASON_OUTAGE). The task is pending again at once (an
+        outage: after the retry backoff), its attempt unchanged, and its job
+        says where it stood. Outages are free up to the server's
+        outage_free_retries per task; past that, or when the job asked to stop
+        or has ended, the hand-back is recorded as FailTask(retryable) would.
+        A hand-back sent again after it landed finds the lease gone.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION (lease lost: wrong or expired
+        token, or the task was already handed back or requeued),
+        INVALID_ARGUMENT (no reason).
         """
 
     @_abc_1.abstractmethod

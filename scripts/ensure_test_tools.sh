@@ -7,6 +7,9 @@
 #   setu-server and a transaction-mode pooler in front of PostgreSQL
 #   (tests/e2e/test_topology_*.py). Tests start their own instances on free
 #   ports; the packages' system services are stopped and left disabled.
+# - iproute2 (`ip`): tests/e2e/test_own_database.py gives the machine an
+#   address of its own for a moment (as root), to show that Setu's database
+#   is refused at every address of its machine.
 # Needs root or sudo the first time. `make test` runs this before the suite.
 set -euo pipefail
 
@@ -19,6 +22,9 @@ for tool in nginx pgbouncer; do
     missing+=("$tool")
   fi
 done
+if ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/ip ] && [ ! -x /sbin/ip ] && [ ! -x /bin/ip ]; then
+  missing+=(iproute2)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then
@@ -43,8 +49,10 @@ if [ ! -e "$policy" ]; then
 fi
 trap 'if [ -n "$created_policy" ]; then $sudo rm -f "$policy"; fi' EXIT
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-for tool in "${missing[@]}"; do
-  command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || {
+for package in "${missing[@]}"; do
+  tool="$package"
+  [ "$package" = iproute2 ] && tool=ip
+  command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || [ -x "/sbin/$tool" ] || {
     echo "ensure_test_tools: $tool did not install" >&2
     exit 1
   }

@@ -69,14 +69,14 @@ from setu_server.service.secrets import digest
 from setu_server.service.signals import TaskSignals
 from setu_server.service.tasks import LeasePolicy, TaskService
 from setu_server.service.watch import WatchHub
-from setu_server.store import db, jobs
+from setu_server.store import databases, db, jobs
 from setu_server.store.db import Database
 from setu_server.store.embedded import EmbeddedPostgres
 from setu_server.store.listener import Listener, send_probe
 from setu_server.store.migrate import migrate
 from setu_server.store.pooler import Pooler, pooler_setting, resolve_pooler
 from setu_server.web import HttpListener, serve_monitor
-from setu_server.worker.endpoints import database_endpoints
+from setu_server.worker.endpoints import own_database
 from setu_server.worker.supervisor import (
     WorkerSupervisor,
     shared_secret_variables,
@@ -395,6 +395,8 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
         raise SystemExit("SETU_ADMIN_TOKEN must be at least 16 characters")
     paging.use_key(settings.page_token_key)
     parts = await build_services(settings, url, clock)
+    # What the cloud workers must refuse: this server's own database.
+    own = own_database(url, await databases.own_settings(parts.pool))
     server = grpc.aio.server(
         interceptors=[CallInterceptor(parts.auth, parts.metrics)], options=GRPC_OPTIONS
     )
@@ -405,7 +407,7 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
         AgentDirectoryServicer(parts.presence), server
     )
     agents_pb2_grpc.add_AgentServiceServicer_to_server(
-        AgentServicer(parts.presence, parts.tasks, parts.runs, settings, database_endpoints(url)),
+        AgentServicer(parts.presence, parts.tasks, parts.runs, settings, own),
         server,
     )
     cloud_pb2_grpc.add_CloudRunServiceServicer_to_server(CloudRunServicer(parts.cloud_runs), server)

@@ -1,9 +1,14 @@
-"""Shared test plumbing: one PostgreSQL per session, a fresh database per test.
+"""Shared test plumbing: two PostgreSQL servers per session, a fresh
+database per test.
 
-The PostgreSQL is the embedded one from `pgserver` (deleted at the end of the
-session), or the server named by SETU_TEST_DATABASE_URL. Each test gets its
-own database cloned from a migrated template, so tests never see each
-other's rows.
+Setu's own databases (`database_url`, cloned from a migrated template, so
+tests never see each other's rows) live on one server: the embedded one from
+`pgserver` (deleted at the end of the session), or the server named by
+SETU_TEST_DATABASE_URL. Tenants' sources and destinations (`pg_server_url`,
+tests/databases.py) live on another, as in production: a cloud connection
+may not reach the server of Setu's own database by any path (its socket
+folder, its port at any local address), so data on it would be refused. That
+one is SETU_TEST_DATA_DATABASE_URL, or a second embedded server.
 """
 
 from __future__ import annotations
@@ -57,17 +62,15 @@ async def _build_template(server_url: str) -> None:
         await conn.close()
 
 
-@pytest.fixture(scope="session")
-def pg_server_url() -> Iterator[str]:
-    """URL of a maintenance database on the session's PostgreSQL server."""
-    configured = os.environ.get("SETU_TEST_DATABASE_URL")
+def _postgres(setting: str, prefix: str) -> Iterator[str]:
+    configured = os.environ.get(setting)
     if configured:
         yield configured
         return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import pgserver
-    folder = Path(tempfile.mkdtemp(prefix="setu-test-pg-"))
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
     server = pgserver.get_server(folder / "pg", cleanup_mode="delete")
     try:
         yield server.get_uri("postgres")
@@ -76,31 +79,44 @@ def pg_server_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def template_url(pg_server_url: str) -> str:
-    asyncio.run(_build_template(pg_server_url))
-    return with_database(pg_server_url, TEMPLATE)
+def setu_pg_url() -> Iterator[str]:
+    """URL of a maintenance database on the server of Setu's own databases."""
+    yield from _postgres("SETU_TEST_DATABASE_URL", "setu-test-pg-")
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> Iterator[str]:
+    """URL of a maintenance database on the tenants' PostgreSQL server
+    (sources and destinations), never the server of Setu's own."""
+    yield from _postgres("SETU_TEST_DATA_DATABASE_URL", "setu-test-data-pg-")
+
+
+@pytest.fixture(scope="session")
+def template_url(setu_pg_url: str) -> str:
+    asyncio.run(_build_template(setu_pg_url))
+    return with_database(setu_pg_url, TEMPLATE)
 
 
 @pytest.fixture
-async def database_url(pg_server_url: str, template_url: str) -> AsyncIterator[str]:
-    """A fresh, migrated database for this test alone."""
+async def database_url(setu_pg_url: str, template_url: str) -> AsyncIterator[str]:
+    """A fresh, migrated database of Setu's own for this test alone."""
     name = f"setu_test_{uuid.uuid4().hex[:12]}"
-    await _admin_execute(pg_server_url, f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+    await _admin_execute(setu_pg_url, f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
     try:
-        yield with_database(pg_server_url, name)
+        yield with_database(setu_pg_url, name)
     finally:
-        await _admin_execute(pg_server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        await _admin_execute(setu_pg_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @pytest.fixture
-async def empty_database_url(pg_server_url: str) -> AsyncIterator[str]:
-    """A fresh database with no schema at all."""
+async def empty_database_url(setu_pg_url: str) -> AsyncIterator[str]:
+    """A fresh database with no schema at all, on the server of Setu's own."""
     name = f"setu_empty_{uuid.uuid4().hex[:12]}"
-    await _admin_execute(pg_server_url, f"CREATE DATABASE {name}")
+    await _admin_execute(setu_pg_url, f"CREATE DATABASE {name}")
     try:
-        yield with_database(pg_server_url, name)
+        yield with_database(setu_pg_url, name)
     finally:
-        await _admin_execute(pg_server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        await _admin_execute(setu_pg_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @pytest.fixture
@@ -113,7 +129,6 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
 
 
 # A real S3-compatible server (moto on loopback) for blob and file-provider tests.
-from tests.s3server import s3_bucket, s3_endpoint  # noqa: E402, F401
-
 # PgBouncer in transaction mode in front of Setu's PostgreSQL (production topologies).
 from tests.pooler import pgbouncer  # noqa: E402, F401
+from tests.s3server import s3_bucket, s3_endpoint  # noqa: E402, F401

@@ -175,7 +175,12 @@ async def run(args: argparse.Namespace) -> None:
 
         def checked_in(answer: pb.CheckInResponse) -> None:
             if policy is not None:
-                policy.egress = cloud_egress(args.cloud_allow_networks, answer.protected_endpoints)
+                policy.egress = cloud_egress(
+                    args.cloud_allow_networks,
+                    answer.protected_endpoints,
+                    answer.protected_local_ports,
+                    answer.protected_socket_folders,
+                )
 
         stop = asyncio.Event()
         watch = asyncio.create_task(_when_stdin_closes(stop)) if args.exit_with_stdin else None

@@ -14,6 +14,9 @@ on loopback or on the private network, another workspace's files.
   checks again for every file a folder lists (a link inside may lead out).
   A root of `/` confines nothing, so it is one folder shared by all
   workspaces (tests, single-tenant setups).
+- Whatever the root, `/` included, a PostgreSQL socket is never one of the
+  control plane's own database: its socket folders (the server names them
+  at check-in), reached by any path or link, and links to its sockets.
 - Every socket goes to an address vetted by `egress` (setu_agent/engine/
   egress.py): no loopback, private, link-local or metadata address unless
   the operator allows its network, and never Setu's own database.
@@ -88,8 +91,16 @@ class CloudPolicy:
                 )
         if provider == "postgres":
             host = str(config.get("host", "localhost"))
+            if not host.strip():
+                # asyncpg would fall back to PGHOST, then to the usual socket
+                # folders (/run/postgresql, /tmp): this machine's own servers.
+                raise ConfigError("config.host: empty; name the database's host")
             if host.startswith(("/", "@")):  # a Unix socket folder
-                return config | {"host": self._local(host, "config.host")}
+                folder = self._local(host, "config.host")
+                # Whatever the files root (`/` confines nothing), never the
+                # control plane's own database.
+                self.egress.check_socket(folder, _port(config), "config.host")
+                return config | {"host": folder}
         return config
 
     def _local(self, path: str, field: str) -> str:
@@ -116,10 +127,22 @@ class CloudPolicy:
         return str(resolved)
 
 
-def cloud_egress(allow_networks: str, protected_endpoints: Iterable[str]) -> AddressPolicy:
+def _port(config: dict[str, Any]) -> int:
+    port = config.get("port", 5432)
+    return port if isinstance(port, int) else 5432  # validate_config refused any other
+
+
+def cloud_egress(
+    allow_networks: str,
+    protected_endpoints: Iterable[str],
+    local_ports: Iterable[int] = (),
+    socket_folders: Iterable[str] = (),
+) -> AddressPolicy:
     """The cloud's address policy: public addresses, the networks the
-    operator allows, and never the `host:port` endpoints the server names
-    as its own database."""
+    operator allows, and never the control plane's own database as the
+    server names it: its `host:port` endpoints, the ports it has on the
+    server's machine (refused at every address of this machine) and its
+    Unix socket folders."""
     protected: list[tuple[IPNetwork, int]] = []
     for endpoint in protected_endpoints:
         host, _, port = endpoint.rpartition(":")
@@ -127,4 +150,6 @@ def cloud_egress(allow_networks: str, protected_endpoints: Iterable[str]) -> Add
     return AddressPolicy(
         allow=parse_networks(allow_networks, "SETU_CLOUD_ALLOW_NETWORKS"),
         protected=tuple(protected),
+        local_ports=frozenset(local_ports),
+        socket_folders=tuple(socket_folders),
     )

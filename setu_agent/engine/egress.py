@@ -13,19 +13,25 @@ unspecified, link-local with the cloud metadata address, private and shared
 ranges, reserved, documentation and benchmark ranges), multicast, and the
 IPv6 forms that carry such an IPv4 address (mapped, compatible, NAT64,
 6to4, Teredo). An operator allows networks with a list of CIDRs; the
-addresses of the control plane's own database stay denied whatever the list
-says.
+control plane's own database stays denied whatever the list says: the
+addresses its URL names, and, when it runs on this machine, its port at
+every address of this machine (asked of the kernel at each check, as
+addresses change: this_machine.py) and its Unix socket folders, by the
+file they are, whatever path or link names them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import socket
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from setu_agent.engine.providers.base import ConfigError, Egress, ProviderError
+from setu_agent.engine.this_machine import is_this_machine
 
 __all__ = ["AddressPolicy", "Egress", "parse_networks", "protect_database", "why_denied"]
 
@@ -93,6 +99,11 @@ class AddressPolicy:
     # (network, port) always denied, even inside `allow`: the control plane's
     # own database (`protect_database` builds it).
     protected: Sequence[tuple[IPNetwork, int]] = ()
+    # Ports of the control plane's own database when it runs on this
+    # machine: denied at every address of this machine, as it is now.
+    local_ports: frozenset[int] = frozenset()
+    # The Unix socket folders of the control plane's own database.
+    socket_folders: Sequence[str] = ()
     fix: str = field(
         default="place the connection on an agent inside that network, or have the "
         "operator allow the network (SETU_CLOUD_ALLOW_NETWORKS)"
@@ -116,7 +127,9 @@ class AddressPolicy:
     def check(self, address: IPAddress, port: int, field: str) -> None:
         """ConfigError naming `field` unless a connection may reach `address`."""
         carried = list(embedded(address))
-        if any(a in net and port == p for a in carried for net, p in self.protected):
+        if any(a in net and port == p for a in carried for net, p in self.protected) or (
+            port in self.local_ports and any(is_this_machine(a) for a in carried)
+        ):
             raise ConfigError(
                 f"{field}: resolves to the address of Setu's own database, which no "
                 f"connection may reach"
@@ -128,6 +141,49 @@ class AddressPolicy:
             raise ConfigError(
                 f"{field}: resolves to {why}, which a cloud connection may not reach; {self.fix}"
             )
+
+    def check_socket(self, host: str, port: int, field: str) -> None:
+        """ConfigError naming `field` when the Unix socket a PostgreSQL
+        driver opens for `host` (a folder, or the socket file itself) at
+        `port` is one of the control plane's own database: in one of its
+        socket folders (compared as files, so another spelling, a link or
+        a bind mount of the folder is the folder), or a link to one of its
+        socket files."""
+        # Where libpq and asyncpg go: `host` itself when it names a socket
+        # file, else the folder's `.s.PGSQL.<port>`.
+        target = Path(host if ".s.PGSQL." in host else os.path.join(host, f".s.PGSQL.{port}"))
+        try:
+            resolved = target.resolve()
+        except (OSError, RuntimeError) as exc:  # a loop of links
+            raise ConfigError(f"{field}: {exc}") from exc
+        for folder in self.socket_folders:
+            if _is_own_socket(resolved, Path(folder)):
+                raise ConfigError(
+                    f"{field}: names the socket folder of Setu's own database, which no "
+                    f"connection may reach"
+                )
+
+
+def _is_own_socket(target: Path, folder: Path) -> bool:
+    try:
+        own = folder.resolve()
+    except (OSError, RuntimeError):
+        return False
+    if target.is_relative_to(own) or _same(target.parent, own):
+        return True
+    # A link (hard or symbolic) elsewhere to one of the folder's sockets.
+    try:
+        entries = [own / name for name in os.listdir(own) if name.startswith(".s.PGSQL.")]
+    except OSError:
+        return False
+    return any(_same(target, entry) for entry in entries)
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 _THIS_MACHINE = tuple(

@@ -43,6 +43,7 @@ from setu_server.rpc.types import Ctx
 from setu_server.service.agents import AgentPresence
 from setu_server.service.runs import RunService
 from setu_server.service.tasks import TaskService
+from setu_server.worker.endpoints import OwnDatabase
 
 TASK_KINDS = {k: getattr(pb, f"TASK_KIND_{k.name}") for k in TaskKind}
 # Answer a long-poll this long before the caller's deadline.
@@ -238,14 +239,14 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
         tasks: TaskService,
         runs: RunService,
         settings: Settings,
-        protected_endpoints: list[str] | None = None,
+        own_database: OwnDatabase | None = None,
     ) -> None:
         self._presence = presence
         self._tasks = tasks
         self._runs = runs
         self._settings = settings
         # Named to cloud workers at check-in: the server's own database.
-        self._protected = protected_endpoints or []
+        self._own = own_database or OwnDatabase()
 
     async def GetExtractSpec(
         self, request: pb.GetExtractSpecRequest, context: Ctx
@@ -291,7 +292,9 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
             return pb.CheckInResponse(
                 lease_wait_cap_seconds=int(self._tasks.policy.wait_cap_seconds),
                 lease_ttl_seconds=int(self._tasks.policy.ttl_seconds),
-                protected_endpoints=self._protected,
+                protected_endpoints=self._own.endpoints(),
+                protected_local_ports=self._own.local_ports,
+                protected_socket_folders=self._own.socket_folders,
             )
         assert me.agent_id is not None
         agent = await self._presence.check_in(

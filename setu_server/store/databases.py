@@ -14,6 +14,7 @@ import asyncpg
 
 from setu_client.errors import FailedPrecondition
 from setu_server.store import db
+from setu_server.store.queries import QUERIES
 
 
 def quote_identifier(name: str) -> str:
@@ -48,3 +49,11 @@ async def ensure_database(url: str, name: str) -> bool:
         return True
     finally:
         await conn.close()
+
+
+async def own_settings(db_: db.Executor) -> dict[str, str]:
+    """Where Setu's own PostgreSQL says it listens (port, and its socket
+    folders when this role may read them)."""
+    with db.translate_errors():
+        rows = await db_.fetch(QUERIES.own_database_settings)
+    return {row["name"]: row["setting"] for row in rows}

@@ -190,8 +190,10 @@ async def test_a_connection_goes_to_the_vetted_address_not_a_second_lookup(
 
 
 @contextlib.asynccontextmanager
-async def tcp_front(url: str) -> AsyncIterator[int]:
-    """A loopback TCP port that forwards to the PostgreSQL socket behind `url`."""
+async def tcp_front(url: str, everywhere: bool = False) -> AsyncIterator[int]:
+    """A TCP port on loopback (`everywhere`: on every address of this
+    machine, both families, as `listen_addresses = '*'`) that forwards to
+    the PostgreSQL socket behind `url`."""
     parts = urlsplit(url)
     folder = parse_qs(parts.query)["host"][0]
     socket_path = f"{folder}/.s.PGSQL.{parts.port or 5432}"
@@ -207,7 +209,11 @@ async def tcp_front(url: str) -> AsyncIterator[int]:
         up_reader, up_writer = await asyncio.open_unix_connection(socket_path)
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
-    server = await asyncio.start_server(forward, "127.0.0.1", 0)
+    if everywhere:
+        listening = socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True)
+        server = await asyncio.start_server(forward, sock=listening)
+    else:
+        server = await asyncio.start_server(forward, "127.0.0.1", 0)
     async with server:
         yield server.sockets[0].getsockname()[1]
 

@@ -199,14 +199,14 @@ async def test_a_cloud_file_connection_on_s3_brings_its_own_credentials(
 
 
 async def test_a_workspace_secret_serves_only_its_workspace_in_the_cloud(
-    database_url: str, pool: asyncpg.Pool, tmp_path: Path
+    database_url: str, pg_server_url: str, pool: asyncpg.Pool, tmp_path: Path
 ) -> None:
     owner, other = await make_tenant(pool), await make_tenant(pool)
     secrets = tmp_path / "secrets.json"
     secrets.write_text(
         json.dumps({"workspaces": {str(owner.workspace_id): {"PG_USER": "postgres"}}})
     )
-    config = postgres_config(database_url) | {"user": {"$secret": "PG_USER"}}
+    config = postgres_config(pg_server_url) | {"user": {"$secret": "PG_USER"}}
     async with in_process(database_url, secrets_file=str(secrets)) as server:
         answers = []
         for tenant in (owner, other):
@@ -233,6 +233,13 @@ async def test_a_cloud_postgres_connection_cannot_reach_the_servers_own_sockets_
         "loop", "postgres", {"host": "127.0.0.1", "database": "setu", "user": "postgres"}
     )
     refused = await client.test_connection(loop.id)
+    assert not refused.ok
+    # At the embedded database's port, loopback is its address.
+    assert "config.host: resolves to the address of Setu's own database" in refused.message
+    other = await client.create_connection(
+        "other", "postgres", {"host": "127.0.0.1", "port": 5433, "database": "d", "user": "u"}
+    )
+    refused = await client.test_connection(other.id)
     assert not refused.ok
     assert "config.host: resolves to a loopback address" in refused.message
 

@@ -44,7 +44,7 @@ async def setu_dev_secret_set(
 
 
 async def test_a_secret_set_while_the_server_runs_serves_the_next_test_connection(
-    database_url: str, pool: asyncpg.Pool, tmp_path: Path
+    database_url: str, pg_server_url: str, pool: asyncpg.Pool, tmp_path: Path
 ) -> None:
     tenant = await make_tenant(pool)
     data_dir = tmp_path / "dev"
@@ -54,7 +54,7 @@ async def test_a_secret_set_while_the_server_runs_serves_the_next_test_connectio
     )
     secrets = data_dir / "secrets.json"
     secrets.write_text(json.dumps({"workspaces": {}}))
-    config = postgres_config(database_url) | {"user": {"$secret": "PG_USER"}}
+    config = postgres_config(pg_server_url) | {"user": {"$secret": "PG_USER"}}
 
     async with (
         in_process(database_url, secrets_file=str(secrets)) as server,
@@ -69,7 +69,7 @@ async def test_a_secret_set_while_the_server_runs_serves_the_next_test_connectio
             f"workspaces.{tenant.workspace_id} in {secrets}"
         )
 
-        user = postgres_config(database_url)["user"]
+        user = postgres_config(pg_server_url)["user"]
         code, _, err = await setu_dev_secret_set("PG_USER", f"{user}\n", data_dir)
         assert code == 0, err
         answer = await client.test_connection(conn.id)

@@ -191,13 +191,13 @@ def _read_until(stream: IO[bytes], end: str, seconds: float) -> str:
 
 @pytest.fixture(scope="module")
 def dev(
-    tmp_path_factory: pytest.TempPathFactory, pg_server_url: str, template_url: str
+    tmp_path_factory: pytest.TempPathFactory, setu_pg_url: str, template_url: str
 ) -> Iterator[DevServer]:
     root = tmp_path_factory.mktemp("fresh-clone")
     (root / ".venv").symlink_to(sys.prefix, target_is_directory=True)
     name = f"setu_readme_{os.getpid()}_{time.monotonic_ns() % 10**8}"
-    asyncio.run(_admin(pg_server_url, f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}"))
-    database_url = with_database(pg_server_url, name)
+    asyncio.run(_admin(setu_pg_url, f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}"))
+    database_url = with_database(setu_pg_url, name)
     env = newcomer_env()
     server_env = env | {
         "SETU_DATABASE_URL": database_url,
@@ -219,7 +219,7 @@ def dev(
             banner = _read_until(proc.stdout, BANNER_END, 90)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n--- its stderr\n{log.read_text()[-4000:]}") from None
-        warehouse = with_database(pg_server_url, f"{name}_demo_warehouse")
+        warehouse = with_database(setu_pg_url, f"{name}_demo_warehouse")
         yield DevServer(root, banner, env, warehouse, log)
     finally:
         proc.send_signal(signal.SIGINT)
@@ -230,7 +230,7 @@ def dev(
             proc.wait()
         asyncio.run(
             _admin(
-                pg_server_url,
+                setu_pg_url,
                 f"DROP DATABASE IF EXISTS {name} WITH (FORCE)",
                 f"DROP DATABASE IF EXISTS {name}_demo_warehouse WITH (FORCE)",
             )

@@ -231,7 +231,7 @@ async def test_a_job_finished_through_server_a_wakes_a_waiter_on_server_b(
 
 # An hour-long cap and re-check leave the reconnect's re-read as the only way back.
 @pytest.mark.server(watch_recheck_seconds=3600.0, wait_cap_seconds=3600.0)
-async def test_killing_the_listen_backend_loses_no_wake_up(env: Env, pg_server_url: str) -> None:
+async def test_killing_the_listen_backend_loses_no_wake_up(env: Env, setu_pg_url: str) -> None:
     listener = env.server.listener
     waited = [await env.job() for _ in range(20)]
     parked = 0
@@ -249,7 +249,7 @@ async def test_killing_the_listen_backend_loses_no_wake_up(env: Env, pg_server_u
 
     sessions = listener.sessions
     database = await env.pool.fetchval("SELECT current_database()")
-    maintenance = await asyncpg.connect(pg_server_url)
+    maintenance = await asyncpg.connect(setu_pg_url)
     async with env.pool.acquire() as conn:
         # Keep the listener out while half the jobs finish, so their
         # notifications are certainly lost, then let it back in.

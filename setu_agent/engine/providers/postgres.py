@@ -222,6 +222,10 @@ class PostgresProvider:
     ) -> PostgresConnector:
         # `root` confines nothing here: the runtime's policy placed a socket folder.
         host = config.get("host", "localhost")
+        if not isinstance(host, str) or not host.strip():
+            # asyncpg would take PGHOST, then the usual socket folders: this
+            # process's machine, not anything the connection named.
+            raise ConfigError("config.host: empty; name the database's host")
         port = int(config.get("port", 5432))
         where = f"{host}:{port}/{config['database']}"
         address = host

@@ -112,6 +112,8 @@ class CheckInResponse(_message.Message):
     LEASE_WAIT_CAP_SECONDS_FIELD_NUMBER: _builtins.int
     LEASE_TTL_SECONDS_FIELD_NUMBER: _builtins.int
     PROTECTED_ENDPOINTS_FIELD_NUMBER: _builtins.int
+    PROTECTED_LOCAL_PORTS_FIELD_NUMBER: _builtins.int
+    PROTECTED_SOCKET_FOLDERS_FIELD_NUMBER: _builtins.int
     agent_id: _builtins.str
     workspace_id: _builtins.str
     lease_wait_cap_seconds: _builtins.int
@@ -123,7 +125,24 @@ class CheckInResponse(_message.Message):
     @_builtins.property
     def protected_endpoints(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """For cloud workers only: host:port endpoints no cloud connection may
-        reach whatever the operator allows (the control plane's own database).
+        reach whatever the operator allows (the control plane's own database;
+        when it runs on the server's machine, every address of that machine at
+        its ports, as they were at this check-in).
+        """
+
+    @_builtins.property
+    def protected_local_ports(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """For cloud workers only: the ports of the control plane's own database
+        when it runs on the server's machine. A worker refuses them at every
+        address of its own machine, as that machine's addresses are at each
+        connection (a worker beside the server shares its machine).
+        """
+
+    @_builtins.property
+    def protected_socket_folders(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """For cloud workers only: the Unix socket folders of the control plane's
+        own database; no cloud connection may use a socket in them (by any path
+        or link), whatever SETU_LOCAL_FILES_ROOT is.
         """
 
     def __init__(
@@ -135,10 +154,12 @@ class CheckInResponse(_message.Message):
         lease_wait_cap_seconds: _builtins.int = ...,
         lease_ttl_seconds: _builtins.int = ...,
         protected_endpoints: _abc.Iterable[_builtins.str] | None = ...,
+        protected_local_ports: _abc.Iterable[_builtins.int] | None = ...,
+        protected_socket_folders: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["server_time", b"server_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "lease_ttl_seconds", b"lease_ttl_seconds", "lease_wait_cap_seconds", b"lease_wait_cap_seconds", "protected_endpoints", b"protected_endpoints", "server_time", b"server_time", "workspace_id", b"workspace_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "lease_ttl_seconds", b"lease_ttl_seconds", "lease_wait_cap_seconds", b"lease_wait_cap_seconds", "protected_endpoints", b"protected_endpoints", "protected_local_ports", b"protected_local_ports", "protected_socket_folders", b"protected_socket_folders", "server_time", b"server_time", "workspace_id", b"workspace_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

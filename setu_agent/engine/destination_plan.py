@@ -7,10 +7,13 @@ same thing in the same words:
   actions (create schema, create table, add columns, write into the
   existing table) and every incompatibility found;
 - a load (`prepare`, called by engine.transfer before every write) acts on
-  it: creates a missing schema, adds the columns the table lacks (under
-  `schema_evolution: add_columns`, the default), and refuses, as a
-  permanent failure, what it cannot apply (a column type change, columns
-  it may not add, a key the write mode needs).
+  it: refuses, as a permanent failure, what it cannot apply (a column type
+  change, columns it may not add, a key the write mode needs), or answers
+  the schema changes the load makes (a missing schema to create, the
+  columns the table lacks to add, under `schema_evolution: add_columns`,
+  the default). The writer makes them inside the load's own transaction,
+  so they commit with the rows or not at all (`said` words them for the
+  timeline once the load committed).
 
 A destination takes part by implementing `InspectableDestination`
 (PostgreSQL and SQLite); any other (files) is written as it is: a file is
@@ -24,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from setu_agent.engine.operators import SchemaEvolution
-from setu_agent.engine.providers.base import PermanentError, WriteMode
+from setu_agent.engine.providers.base import PermanentError, SchemaChanges, WriteMode
 from setu_agent.engine.types import Column
 
 
@@ -184,31 +187,31 @@ async def prepare(
     landing: Landing,
     mode: WriteMode,
     evolution: SchemaEvolution,
-    note: Note | None = None,
-) -> Assessment | None:
-    """Readies the destination for the load of `landing`: refuses it
-    (PermanentError, every reason) or creates its schema and adds its
-    missing columns, saying so through `note(stream, message)`. None for a
-    destination without tables to inspect."""
+) -> SchemaChanges | None:
+    """Checks the destination for the load of `landing`: refuses it
+    (PermanentError, every reason), or answers the schema changes its write
+    makes in its own transaction (none: an empty SchemaChanges). Nothing is
+    changed here. None for a destination without tables to inspect."""
     if not isinstance(destination, InspectableDestination):
         return None
     shape = await destination.inspect_table(landing.table, landing.schema)
     found = assess(landing, shape, mode, evolution)
     if found.incompatibilities:
         raise PermanentError("; ".join(found.incompatibilities))
-    if shape.missing_schema:
-        await destination.create_schema(shape.missing_schema)
-        if note is not None:
-            await note(landing.stream, f"Created schema {shape.missing_schema} in the destination")
-    if found.added:
-        await destination.add_columns(landing.table, landing.schema, found.added)
-        if note is not None:
-            await note(
-                landing.stream,
-                f"Added column(s) {_described(found.added)} to {shape.target} "
-                f"(schema_evolution: add_columns)",
-            )
-    return found
+    return SchemaChanges(shape.target, shape.missing_schema, found.added)
+
+
+def said(changes: SchemaChanges | None) -> list[str]:
+    """What the timeline says of schema changes a load committed."""
+    if not changes:
+        return []
+    words = [f"Created schema {changes.schema} in the destination"] if changes.schema else []
+    if changes.columns:
+        words.append(
+            f"Added column(s) {_described(changes.columns)} to {changes.target} "
+            f"(schema_evolution: add_columns)"
+        )
+    return words
 
 
 @dataclass(frozen=True)

@@ -52,9 +52,10 @@ from typing import Protocol, runtime_checkable
 
 from setu_agent.engine import pgcopy, staging, testpoints
 from setu_agent.engine.blob import BlobStore
+from setu_agent.engine.closing import closing
 from setu_agent.engine.markers import LoadIdentity, LoadMarker
 from setu_agent.engine.operators import Chain, Plan
-from setu_agent.engine.providers.base import CopyBatch, WriteMode, Written
+from setu_agent.engine.providers.base import CopyBatch, SchemaChanges, WriteMode, Written
 from setu_agent.engine.types import Batch, Column
 from setu_agent.engine.values import ValueFault
 
@@ -119,6 +120,8 @@ class Target:
     plan: Plan
     mode: WriteMode
     key: tuple[str, ...]
+    # What the apply changes in the target's shape, in its own transaction.
+    changes: SchemaChanges | None = None
 
 
 @runtime_checkable
@@ -159,10 +162,10 @@ class StagingDestination(Protocol):
         marker: LoadMarker,
         before_commit: Callable[[], Awaitable[None]],
     ) -> Written | int:
-        """Applies the staging table to the target with the stream's marker,
-        drops it and prunes the markers (markers.KEEP_MARKERS), in one
-        transaction; awaits `before_commit` last inside it (raising there
-        rolls it back)."""
+        """Applies the staging table to the target with the stream's marker
+        (making `target.changes` first), drops it and prunes the markers
+        (markers.KEEP_MARKERS), in one transaction; awaits `before_commit`
+        last inside it (raising there rolls it back)."""
         ...
 
     async def drop_stage(self, stage: str, marker: LoadMarker) -> None:
@@ -284,16 +287,17 @@ async def _load(
     )
     remaining = staging.StagedStream(staged.stream, [part for _, part in pending])
     parts = staging.read_parts(blob, prefix, remaining)
-    async for (index, _), batch in _paired(pending, parts):
-        piece: CopyBatch | Batch = batch
-        if not destination.copies:
-            before = sum(p.rows for p in staged.parts[:index])
-            piece = _rows(batch, staged.stream.columns, target.plan, before)
-        await destination.stage_part(
-            stage, columns, piece, part_marker(identity, name, index), target.schema
-        )
-        await testpoints.reached(testpoints.STAGED_PART.format(index=index))
-        await reporter.loaded(name, batch.rows)
+    async with closing(_paired(pending, parts)) as paired:
+        async for (index, _), batch in paired:
+            piece: CopyBatch | Batch = batch
+            if not destination.copies:
+                before = sum(p.rows for p in staged.parts[:index])
+                piece = _rows(batch, staged.stream.columns, target.plan, before)
+            await destination.stage_part(
+                stage, columns, piece, part_marker(identity, name, index), target.schema
+            )
+            await testpoints.reached(testpoints.STAGED_PART.format(index=index))
+            await reporter.loaded(name, batch.rows)
 
     async def before_commit() -> None:
         await testpoints.reached(testpoints.APPLY_OPEN)
@@ -322,9 +326,10 @@ async def _paired(
     pending: list[tuple[int, staging.Part]], parts: AsyncIterator[CopyBatch]
 ) -> AsyncIterator[tuple[tuple[int, staging.Part], CopyBatch]]:
     position = 0
-    async for batch in parts:
-        yield pending[position], batch
-        position += 1
+    async with closing(parts):
+        async for batch in parts:
+            yield pending[position], batch
+            position += 1
 
 
 def _rows(part: CopyBatch, columns: Sequence[Column], plan: Plan, before: int) -> Batch:

@@ -38,7 +38,9 @@ from typing import Any
 
 import zstandard
 
+from setu_agent.engine import testpoints
 from setu_agent.engine.blob import BlobStore
+from setu_agent.engine.closing import closing
 from setu_agent.engine.incremental import CursorMark
 from setu_agent.engine.providers.base import CopyBatch, qualified
 from setu_agent.engine.types import Stream
@@ -206,14 +208,18 @@ async def write_stream(
 
     try:
         number = 0
-        async for batch in batches:
-            if batch.rows == 0 and number > 0:
-                continue
-            if pending is not None:
-                staged.parts.append(await pending)
-            pending = asyncio.create_task(upload(number, batch))
-            number += 1
-            await on_batch(batch.rows)
+        # Closed here however the loop ends (a cancel raised by on_batch):
+        # the source's read is not left open (engine/closing.py).
+        async with closing(batches):
+            async for batch in batches:
+                if batch.rows == 0 and number > 0:
+                    continue
+                if pending is not None:
+                    staged.parts.append(await pending)
+                pending = asyncio.create_task(upload(number, batch))
+                number += 1
+                await on_batch(batch.rows)
+                await testpoints.reached(testpoints.EXTRACTED_PART.format(index=number - 1))
         if pending is not None:
             staged.parts.append(await pending)
             pending = None

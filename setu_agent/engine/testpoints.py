@@ -23,6 +23,9 @@ from pathlib import Path
 ENV = "SETU_TEST_PAUSE"
 
 # The points, as named in SETU_TEST_PAUSE.
+# Part `index` (from 0) of an extract read and handed to its upload: the
+# source's read is open, mid-stream (engine/staging.py).
+EXTRACTED_PART = "extracted-part-{index}"
 STAGED_PART = "staged-part-{index}"  # part `index` (from 0) committed with its marker
 APPLY_OPEN = "apply-open"  # the apply's transaction written, not yet committed
 APPLIED = "applied"  # the apply committed

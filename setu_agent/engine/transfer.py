@@ -23,6 +23,7 @@ from typing import Protocol, TypeGuard, TypeVar, runtime_checkable
 
 from setu_agent.engine import destination_plan, pgcopy, resumable, staging
 from setu_agent.engine.blob import BlobStore
+from setu_agent.engine.closing import closing
 from setu_agent.engine.incremental import OBJECTS, CursorMark
 from setu_agent.engine.markers import LoadIdentity, LoadMarker
 from setu_agent.engine.operators import Chain, PipelineSpec, Plan
@@ -34,6 +35,7 @@ from setu_agent.engine.providers.base import (
     CopySource,
     PermanentError,
     RowChanges,
+    SchemaChanges,
     WriteMode,
     changes_of,
     qualified,
@@ -83,6 +85,7 @@ class JsonLinesDestination(Protocol):
         *,
         schema: str | None = None,
         marker: LoadMarker | None = None,
+        changes: SchemaChanges | None = None,
     ) -> int: ...
 
 
@@ -135,6 +138,9 @@ class StreamPlan:
     table: str
     key: tuple[str, ...]
     schema: str | None = None
+    # What the write changes in the destination's shape, in its own
+    # transaction (set by _prepare, just before the write).
+    changes: SchemaChanges | None = None
 
     @property
     def destination(self) -> str:
@@ -366,18 +372,21 @@ async def _load_beside(
     name = qualified(stream)
     # Here, not before the extract: a destination that waits (a lock) or
     # refuses must not hold up the extract, which a retry resumes after.
-    await _prepare(destination, name, landing, mode, spec, reporter)
+    landing = await _prepare(destination, name, landing, mode, spec)
 
     async def counted() -> AsyncIterator[CopyBatch]:
-        async for part in feed.parts():
-            yield part
-            feed.reported += part.rows
-            await reporter.loaded(name, part.rows)
+        async with closing(feed.parts()) as parts:
+            async for part in parts:
+                yield part
+                feed.reported += part.rows
+                await reporter.loaded(name, part.rows)
 
     with _naming(name):
-        return await _write(
+        written = await _write(
             destination, stream.columns, counted(), landing, mode, identity.marker(name)
         )
+    await _said(landing, name, reporter)
+    return written
 
 
 async def _stepped_aside(
@@ -460,18 +469,24 @@ async def load(
         note = reporter.note if isinstance(reporter, Noting) else None
         await resumable.drop_stale_stages(destination, identity.run_id, resume.stale_after, note)
     for staged, landing in zip(manifest.streams, plans, strict=True):
-        parts = _counted_parts(staging.read_parts(blob, prefix, staged), staged.name, reporter)
         marker = identity.marker(staged.name)
-        await _prepare(destination, staged.name, landing, mode, spec, reporter)
+        landing = await _prepare(destination, staged.name, landing, mode, spec)
         with _naming(staged.name):
             if _resumable(destination, staged, spec, resume):
                 written = await _load_resumably(
                     destination, staged, blob, prefix, landing, mode, reporter, identity
                 )
             else:
+                parts = staging.read_parts(blob, prefix, staged)
                 written = await _write(
-                    destination, staged.stream.columns, parts, landing, mode, marker
+                    destination,
+                    staged.stream.columns,
+                    _counted_parts(parts, staged.name, reporter),
+                    landing,
+                    mode,
+                    marker,
                 )
+        await _said(landing, staged.name, reporter)
         changes = changes_of(written)
         totals.append(
             StreamTotals(staged.name, staged.rows, written, staged.checksum, changes, staged.cursor)
@@ -510,7 +525,9 @@ async def _load_resumably(
     reporter: Reporter,
     identity: LoadIdentity,
 ) -> int:
-    target = resumable.Target(landing.table, landing.schema, landing.plan, mode, landing.key)
+    target = resumable.Target(
+        landing.table, landing.schema, landing.plan, mode, landing.key, landing.changes
+    )
     note = reporter.note if isinstance(reporter, Noting) else None
     return await resumable.load_stream(
         destination, staged, blob, prefix, target, reporter, note, identity
@@ -533,13 +550,14 @@ async def direct(
     plans = [plan_stream(spec, s, mode) for s in streams]
     totals: list[StreamTotals] = []
     for stream, landing in zip(streams, plans, strict=True):
-        await _prepare(destination, qualified(stream), landing, mode, spec, reporter)
+        landing = await _prepare(destination, qualified(stream), landing, mode, spec)
         with _naming(qualified(stream)):
             done = await _direct_stream(
                 source, destination, stream, landing, mode, reporter, batch_rows, identity
             )
-            mark = stream.since.mark if stream.since else None
-            totals.append(dataclasses.replace(done, cursor=mark))
+        await _said(landing, qualified(stream), reporter)
+        mark = stream.since.mark if stream.since else None
+        totals.append(dataclasses.replace(done, cursor=mark))
     return totals
 
 
@@ -549,14 +567,21 @@ async def _prepare(
     landing: StreamPlan,
     mode: WriteMode,
     spec: PipelineSpec,
-    reporter: Reporter,
-) -> None:
-    """The destination readied for the stream's rows, or the load refused
-    (engine/destination_plan.py): the checks a dry run reports."""
-    note = reporter.note if isinstance(reporter, Noting) else None
-    await destination_plan.prepare(
-        destination, landing.landing(stream), mode, spec.schema_evolution, note
+) -> StreamPlan:
+    """The load refused (engine/destination_plan.py: the checks a dry run
+    reports), or `landing` with the schema changes its write makes in its
+    own transaction (nothing is changed before the write)."""
+    changes = await destination_plan.prepare(
+        destination, landing.landing(stream), mode, spec.schema_evolution
     )
+    return dataclasses.replace(landing, changes=changes)
+
+
+async def _said(landing: StreamPlan, stream: str, reporter: Reporter) -> None:
+    """Once the write committed: the schema changes it made, on the timeline."""
+    if isinstance(reporter, Noting):
+        for words in destination_plan.said(landing.changes):
+            await reporter.note(stream, words)
 
 
 @contextlib.contextmanager
@@ -584,25 +609,28 @@ async def _direct_stream(
 
     async def copies() -> AsyncIterator[CopyBatch]:
         nonlocal extracted
-        async for batch in _copy_batches(source, stream, batch_rows):
-            extracted += batch.rows
-            await reporter.extracted(name, batch.rows)
-            yield batch
+        async with closing(_copy_batches(source, stream, batch_rows)) as batches:
+            async for batch in batches:
+                extracted += batch.rows
+                await reporter.extracted(name, batch.rows)
+                yield batch
 
     async def rows() -> AsyncIterator[Batch]:
         nonlocal extracted
-        async for batch in read_ahead(source.read(stream, batch_rows)):
-            extracted += len(batch)
-            await reporter.extracted(name, len(batch))
-            yield batch
-            await reporter.loaded(name, len(batch))
+        async with closing(read_ahead(source.read(stream, batch_rows))) as batches:
+            async for batch in batches:
+                extracted += len(batch)
+                await reporter.extracted(name, len(batch))
+                yield batch
+                await reporter.loaded(name, len(batch))
 
     async def lines(source: JsonLinesSource) -> AsyncIterator[CopyBatch]:
         nonlocal extracted
-        async for batch in source.json_lines(stream, batch_rows):
-            extracted += batch.rows
-            await reporter.extracted(name, batch.rows)
-            yield batch
+        async with closing(source.json_lines(stream, batch_rows)) as batches:
+            async for batch in batches:
+                extracted += batch.rows
+                await reporter.extracted(name, batch.rows)
+                yield batch
 
     if isinstance(destination, CopyDestination) or not isinstance(source, CopySource):
         parts = _counted_parts(read_ahead(copies()), name, reporter)
@@ -615,26 +643,30 @@ async def _direct_stream(
     ):
         # The source renders the lines itself (PostgreSQL, in C and in its
         # own process): no value becomes a Python object on the way.
-        written = await destination.write_json_lines(
-            landing.table,
-            landing.plan.output,
-            _counted_parts(read_ahead(lines(source)), name, reporter),
-            mode,
-            schema=landing.schema,
-            marker=marker,
-        )
+        async with closing(_counted_parts(read_ahead(lines(source)), name, reporter)) as json:
+            written = await destination.write_json_lines(
+                landing.table,
+                landing.plan.output,
+                json,
+                mode,
+                schema=landing.schema,
+                marker=marker,
+                changes=landing.changes,
+            )
     else:
         # Rows for a Python writer: asyncpg decodes them faster than a COPY
         # decoder written in Python could.
-        written = await destination.write(
-            landing.table,
-            landing.plan.output,
-            _applied(rows(), landing.plan),
-            mode,
-            landing.key,
-            schema=landing.schema,
-            marker=marker,
-        )
+        async with closing(_applied(rows(), landing.plan)) as applied:
+            written = await destination.write(
+                landing.table,
+                landing.plan.output,
+                applied,
+                mode,
+                landing.key,
+                schema=landing.schema,
+                marker=marker,
+                changes=landing.changes,
+            )
     return StreamTotals(name, extracted, written, changes=changes_of(written))
 
 
@@ -646,81 +678,94 @@ async def _write(
     mode: WriteMode,
     marker: LoadMarker,
 ) -> int:
-    if isinstance(destination, CopyDestination):
-        return await destination.write_copy(
-            landing.table,
-            columns,
-            parts,
-            landing.plan,
-            mode,
-            landing.key,
-            schema=landing.schema,
-            marker=marker,
-        )
-    return await destination.write(
-        landing.table,
-        landing.plan.output,
-        _applied(_decoded(parts, columns), landing.plan),
-        mode,
-        landing.key,
-        schema=landing.schema,
-        marker=marker,
-    )
+    """Writes `parts`, and closes them however the write ends."""
+    async with closing(parts):
+        if isinstance(destination, CopyDestination):
+            return await destination.write_copy(
+                landing.table,
+                columns,
+                parts,
+                landing.plan,
+                mode,
+                landing.key,
+                schema=landing.schema,
+                marker=marker,
+                changes=landing.changes,
+            )
+        async with closing(_applied(_decoded(parts, columns), landing.plan)) as rows:
+            return await destination.write(
+                landing.table,
+                landing.plan.output,
+                rows,
+                mode,
+                landing.key,
+                schema=landing.schema,
+                marker=marker,
+                changes=landing.changes,
+            )
 
 
 async def _copy_batches(
     source: Connector, stream: Stream, batch_rows: int
 ) -> AsyncIterator[CopyBatch]:
     if isinstance(source, CopySource):
-        async for batch in source.copy_batches(stream, batch_rows):
-            yield batch
+        async with closing(source.copy_batches(stream, batch_rows)) as copies:
+            async for batch in copies:
+                yield batch
         return
     before = 0
-    async for rows in source.read(stream, batch_rows):
-        try:
-            data = pgcopy.encode(stream.columns, rows)
-        except ValueFault as fault:
-            raise fault.located(None, before) from fault
-        before += len(rows)
-        yield CopyBatch(data, len(rows))
+    async with closing(source.read(stream, batch_rows)) as reads:
+        async for rows in reads:
+            try:
+                data = pgcopy.encode(stream.columns, rows)
+            except ValueFault as fault:
+                raise fault.located(None, before) from fault
+            before += len(rows)
+            yield CopyBatch(data, len(rows))
 
 
 async def _decoded(
     parts: AsyncIterator[CopyBatch], columns: Sequence[Column]
 ) -> AsyncIterator[Batch]:
     before = 0
-    async for part in parts:
-        try:
-            rows = pgcopy.decode(columns, part.data)
-        except ValueFault as fault:
-            raise fault.located(None, before) from fault
-        before += len(rows)
-        yield rows
+    async with closing(parts):
+        async for part in parts:
+            try:
+                rows = pgcopy.decode(columns, part.data)
+            except ValueFault as fault:
+                raise fault.located(None, before) from fault
+            before += len(rows)
+            yield rows
 
 
 async def _applied(batches: AsyncIterator[Batch], plan: Plan) -> AsyncIterator[Batch]:
     # apply_stream: a blocking chain (dedupe, aggregate) sees every batch first.
-    async for batch in plan.apply_stream(batches):
-        yield batch
+    async with closing(batches), closing(plan.apply_stream(batches)) as applied:
+        async for batch in applied:
+            yield batch
 
 
 async def _counted_parts(
     parts: AsyncIterator[CopyBatch], name: str, reporter: Reporter
 ) -> AsyncIterator[CopyBatch]:
-    async for part in parts:
-        yield part
-        await reporter.loaded(name, part.rows)
+    async with closing(parts):
+        async for part in parts:
+            yield part
+            await reporter.loaded(name, part.rows)
 
 
 async def read_ahead(items: AsyncIterator[T], depth: int = 1) -> AsyncIterator[T]:
     """Runs the producer one step ahead of the consumer, so a source reads
-    its next batch while the destination writes the last one."""
+    its next batch while the destination writes the last one. The producer
+    owns `items`: closed when it ends, however (a consumer that stops
+    cancels it)."""
     queue: asyncio.Queue[tuple[bool, T | Exception | None]] = asyncio.Queue(depth)
 
     async def produce() -> None:
         try:
-            async for item in items:
-                await queue.put((True, item))
+            async with closing(items):
+                async for item in items:
+                    await queue.put((True, item))
             await queue.put((False, None))
         except Exception as exc:  # handed to the consumer, which raises it
             await queue.put((False, exc))
@@ -736,5 +781,6 @@ async def read_ahead(items: AsyncIterator[T], depth: int = 1) -> AsyncIterator[T
             yield item  # type: ignore[misc]
     finally:
         producer.cancel()
-        with contextlib.suppress(BaseException):
-            await producer
+        # Its outcome is consumed here (nothing left for the loop to log);
+        # a cancel of this consumer while it waits still propagates.
+        await asyncio.gather(producer, return_exceptions=True)

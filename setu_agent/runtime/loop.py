@@ -426,7 +426,8 @@ class Runtime:
                 async with asyncio.timeout_at(min(sent + interval, deadline)):
                     cancel = await self._source.heartbeat(context.task, dict(context.progress))
                 confirmed, due = sent, sent + interval
-                if cancel:
+                if cancel and not context.cancel_requested.is_set():
+                    log.info("cancel requested", extra={"task_id": context.task.id})
                     context.cancel_requested.set()
             except LeaseLost:
                 work.cancel()

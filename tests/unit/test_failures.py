@@ -18,6 +18,7 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
 )
 
 from setu_agent.engine.providers.base import (
+    ConnectionClosed,
     OutageError,
     PermanentError,
     ProviderError,
@@ -88,6 +89,8 @@ def test_a_refused_reset_or_dropped_connection_is_an_outage_and_a_timeout_is_not
         ConnectionRefusedError(),
         ConnectionResetError(),
         asyncpg.exceptions.ConnectionDoesNotExistError("gone"),
+        # A statement on a session the server closed while it was idle.
+        asyncpg.exceptions.InterfaceError("connection is closed"),
     ):
         assert isinstance(postgres_error(lost, "x"), OutageError), lost
     for other in (TimeoutError(), asyncpg.exceptions.SerializationError("retry")):
@@ -122,6 +125,20 @@ def test_postgres_login_refusal_names_the_fields_and_a_lost_connection_is_transi
 def test_sqlite_errors(exc: sqlite3.Error, permanent: bool) -> None:
     error = sqlite_error(exc, "sqlite: writing 't'")
     assert isinstance(error, PermanentError if permanent else TransientError)
+
+
+def test_a_sqlite_call_on_a_connection_closed_under_it_is_no_bad_value() -> None:
+    """A read cut short by our own close (a cancel unwinding) is retried if
+    anything, and never hints at the spec, though sqlite3 calls it a
+    ProgrammingError, as it does a value of the wrong type."""
+    closed = sqlite3.ProgrammingError("Cannot operate on a closed database.")
+    error = sqlite_error(closed, "sqlite: reading 'events'")
+    assert type(error) is ConnectionClosed and error.retryable
+    assert (
+        str(error) == "sqlite: reading 'events': the connection was closed (the task is stopping)"
+    )
+    wrong = sqlite_error(sqlite3.ProgrammingError("Error binding parameter 1"), "w")
+    assert isinstance(wrong, PermanentError) and "fix the spec" in str(wrong)
 
 
 def test_a_sqlite_duplicate_key_names_the_fix() -> None:

@@ -92,6 +92,23 @@ class ConnectionClosed(ProviderError):
     the spec's, so it names no fix; a run that was not cancelled retries."""
 
 
+@dataclass(frozen=True)
+class SchemaChanges:
+    """What a load changes in its destination's shape ahead of its rows
+    (engine/destination_plan.py): a schema to create, nullable columns to
+    add to the existing table. A destination with transactional DDL makes
+    them inside the load's transaction, so they commit with the rows or not
+    at all: a failed run leaves the shape as it was."""
+
+    # How people name the target ("edge"."orders", 'orders').
+    target: str
+    schema: str | None = None
+    columns: tuple[Column, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.schema is not None or bool(self.columns)
+
+
 class Connector(Protocol):
     """An open connection to one provider's system."""
 
@@ -117,10 +134,12 @@ class Connector(Protocol):
         *,
         schema: str | None = None,
         marker: LoadMarker | None = None,
+        changes: SchemaChanges | None = None,
     ) -> int:
         """Writes every batch to the named stream under the write mode, all or
-        nothing: on any failure the destination keeps its previous content.
-        Returns the rows written.
+        nothing: on any failure the destination keeps its previous content,
+        its shape included (the `changes`, a destination with tables makes
+        in the write's own transaction). Returns the rows written.
 
         With a `marker` (engine/markers.py) the write is done once: it is
         recorded with the rows, atomically, and a write that finds it
@@ -225,10 +244,11 @@ class CopyDestination(Protocol):
         *,
         schema: str | None = None,
         marker: LoadMarker | None = None,
+        changes: SchemaChanges | None = None,
     ) -> int:
         """Loads every part (rows shaped as `columns`), applies the plan and
         writes under the mode, atomically, naming the target and honouring
-        `marker` as `write` does. Returns the rows written."""
+        `marker` and `changes` as `write` does. Returns the rows written."""
         ...
 
 

@@ -14,6 +14,7 @@ import sqlite3
 from typing import Any
 
 from setu_agent.engine.providers.base import (
+    ConnectionClosed,
     OutageError,
     PermanentError,
     ProviderError,
@@ -105,6 +106,8 @@ _SQLITE_PERMANENT = {
     "readonly database": "the file is read-only: make it writable for this runtime",
     "file is not a database": "config.path is not an SQLite database: check the path",
 }
+# sqlite3's words for a call on a connection (or cursor) closed under it.
+_SQLITE_CLOSED = "cannot operate on a closed"
 _SQLITE_UNIQUE = (
     "a row repeats a unique key of the table: use write_mode upsert or overwrite, "
     "or clear the table"
@@ -114,6 +117,9 @@ _SQLITE_UNIQUE = (
 def sqlite_error(exc: sqlite3.Error, what: str) -> ProviderError:
     message = f"{what}: {exc}"
     text = str(exc).lower()
+    if isinstance(exc, sqlite3.ProgrammingError) and _SQLITE_CLOSED in text:
+        # Our own close, not a value that does not fit (a ProgrammingError too).
+        return ConnectionClosed(f"{what}: the connection was closed (the task is stopping)")
     if any(part in text for part in _SQLITE_TRANSIENT):
         return TransientError(message)
     if isinstance(exc, sqlite3.IntegrityError):

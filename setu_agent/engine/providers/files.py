@@ -42,6 +42,7 @@ from setu_agent.engine.providers.base import (
     CopyBatch,
     Egress,
     ProviderError,
+    SchemaChanges,
     WriteMode,
 )
 from setu_agent.engine.providers.failures import file_error
@@ -374,7 +375,10 @@ class FileConnector(Connector):
         *,
         schema: str | None = None,
         marker: LoadMarker | None = None,
+        changes: SchemaChanges | None = None,
     ) -> int:
+        # `changes` stays None: files have no shape to inspect or change
+        # (engine/destination_plan.py), and no transactional DDL either.
         return await self._write_stream(
             stream, columns, batches, mode, key, schema=schema, marker=marker
         )
@@ -393,6 +397,7 @@ class FileConnector(Connector):
         *,
         schema: str | None = None,
         marker: LoadMarker | None = None,
+        changes: SchemaChanges | None = None,
     ) -> int:
         """Writes rows that come as JSON Lines already, spelled as this
         provider spells them, as write does."""

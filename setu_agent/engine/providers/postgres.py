@@ -15,7 +15,6 @@ bounded, and every batch is a self-contained COPY stream.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from setu_agent.engine import pgcopy, sqltypes
+from setu_agent.engine.closing import closing
 from setu_agent.engine.destination_plan import TableShape
 from setu_agent.engine.markers import KEEP_MARKERS, MARKERS, LoadMarker
 from setu_agent.engine.operators import Plan, parse_spec
@@ -37,6 +37,7 @@ from setu_agent.engine.providers.base import (
     PermanentError,
     ProviderError,
     RowChanges,
+    SchemaChanges,
     WriteMode,
     Written,
 )
@@ -53,6 +54,9 @@ KEYS = frozenset(
     {"host", "port", "database", "user", "password", "schema", "ssl", "connect_timeout"}
 )
 SSL_MODES = ("disable", "prefer", "require", "verify-ca", "verify-full")
+# What a statement may raise: the server's errors, and a session that went
+# away under it (closed by a restart, reset); postgres_error classifies them.
+DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 
 # The type each neutral type is staged as: a column of any other type is cast
 # in the read query, so every part decodes with the neutral codec.
@@ -321,7 +325,7 @@ class PostgresConnector:
         try:
             version = await self._conn.fetchval("SHOW server_version")
             streams = await self.discover()
-        except asyncpg.PostgresError as exc:
+        except DRIVER_ERRORS as exc:
             raise postgres_error(exc, "postgres") from exc
         return (
             f"PostgreSQL {version} at {self._where} "
@@ -331,7 +335,7 @@ class PostgresConnector:
     async def discover(self) -> list[Stream]:
         try:
             records = await self._conn.fetch(DISCOVER, self._schema)
-        except asyncpg.PostgresError as exc:
+        except DRIVER_ERRORS as exc:
             raise postgres_error(exc, "postgres: discover failed") from exc
         tables: dict[str, list[Any]] = {}
         for record in records:
@@ -382,7 +386,7 @@ class PostgresConnector:
         sql = f"SELECT max({col})::text AS high, count(*) AS n FROM {relation} WHERE {where}"
         try:
             record = await self._conn.fetchrow(sql)
-        except asyncpg.PostgresError as exc:
+        except DRIVER_ERRORS as exc:
             raise postgres_error(exc, f"postgres: reading {stream.name}") from exc
         return record["high"], int(record["n"])
 
@@ -396,7 +400,7 @@ class PostgresConnector:
     async def preview(self, stream: Stream, limit: int) -> Batch:
         try:
             records = await self._conn.fetch(f"{self._query(stream)} LIMIT {int(limit)}")
-        except asyncpg.PostgresError as exc:
+        except DRIVER_ERRORS as exc:
             raise postgres_error(exc, "postgres") from exc
         return [tuple(record) for record in records]
 
@@ -405,7 +409,7 @@ class PostgresConnector:
             async with self._conn.transaction(isolation="repeatable_read", readonly=True):
                 async for batch in self._cursor_batches(self._query(stream), batch_rows):
                     yield batch
-        except asyncpg.PostgresError as exc:
+        except DRIVER_ERRORS as exc:
             raise postgres_error(exc, f"postgres: reading {stream.name}") from exc
 
     async def copy_batches(self, stream: Stream, batch_rows: int) -> AsyncIterator[CopyBatch]:
@@ -431,7 +435,7 @@ class PostgresConnector:
                     if first + step < pages:
                         where += f" AND ctid < '({first + step},0)'::tid"
                     yield await self._copy_out(f"{query} WHERE {where}")
-        except asyncpg.PostgresError as exc:
+        except DRIVER_ERRORS as exc:
             raise postgres_error(exc, f"postgres: reading {stream.name}") from exc
 
     async def json_lines(self, stream: Stream, batch_rows: int) -> AsyncIterator[CopyBatch]:
@@ -459,7 +463,7 @@ class PostgresConnector:
                         where += f" AND ctid < '({first + step},0)'::tid"
                     ranged = postgres_json.line_sql(stream.columns, f"{query} WHERE {where}")
                     yield await self._json_out(ranged)
-        except asyncpg.PostgresError as exc:
+        except DRIVER_ERRORS as exc:
             raise postgres_error(exc, f"postgres: reading {stream.name}") from exc
 
     async def _json_out(self, query: str) -> CopyBatch:
@@ -501,10 +505,10 @@ class PostgresConnector:
             if (last := splitter.finish()) is not None:
                 yield last
         finally:
-            if not copying.done():
-                copying.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await copying
+            # Closed early (a cancel, a failed write): the COPY stops, and
+            # its outcome is consumed here, never left for the loop to log.
+            copying.cancel()
+            await asyncio.gather(copying, return_exceptions=True)
 
     async def _copy_out(self, query: str) -> CopyBatch:
         chunks: list[bytes] = []
@@ -525,21 +529,32 @@ class PostgresConnector:
         *,
         schema: str | None = None,
         marker: LoadMarker | None = None,
+        changes: SchemaChanges | None = None,
     ) -> int:
         async def parts() -> AsyncIterator[CopyBatch]:
             before = 0
-            async for batch in batches:
-                try:
-                    data = pgcopy.encode(columns, batch)
-                except ValueFault as fault:
-                    raise fault.located(None, before) from fault
-                before += len(batch)
-                yield CopyBatch(data, len(batch))
+            async with closing(batches):
+                async for batch in batches:
+                    try:
+                        data = pgcopy.encode(columns, batch)
+                    except ValueFault as fault:
+                        raise fault.located(None, before) from fault
+                    before += len(batch)
+                    yield CopyBatch(data, len(batch))
 
         plan = parse_spec(None).chain_for(stream).plan(columns)
-        return await self.write_copy(
-            stream, columns, parts(), plan, mode, key, schema=schema, marker=marker
-        )
+        async with closing(parts()) as copies:
+            return await self.write_copy(
+                stream,
+                columns,
+                copies,
+                plan,
+                mode,
+                key,
+                schema=schema,
+                marker=marker,
+                changes=changes,
+            )
 
     async def write_copy(
         self,
@@ -552,10 +567,11 @@ class PostgresConnector:
         *,
         schema: str | None = None,
         marker: LoadMarker | None = None,
+        changes: SchemaChanges | None = None,
     ) -> int:
         # `stream` is one identifier, dots and all: only the pipeline's author
         # (through `schema`) picks another schema than the configured one.
-        load = _Load(self._conn, schema or self._schema, stream, columns, plan, mode, key)
+        load = _Load(self._conn, schema or self._schema, stream, columns, plan, mode, key, changes)
         try:
             markers = await self._markers() if marker is not None else ""
             async with self._conn.transaction():
@@ -573,7 +589,7 @@ class PostgresConnector:
                     )
                     await postgres_stage.applied(self._conn, markers, marker, KEEP_MARKERS)
                 return written
-        except asyncpg.PostgresError as exc:
+        except DRIVER_ERRORS as exc:
             raise postgres_error(exc, f"postgres: loading {load.target}") from exc
 
     async def _markers(self) -> str:
@@ -611,17 +627,17 @@ class PostgresConnector:
             key = (marker.run_id, marker.stream, marker.part)
             rows: int | None = await self._conn.fetchval(MARKED_ROWS.format(table=markers), *key)
             return rows
-        except asyncpg.PostgresError as exc:
+        except DRIVER_ERRORS as exc:
             raise postgres_error(exc, "postgres: reading load markers") from exc
 
     async def prepare_stage(
         self, stage: str, columns: Sequence[Column], schema: str | None, marker: LoadMarker
     ) -> None:
-        relation = f"{quote(schema or self._schema)}.{quote(stage)}"
+        relation = f"{quote(await self._stage_schema(stage, schema))}.{quote(stage)}"
         try:
             markers = await self._markers()
             await postgres_stage.create(self._conn, relation, _ddl(columns), markers, marker)
-        except asyncpg.PostgresError as exc:
+        except DRIVER_ERRORS as exc:
             raise postgres_error(exc, f"postgres: creating {relation}") from exc
 
     async def stage_part(
@@ -634,7 +650,8 @@ class PostgresConnector:
     ) -> bool:
         assert isinstance(part, CopyBatch)
         plan = parse_spec(None).chain_for(stage).plan(columns)
-        load = _Load(self._conn, schema or self._schema, stage, columns, plan, WriteMode.APPEND, ())
+        at = await self._stage_schema(stage, schema)
+        load = _Load(self._conn, at, stage, columns, plan, WriteMode.APPEND, ())
         try:
             markers = await self._markers()
             async with self._conn.transaction():
@@ -643,7 +660,7 @@ class PostgresConnector:
                 await load.copy_part(part)
                 await self._set_marker(markers, marker, part.rows)
                 return True
-        except asyncpg.PostgresError as exc:
+        except DRIVER_ERRORS as exc:
             raise postgres_error(exc, f"postgres: staging into {load.target}") from exc
 
     async def apply_stage(
@@ -656,10 +673,17 @@ class PostgresConnector:
     ) -> Written | int:
         schema = target.schema or self._schema
         load = _Load(
-            self._conn, schema, target.table, columns, target.plan, target.mode, target.key
+            self._conn,
+            schema,
+            target.table,
+            columns,
+            target.plan,
+            target.mode,
+            target.key,
+            target.changes,
         )
-        relation = f"{quote(schema)}.{quote(stage)}"
         try:
+            relation = f"{quote(await self._stage_schema(stage, target.schema))}.{quote(stage)}"
             markers = await self._markers()
             async with self._conn.transaction():
                 recorded = await self._claim(markers, marker)
@@ -673,19 +697,33 @@ class PostgresConnector:
                 await postgres_stage.applied(self._conn, markers, marker, KEEP_MARKERS)
                 await before_commit()
                 return written
-        except asyncpg.PostgresError as exc:
+        except DRIVER_ERRORS as exc:
             raise postgres_error(exc, f"postgres: loading {load.target}") from exc
+
+    async def _stage_schema(self, stage: str, schema: str | None) -> str:
+        """Where the staging table is (an earlier attempt's), else where it
+        goes: next to the target, or in the connection's own schema while
+        the target's is still to be created (by the apply, with the rows)."""
+        try:
+            found = await self._conn.fetchval(postgres_stage.RELATIONS, stage)
+            if found is None:
+                wanted = schema or self._schema
+                there = await self._conn.fetchval("SELECT to_regnamespace($1)", wanted)
+                found = wanted if there is not None else self._schema
+        except DRIVER_ERRORS as exc:
+            raise postgres_error(exc, f"postgres: finding {stage}") from exc
+        return str(found)
 
     async def drop_stage(self, stage: str, marker: LoadMarker) -> None:
         try:
             await postgres_stage.drop(self._conn, await self._markers(), stage, marker)
-        except asyncpg.PostgresError as exc:
+        except DRIVER_ERRORS as exc:
             raise postgres_error(exc, f"postgres: dropping {stage}") from exc
 
     async def stale_stages(self, run_id: str, idle: timedelta) -> list[LoadMarker]:
         try:
             return await postgres_stage.stale(self._conn, await self._markers(), run_id, idle)
-        except asyncpg.PostgresError as exc:
+        except DRIVER_ERRORS as exc:
             raise postgres_error(exc, "postgres: reading load markers") from exc
 
     # -- the destination's shape (engine/destination_plan.py)
@@ -693,20 +731,20 @@ class PostgresConnector:
     async def inspect_table(self, table: str, schema: str | None) -> TableShape:
         try:
             return await postgres_shape.inspect(self._conn, schema or self._schema, table)
-        except asyncpg.PostgresError as exc:
+        except DRIVER_ERRORS as exc:
             raise postgres_error(exc, f"postgres: inspecting {table}") from exc
 
     async def create_schema(self, schema: str) -> None:
         try:
             await postgres_shape.create_schema(self._conn, schema)
-        except asyncpg.PostgresError as exc:
+        except DRIVER_ERRORS as exc:
             raise postgres_error(exc, f"postgres: creating schema {schema}") from exc
 
     async def add_columns(self, table: str, schema: str | None, columns: Sequence[Column]) -> None:
         definitions = [(c.name, _declared(c)) for c in columns]
         try:
             await postgres_shape.add_columns(self._conn, schema or self._schema, table, definitions)
-        except asyncpg.PostgresError as exc:
+        except DRIVER_ERRORS as exc:
             raise postgres_error(exc, f"postgres: adding columns to {table}") from exc
 
 
@@ -722,8 +760,10 @@ class _Load:
         plan: Plan,
         mode: WriteMode,
         key: Sequence[str],
+        changes: SchemaChanges | None = None,
     ) -> None:
         self.conn = conn
+        self.changes = changes
         self.schema = schema
         self.table = table
         self.target = f"{quote(schema)}.{quote(table)}"
@@ -763,6 +803,7 @@ class _Load:
                 f"write mode {self.mode.value} needs a key for {self.target}: the source has "
                 f"no primary key; set one in the pipeline spec's primary_key"
             )
+        await self._evolve()
         existing = await self._target_types()
         if existing is None:
             await self._create()
@@ -780,6 +821,17 @@ class _Load:
             await self.conn.execute(f"TRUNCATE {self.target}")
         self.existing = existing
         return existing
+
+    async def _evolve(self) -> None:
+        """The schema changes the load makes (engine/destination_plan.py),
+        in its transaction: rolled back with it, they never happened."""
+        if not self.changes:
+            return
+        if self.changes.schema is not None:
+            await postgres_shape.create_schema(self.conn, self.changes.schema)
+        if self.changes.columns:
+            definitions = [(c.name, _declared(c)) for c in self.changes.columns]
+            await postgres_shape.add_columns(self.conn, self.schema, self.table, definitions)
 
     async def _target_types(self) -> dict[str, str] | None:
         exists = await self.conn.fetchval("SELECT to_regclass($1)", self.target)

@@ -34,6 +34,7 @@ from setu_agent.engine.providers.base import (
     PermanentError,
     ProviderError,
     RowChanges,
+    SchemaChanges,
     WriteMode,
     Written,
 )
@@ -217,11 +218,12 @@ class SqliteConnector:
         *,
         schema: str | None = None,
         marker: LoadMarker | None = None,
+        changes: SchemaChanges | None = None,
     ) -> Written | int:
         # One table of the file, quoted whole: SQLite has no schemas to land
         # in (an attached database is not the pipeline's to pick).
         table = f"{schema}.{stream}" if schema else stream
-        plan = _WritePlan(table, list(columns), WriteMode(mode), list(key), marker)
+        plan = _WritePlan(table, list(columns), WriteMode(mode), list(key), marker, changes)
         what = f"writing {table!r}"
         async with self._lock:
             if not self._writable:
@@ -241,12 +243,13 @@ class SqliteConnector:
                     await _in_thread(_guarded, what, insert, conn)
                     written += len(batch)
                 finish = functools.partial(plan.finish, written=written)
-                changes = await _in_thread(_guarded, what, finish, conn)
+                counted = await _in_thread(_guarded, what, finish, conn)
             except BaseException:
-                # Cancellation included: the destination keeps its old content.
+                # Cancellation included: the destination keeps its old
+                # content, and its shape (columns added by the write).
                 await _in_thread(_rollback, conn)
                 raise
-            return Written(written, changes)
+            return Written(written, counted)
 
     # -- resumable loads (engine/resumable.py, providers/sqlite_stage.py)
 
@@ -301,7 +304,9 @@ class SqliteConnector:
         before_commit: Callable[[], Awaitable[None]],
     ) -> Written | int:
         table = f"{target.schema}.{target.table}" if target.schema else target.table
-        plan = _WritePlan(table, list(columns), target.mode, list(target.key), marker)
+        plan = _WritePlan(
+            table, list(columns), target.mode, list(target.key), marker, target.changes
+        )
 
         def apply(conn: sqlite3.Connection) -> tuple[int | None, int]:
             recorded = plan.begin(conn)
@@ -486,8 +491,11 @@ class _WritePlan:
         mode: WriteMode,
         key: list[str],
         marker: LoadMarker | None = None,
+        changes: SchemaChanges | None = None,
     ) -> None:
         self.marker = marker
+        # Columns to add first, in the write's transaction (no schemas here).
+        self.added = [(c.name, DECLARED[c.type]) for c in changes.columns] if changes else []
         names = [c.name for c in columns]
         if mode.needs_key:
             if not key:
@@ -527,6 +535,8 @@ class _WritePlan:
             found = conn.execute(MARKED_ROWS, _marker_key(self.marker)).fetchone()
             if found is not None:
                 return int(found[0])
+        if self.added:
+            sqlite_shape.add_missing(conn, self.table, self.added)
         existing = conn.execute(
             "SELECT name, type, pk FROM pragma_table_info(?)", (self.table,)
         ).fetchall()

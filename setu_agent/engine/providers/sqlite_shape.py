@@ -63,13 +63,21 @@ def add_columns(
 ) -> None:
     """Adds (name, declared type) columns in one transaction, each only if
     still missing (SQLite has no ADD COLUMN IF NOT EXISTS)."""
-    present = {r[0] for r in conn.execute("SELECT name FROM pragma_table_info(?)", (table,))}
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for name, declared in definitions:
-            if name not in present:
-                conn.execute(f"ALTER TABLE {quote(table)} ADD COLUMN {quote(name)} {declared}")
+        add_missing(conn, table, definitions)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def add_missing(
+    conn: sqlite3.Connection, table: str, definitions: Sequence[tuple[str, str]]
+) -> None:
+    """add_columns inside the caller's transaction (a load's: SQLite's DDL
+    is transactional, so a rollback takes the columns back)."""
+    present = {r[0] for r in conn.execute("SELECT name FROM pragma_table_info(?)", (table,))}
+    for name, declared in definitions:
+        if name not in present:
+            conn.execute(f"ALTER TABLE {quote(table)} ADD COLUMN {quote(name)} {declared}")

@@ -48,6 +48,7 @@ from setu_client import (
     WriteMode,
 )
 from setu_client.messages import Connection, Pipeline
+from setu_client.replicas import Replicas
 
 EXIT_SUCCEEDED = 0
 EXIT_FAILED = 1
@@ -65,11 +66,12 @@ EXIT_CODES_HELP = """exit codes:
   130  interrupted (Ctrl-C): the job keeps running; `setu jobs cancel ID` stops it"""
 
 # A person at a prompt waits less than a program: 5 s of retries where the
-# SDK's short calls default to 15 s, and its long-polls (jobs wait, watch,
-# run --wait) to 5 min; Ctrl-C is the only other way out of those.
-CLI_RETRY = RetryPolicy(
-    initial_seconds=0.1, max_seconds=2.0, budget_seconds=5.0, long_poll_budget_seconds=5.0
-)
+# SDK's short calls default to 15 s. The waiters (jobs wait, watch, run
+# --wait) reach the server with a short call first, so a wrong address
+# fails in 5 s too; once it answered they ride a restart as the SDK does,
+# for its long-poll budget (5 min), saying when the server went away and
+# when it is back (ServerWatch). Ctrl-C is the other way out.
+CLI_RETRY = RetryPolicy(initial_seconds=0.1, max_seconds=2.0, budget_seconds=5.0)
 
 T = TypeVar("T")
 Handler = Callable[[SetuClient, argparse.Namespace, "Session"], Awaitable[int]]
@@ -84,6 +86,28 @@ class Session:
     """What the interrupt handler needs to know about the running command."""
 
     watching: str = ""
+
+
+class ServerWatch:
+    """A waiter's two lines on stderr: its server went away, and is back
+    (setu_client.replicas.OutageListener). Another replica is offered only
+    when the target names more than one."""
+
+    def __init__(self, target: str) -> None:
+        self._target = target
+        self._many = Replicas(target).many
+
+    def went_away(self, error: SetuError) -> None:
+        elsewhere = ", or another replica" if self._many else ""
+        _say(f"server {self._target} went away (restarting?); waiting for it{elsewhere}…")
+
+    def back(self) -> None:
+        _say(f"server {self._target} is back")
+
+
+def _say(line: str) -> None:
+    # On its own line, apart from a progress line being redrawn on a terminal.
+    print(f"\n{line}" if sys.stderr.isatty() else line, file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------- input
@@ -315,6 +339,7 @@ async def _follow(
 ) -> int:
     # With --json stdout carries the one document, so the display goes to stderr.
     out = sys.stderr if args.json else sys.stdout
+    await client.get_job(job_id)  # reached (and known) before the watch rides outages
     display = ProgressDisplay(out, tty=out.isatty())
     session.watching = job_id
     last: Job | None = None
@@ -362,6 +387,7 @@ async def jobs_start(client: SetuClient, args: argparse.Namespace, _: Session) -
 
 
 async def jobs_wait(client: SetuClient, args: argparse.Namespace, session: Session) -> int:
+    await client.get_job(args.id)  # reached (and known) before the wait rides outages
     session.watching = args.id
     # On timeout _report_end shows the state the job is still in, and exits 4.
     with contextlib.suppress(TimeoutError):
@@ -601,7 +627,12 @@ async def _dispatch(args: argparse.Namespace, session: Session) -> int:
         raise CliError(f"--root-cert: {exc}") from exc
     handler: Handler = args.handler
     async with SetuClient(
-        args.server, args.api_key, tls=args.tls, root_certificates=roots, retry=CLI_RETRY
+        args.server,
+        args.api_key,
+        tls=args.tls,
+        root_certificates=roots,
+        retry=CLI_RETRY,
+        outage=ServerWatch(args.server),
     ) as client:
         return await handler(client, args, session)
 

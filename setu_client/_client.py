@@ -109,7 +109,9 @@ class RetryPolicy:
     (5 min) and back off no further than `long_poll_max_seconds`, so a
     waiter learns of its job's end within about that long once an outage is
     over. Either budget bounds a run of consecutive failures, not the whole
-    wait: every good answer starts a fresh one.
+    wait: every good answer starts a fresh one. A long-poll cut on its way
+    (a proxy's 504 after the call was held) is no failure: it is re-issued
+    at once and spends nothing of the budget.
     """
 
     initial_seconds: float = 0.1
@@ -170,6 +172,12 @@ class SetuClient:
     the rest are awaited. Short calls retry for 15 s, long-polls for 5 min
     (`RetryPolicy`).
     """
+    Long-polls (`wait_for_job`, `watch_job`) hold each call for at most
+    `long_poll_seconds` (default SETU_LONG_POLL_SECONDS, else 55 s), sent as
+    its deadline. Behind a proxy that cuts calls sooner, the client learns
+    the cut, waits less per call (`long_polls`, a LongPollWindow, says how
+    long) and never counts a cut against the retry budget.
+
 
     def __init__(
         self,

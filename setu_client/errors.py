@@ -13,6 +13,10 @@ from typing import ClassVar
 import grpc
 
 REASON_KEY = "setu-error-reason"
+# Trailing metadata on every answer of a server that has begun to shut down
+# (a parked long-poll answered early, too): a client with another address
+# moves there before its next long-poll.
+CLOSING_KEY = "setu-server-closing"
 
 
 class SetuError(Exception):
@@ -127,6 +131,13 @@ class AgentOffline(FailedPrecondition):
     reason = "agent_offline"
 
 
+class ServerClosing(Unavailable):
+    """This server is shutting down and takes no new long-poll: retry, on
+    another address of the target when it has one (the SDK moves there)."""
+
+    reason = "server_closing"
+
+
 class ClientClosed(Cancelled):
     """The SDK client was closed while the call was in flight."""
 
@@ -152,6 +163,7 @@ ERRORS: tuple[type[SetuError], ...] = (
     IllegalTransition,
     LeaseLost,
     AgentOffline,
+    ServerClosing,
     ClientClosed,
 )
 

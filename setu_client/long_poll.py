@@ -58,6 +58,14 @@ _CUT_STATUSES = frozenset({502, 503, 504})
 # the stream alone (nginx's read timeout once the server has answered part
 # of a stream) is INTERNAL "Received RST_STREAM with error code 2".
 _TRANSPORT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
+# Errors that say the server was never reached, or its peer went silent,
+# however long they took (a connect timing out, a keepalive ping unanswered):
+# failures, never cuts.
+_UNREACHED = re.compile(
+    r"failed to connect|connection refused|connect(ion)? timed out|dns|resolv|"
+    r"name or service|keepalive|ping|handshake|ssl|tls|certificate",
+    re.IGNORECASE,
+)
 
 
 def configured_seconds(value: float | None = None) -> float:
@@ -174,7 +182,7 @@ class LongPollWindow:
             self.on_cut(round(held, 1))
             return True
         reset = code is grpc.StatusCode.INTERNAL and "RST_STREAM" in (details or "")
-        if code not in _TRANSPORT_CODES and not reset:
+        if (code not in _TRANSPORT_CODES and not reset) or _UNREACHED.search(details or ""):
             return False
         # A reset with no HTTP status: a cut when it comes at the interval
         # already learned, or twice in a row at one interval. Either way the

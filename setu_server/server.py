@@ -398,7 +398,8 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
     # What the cloud workers must refuse: this server's own database.
     own = own_database(url, await databases.own_settings(parts.pool))
     server = grpc.aio.server(
-        interceptors=[CallInterceptor(parts.auth, parts.metrics)], options=GRPC_OPTIONS
+        interceptors=[CallInterceptor(parts.auth, parts.metrics, parts.hub.closing)],
+        options=GRPC_OPTIONS,
     )
     admin_pb2_grpc.add_AdminServiceServicer_to_server(
         AdminServicer(parts.admin, parts.presence), server

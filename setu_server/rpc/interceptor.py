@@ -19,7 +19,7 @@ from uuid import UUID
 import grpc
 from google.protobuf.message import Message
 
-from setu_client.errors import InvalidArgument, SetuError, Unimplemented, status_of
+from setu_client.errors import CLOSING_KEY, InvalidArgument, SetuError, Unimplemented, status_of
 from setu_client.logs import request_id
 from setu_server.metrics import Metrics
 from setu_server.models import Principal, Role
@@ -63,9 +63,17 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
     later call of it with the same wrapper: a parked long-poll holds its own
     coroutine and nothing per call besides (no closures, no metadata dict)."""
 
-    def __init__(self, authenticator: Authenticator, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        metrics: Metrics | None = None,
+        closing: asyncio.Event | None = None,
+    ) -> None:
         self._auth = authenticator
         self._metrics = metrics or Metrics(process=False)
+        # Set once this server has begun to shut down: from then on every
+        # answer says so in its trailers (CLOSING_KEY).
+        self._closing = closing or asyncio.Event()
         # method -> (grpc's handler, ours); grpc's is kept to notice a change.
         self._wrapped: dict[str, tuple[Any, grpc.RpcMethodHandler[Any, Any]]] = {}
 
@@ -93,7 +101,7 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
         role = SERVICE_ROLES.get(method.lstrip("/").split("/")[0])
         if role is None:
             return _public(handler)
-        call = _Call(self._auth, method, role, self._metrics)
+        call = _Call(self._auth, method, role, self._metrics, self._closing)
         decode = _tolerant(handler.request_deserializer)
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
@@ -178,11 +186,19 @@ class _Call:
     """One method's treatment, shared by all its calls (what differs per call
     comes from the call's context)."""
 
-    def __init__(self, auth: Authenticator, method: str, role: Role, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        auth: Authenticator,
+        method: str,
+        role: Role,
+        metrics: Metrics,
+        closing: asyncio.Event,
+    ) -> None:
         self.auth = auth
         self.method = method
         self.role = role
         self.metrics = metrics
+        self.closing = closing
         # Long-polls count as parked while they are open; other calls pass.
         self.parked = metrics.parked_gauge(method)
 
@@ -197,6 +213,7 @@ class _Call:
                 raise
             finally:
                 self._unpark()
+            self._mark_closing(context)
             self._log(grpc.StatusCode.OK, started)
             return response
 
@@ -214,9 +231,17 @@ class _Call:
                 raise
             finally:
                 self._unpark()
+            self._mark_closing(context)
             self._log(grpc.StatusCode.OK, started)
 
         return handle
+
+    def _mark_closing(self, context: Ctx) -> None:
+        """A closing server's answer says so, so the client moves to another
+        address of its target before its next long-poll rather than after
+        a refusal (setu_client/replicas.py)."""
+        if self.closing.is_set():
+            context.set_trailing_metadata(((REQUEST_ID_KEY, request_id.get()), (CLOSING_KEY, "1")))
 
     def _begin(self, context: Ctx) -> float:
         if self.parked is not None:
@@ -254,6 +279,8 @@ class _Call:
             code, message, trailers = status_of(exc)
             self._log(code, started, error=message)
             rid = request_id.get()
+            if self.closing.is_set():
+                trailers = (*trailers, (CLOSING_KEY, "1"))
             await context.abort(code, message, ((REQUEST_ID_KEY, rid), *trailers))
         elif isinstance(exc, Exception) and not _is_abort(exc):
             log.exception("unexpected error", extra=self._fields(started))

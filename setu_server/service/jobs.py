@@ -9,7 +9,7 @@ from typing import Protocol
 from uuid import UUID
 
 from setu_client.clock import Clock
-from setu_client.errors import FailedPrecondition, JobNotFound, JobNotStarted, Unavailable
+from setu_client.errors import FailedPrecondition, JobNotFound, JobNotStarted, ServerClosing
 from setu_server.models import (
     EventLevel,
     Job,
@@ -25,6 +25,8 @@ from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.watch import CLOCK_SLACK, WatchHub
 from setu_server.store import jobs, tasks
 from setu_server.store.db import Database, Executor, transaction
+
+SHUTTING_DOWN = "this server is shutting down: try again shortly"
 
 
 class Dispatcher(Protocol):
@@ -111,9 +113,10 @@ class JobService:
     def _refuse_if_closing(self) -> None:
         # Parked calls answered at once when the hub closed; a new one would
         # too, and the SDK would re-issue it at once, over and over. Refused,
-        # the SDK backs off and finds a server that is not closing.
+        # the SDK moves to another address of its target, or backs off until
+        # this server is back.
         if self._hub.closing.is_set():
-            raise Unavailable("this server is shutting down: try again (another replica)")
+            raise ServerClosing(SHUTTING_DOWN)
 
     async def start(self, workspace_id: UUID, job_id: UUID) -> Job:
         found = await self.get(workspace_id, job_id)

@@ -19,7 +19,7 @@ from uuid import UUID
 
 from setu_agent.results import TaskResult
 from setu_client.clock import Clock
-from setu_client.errors import InvalidArgument, LeaseLost, NotFound, Unavailable
+from setu_client.errors import InvalidArgument, LeaseLost, NotFound, ServerClosing
 from setu_server.metrics import Metrics
 from setu_server.models import (
     EventLevel,
@@ -91,7 +91,7 @@ class TaskService:
         the runtime backs off and finds another replica), a parked one ends
         empty, without another lease."""
         if self._signals.closing.is_set():
-            raise Unavailable("this server is shutting down: try again (another replica)")
+            raise ServerClosing("this server is shutting down: try again shortly")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, min(wait_seconds, self.policy.wait_cap_seconds))
         parked = False

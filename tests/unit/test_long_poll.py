@@ -195,3 +195,13 @@ def test_a_stream_reset_counts_but_a_server_error_does_not() -> None:
     assert w.on_error(grpc.StatusCode.INTERNAL, reset, 2.1)
     assert w.cut == 2.1
     assert not w.on_error(grpc.StatusCode.INTERNAL, "internal error (request id x)", 2.0)
+
+
+def test_a_server_never_reached_is_a_failure_however_long_it_took() -> None:
+    w, _ = window()
+    timed_out = "failed to connect to all addresses; last error: UNAVAILABLE: Timeout occurred"
+    for _ in range(3):  # a blackholed address: each connect times out at ~20 s
+        assert not w.on_error(U, timed_out, 20.0)
+        assert not w.on_error(U, "keepalive watchdog timeout", 30.0)
+    assert w.cut is None
+    assert w.window() == 55.0

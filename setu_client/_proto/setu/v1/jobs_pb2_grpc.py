@@ -141,7 +141,8 @@ class JobOrchestrationServiceServicer:
         """Streams snapshots of a job: one at once (unless the caller already has
         it), then one per change; ends after the terminal snapshot. A slow
         reader skips intermediate snapshots, never the terminal one. Resume
-        with the last version seen.
+        with the last version seen. With a deadline, the stream ends OK about
+        one second before it (the SDK resumes it at once).
         Codes: OK, NOT_FOUND, UNAVAILABLE (the server is shutting down).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

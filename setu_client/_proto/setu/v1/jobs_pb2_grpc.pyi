@@ -67,7 +67,8 @@ class JobOrchestrationServiceStub:
     """Streams snapshots of a job: one at once (unless the caller already has
     it), then one per change; ends after the terminal snapshot. A slow
     reader skips intermediate snapshots, never the terminal one. Resume
-    with the last version seen.
+    with the last version seen. With a deadline, the stream ends OK about
+    one second before it (the SDK resumes it at once).
     Codes: OK, NOT_FOUND, UNAVAILABLE (the server is shutting down).
     """
     CancelJob: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.CancelJobRequest, _jobs_pb2.CancelJobResponse]
@@ -122,7 +123,8 @@ class JobOrchestrationServiceAsyncStub(JobOrchestrationServiceStub):
     """Streams snapshots of a job: one at once (unless the caller already has
     it), then one per change; ends after the terminal snapshot. A slow
     reader skips intermediate snapshots, never the terminal one. Resume
-    with the last version seen.
+    with the last version seen. With a deadline, the stream ends OK about
+    one second before it (the SDK resumes it at once).
     Codes: OK, NOT_FOUND, UNAVAILABLE (the server is shutting down).
     """
     CancelJob: _aio.UnaryUnaryMultiCallable[_jobs_pb2.CancelJobRequest, _jobs_pb2.CancelJobResponse]  # type: ignore[assignment]
@@ -204,7 +206,8 @@ class JobOrchestrationServiceServicer(metaclass=_abc_1.ABCMeta):
         """Streams snapshots of a job: one at once (unless the caller already has
         it), then one per change; ends after the terminal snapshot. A slow
         reader skips intermediate snapshots, never the terminal one. Resume
-        with the last version seen.
+        with the last version seen. With a deadline, the stream ends OK about
+        one second before it (the SDK resumes it at once).
         Codes: OK, NOT_FOUND, UNAVAILABLE (the server is shutting down).
         """
 

@@ -54,12 +54,14 @@ from setu_client._types import (
 )
 from setu_client.channel import open_channel
 from setu_client.errors import (
+    CLOSING_KEY,
     ClientClosed,
     DeadlineExceeded,
     FailedPrecondition,
     JobNotFound,
     JobNotStarted,
     NotFound,
+    ServerClosing,
     SetuError,
     Unavailable,
     from_rpc_error,
@@ -73,6 +75,7 @@ from setu_client.messages import (
     PreviewStreamResponse,
     TestConnectionResponse,
 )
+from setu_client.replicas import OutageListener, OutageWatch, Replicas
 
 T = TypeVar("T")
 
@@ -171,13 +174,13 @@ class SetuClient:
     `job_events`) and `watch_job` are async iterators, read with `async for`;
     the rest are awaited. Short calls retry for 15 s, long-polls for 5 min
     (`RetryPolicy`).
-    """
+
     Long-polls (`wait_for_job`, `watch_job`) hold each call for at most
     `long_poll_seconds` (default SETU_LONG_POLL_SECONDS, else 55 s), sent as
     its deadline. Behind a proxy that cuts calls sooner, the client learns
     the cut, waits less per call (`long_polls`, a LongPollWindow, says how
     long) and never counts a cut against the retry budget.
-
+    """
 
     def __init__(
         self,
@@ -191,6 +194,7 @@ class SetuClient:
         call_timeout: float = 30.0,
         wait_cap_seconds: float | None = None,
         long_poll_seconds: float | None = None,
+        outage: OutageListener | None = None,
     ) -> None:
         if long_poll_channels < 1:
             raise ValueError("long_poll_channels must be at least 1")
@@ -211,9 +215,10 @@ class SetuClient:
         # them. After an outage a long-poll channel reconnects within the
         # long-poll backoff cap, not grpc's default of up to two minutes.
         reconnect_ms = max(int(self.retry.long_poll_max_seconds * 1000), 100)
-        self._long = [
-            open_channel(
-                target,
+
+        def long_channel(i: int, rotation: int) -> grpc.aio.Channel:
+            return open_channel(
+                self._replicas.rotated(rotation),
                 api_key,
                 tls=tls,
                 root_certificates=root_certificates,
@@ -223,8 +228,17 @@ class SetuClient:
                     ("grpc.max_reconnect_backoff_ms", reconnect_ms),
                 ],
             )
-            for i in range(long_poll_channels)
-        ]
+
+        # A closing replica's answers move the long-polls to the target's
+        # next address (setu_client/replicas.py): each channel is rebuilt
+        # with the addresses rotated once more than the one it replaces.
+        self._replicas = Replicas(target)
+        self._long_channel = long_channel
+        self._rotation = 0
+        self._long = [long_channel(i, 0) for i in range(long_poll_channels)]
+        self._long_rotations = [0] * long_poll_channels
+        self._retired: set[asyncio.Task[None]] = set()
+        self._outage = OutageWatch(outage)
         self._next_long = itertools.cycle(range(long_poll_channels))
         self._stub = jobs_pb2_grpc.JobOrchestrationServiceStub(self._short)
         self._long_stubs = [jobs_pb2_grpc.JobOrchestrationServiceStub(c) for c in self._long]
@@ -239,8 +253,12 @@ class SetuClient:
     async def close(self) -> None:
         """Close every channel; parked waits end with ClientClosed."""
         self._closed = True
+        self._outage.close()
         for channel in (self._short, *self._long):
             await channel.close(grace=None)
+        for retiring in list(self._retired):
+            retiring.cancel()
+        await asyncio.gather(*self._retired, return_exceptions=True)
 
     # -- jobs
 
@@ -335,8 +353,10 @@ class SetuClient:
             while True:
                 window = self.long_polls.window()
                 sent = loop.time()
+                index = next(self._next_long)
+                channel = self._long[index]
                 try:
-                    answer = await self._wait_once(job_id, window)
+                    answer, closing = await self._wait_once(index, job_id, window)
                 except SetuError as error:
                     if self._closed:
                         raise
@@ -345,27 +365,60 @@ class SetuClient:
                         continue  # cut on the way: at once, and no budget spent
                     if error.code not in _TRANSIENT:
                         raise
+                    if isinstance(error, ServerClosing) and self._shed(index, channel):
+                        continue  # moved to another replica: at once
+                    self._outage.failed(error, channel)
                     await backoff.pause(error)
                     continue
                 self.long_polls.on_answer(loop.time() - sent)
                 backoff.reset()
+                self._outage.answered()
                 if answer.terminal:
                     return outcome_from_message(answer)
+                if closing:
+                    self._shed(index, channel)
 
-    async def _wait_once(self, job_id: str, window: float) -> jobs_pb2.WaitJobResponse:
-        stub = self._long_stubs[next(self._next_long)]
+    async def _wait_once(
+        self, index: int, job_id: str, window: float
+    ) -> tuple[jobs_pb2.WaitJobResponse, bool]:
+        """One WaitJob on long-poll channel `index`: the answer, and whether
+        the server said it is closing."""
+        if self._closed:
+            raise ClientClosed("the client is closed")
+        call = self._long_stubs[index].WaitJob(
+            jobs_pb2.WaitJobRequest(job_id=job_id), timeout=window
+        )
         try:
-            answer: jobs_pb2.WaitJobResponse = await self._call(
-                stub.WaitJob, jobs_pb2.WaitJobRequest(job_id=job_id), timeout=window, job_id=job_id
-            )
-        except (JobNotFound, JobNotStarted):
-            raise
-        # WaitJob's contract gives these codes one meaning each, reason or not.
-        except NotFound as exc:
-            raise JobNotFound(exc.message, job_id=job_id) from exc
-        except FailedPrecondition as exc:
-            raise JobNotStarted(exc.message, job_id=job_id) from exc
-        return answer
+            answer: jobs_pb2.WaitJobResponse = await call
+        except grpc.aio.AioRpcError as exc:
+            error = self._translate(exc, job_id)
+            # WaitJob's contract gives these codes one meaning each, reason or not.
+            if isinstance(error, NotFound) and not isinstance(error, JobNotFound):
+                raise JobNotFound(error.message, job_id=job_id) from exc
+            if isinstance(error, FailedPrecondition) and not isinstance(error, JobNotStarted):
+                raise JobNotStarted(error.message, job_id=job_id) from exc
+            raise error from exc
+        return answer, _closing(await call.trailing_metadata())
+
+    def _shed(self, index: int, used: grpc.aio.Channel) -> bool:
+        """Move long-poll channel `index` off a replica that said it is
+        closing, to the target's next address; False when the target has no
+        other. A channel already moved since `used` made the call stays."""
+        if not self._replicas.many or self._closed:
+            return False
+        if self._long[index] is not used:
+            return True
+        if self._long_rotations[index] == self._rotation:
+            self._rotation += 1
+        self._long[index] = self._long_channel(index, self._rotation)
+        self._long_rotations[index] = self._rotation
+        self._long_stubs[index] = jobs_pb2_grpc.JobOrchestrationServiceStub(self._long[index])
+        # Calls still on the old channel are being answered by the closing
+        # server at once; let them land, then close it.
+        retiring = asyncio.create_task(used.close(grace=self.long_polls.window()))
+        self._retired.add(retiring)
+        retiring.add_done_callback(self._retired.discard)
+        return True
 
     async def watch_job(self, job_id: str, from_version: int = 0) -> AsyncIterator[Job]:
         """Snapshots of the job as it changes, ending after the terminal one.
@@ -386,7 +439,9 @@ class SetuClient:
             if self._closed:
                 raise ClientClosed("the client is closed")
             window = self.long_polls.window()
-            stream = self._long_stubs[next(self._next_long)].WatchJob(
+            index = next(self._next_long)
+            channel = self._long[index]
+            stream = self._long_stubs[index].WatchJob(
                 jobs_pb2.WatchJobRequest(job_id=job_id, from_version=seen), timeout=window
             )
             error: SetuError
@@ -398,6 +453,7 @@ class SetuClient:
                     job = job_from_message(answer.job)
                     seen = job.version
                     backoff.reset()
+                    self._outage.answered()
                     sent = loop.time()
                     yield job
                     if job.terminal:
@@ -417,7 +473,11 @@ class SetuClient:
                     continue
                 if error.code not in _TRANSIENT:
                     raise error from exc
+                if isinstance(error, ServerClosing) and self._shed(index, channel):
+                    continue  # moved to another replica: resume there at once
             else:
+                if _closing(await stream.trailing_metadata()) and self._shed(index, channel):
+                    continue  # a closing replica ended it: resume on another at once
                 if loop.time() - opened >= window - 1.5:
                     # The server ended the stream at the window, the job
                     # unchanged: resume at once.
@@ -435,6 +495,7 @@ class SetuClient:
                 error = Unavailable(f"the watch of job {job_id} ended before the job did")
             finally:
                 stream.cancel()
+            self._outage.failed(error, channel)
             await backoff.pause(error)
 
     # -- plumbing
@@ -794,6 +855,11 @@ _DEFAULT_BLOCKING_SECONDS = 30
 
 def _blocking(timeout_seconds: int) -> float:
     return (timeout_seconds or _DEFAULT_BLOCKING_SECONDS) + LONG_POLL_MARGIN_SECONDS
+
+
+def _closing(trailers: Any) -> bool:
+    """Whether a call's trailing metadata says its server is shutting down."""
+    return any(key == CLOSING_KEY for key, _ in trailers or ())
 
 
 def _loop_time() -> float:

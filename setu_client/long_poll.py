@@ -198,11 +198,18 @@ class LongPollWindow:
 
 def add_long_poll_option(parser: argparse.ArgumentParser) -> None:
     """`--long-poll-seconds` (env SETU_LONG_POLL_SECONDS), for the runtimes' CLIs."""
+
+    def seconds(text: str) -> float:
+        try:
+            return configured_seconds(float(text))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
     raw = os.environ.get(ENV_LONG_POLL_SECONDS, "").strip()
     parser.add_argument(
         "--long-poll-seconds",
-        type=float,
-        default=float(raw) if raw else DEFAULT_LONG_POLL_SECONDS,
+        type=seconds,
+        default=raw or str(DEFAULT_LONG_POLL_SECONDS),
         help="the longest a lease long-poll is held; shortened by itself below what cuts "
         f"it on the way, such as a proxy's read timeout (env {ENV_LONG_POLL_SECONDS})",
     )

@@ -3,12 +3,18 @@ so, and how it probes back up, on a clock the test moves by hand."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 
 import grpc
 import pytest
 
-from setu_client.long_poll import LongPollWindow, configured_seconds, http_status
+from setu_client.long_poll import (
+    LongPollWindow,
+    add_long_poll_option,
+    configured_seconds,
+    http_status,
+)
 
 U = grpc.StatusCode.UNAVAILABLE
 NGINX_504 = "Received http2 header with status: 504"
@@ -205,3 +211,19 @@ def test_a_server_never_reached_is_a_failure_however_long_it_took() -> None:
         assert not w.on_error(U, "keepalive watchdog timeout", 30.0)
     assert w.cut is None
     assert w.window() == 55.0
+
+
+def test_the_runtimes_flag_defaults_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    def parsed(*argv: str) -> float:
+        parser = argparse.ArgumentParser()
+        add_long_poll_option(parser)
+        seconds: float = parser.parse_args(argv).long_poll_seconds
+        return seconds
+
+    monkeypatch.delenv("SETU_LONG_POLL_SECONDS", raising=False)
+    assert parsed() == 55.0
+    monkeypatch.setenv("SETU_LONG_POLL_SECONDS", "12")
+    assert parsed() == 12.0
+    assert parsed("--long-poll-seconds", "7") == 7.0
+    with pytest.raises(SystemExit):
+        parsed("--long-poll-seconds", "0.2")

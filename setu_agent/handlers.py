@@ -95,11 +95,13 @@ class ContextReporter:
     async def extracted(self, stream: str, rows: int) -> None:
         self.rows_read += rows
         self._ctx.report(rows_read=self.rows_read, stream=stream)
+        self._ctx.checkpoint = f"extract of {stream}, {self.rows_read:,} rows read"
         self._ctx.check_cancelled()
 
     async def loaded(self, stream: str, rows: int) -> None:
         self.rows_written += rows
         self._ctx.report(rows_written=self.rows_written, stream=stream)
+        self._ctx.checkpoint = f"load of {stream}, {self.rows_written:,} rows written"
         self._ctx.check_cancelled()
 
     async def committing(self, stream: str) -> None:

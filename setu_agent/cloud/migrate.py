@@ -78,6 +78,11 @@ class RunReporter:
 
     async def extracted(self, stream: str, rows: int) -> None:
         self.rows_extracted += rows
+        self._ctx.checkpoint = (
+            f"direct copy of {stream}, {self.rows_extracted:,} rows read"
+            if self.loads_too
+            else f"extract of {stream}, {self.rows_extracted:,} rows read"
+        )
         if self.loads_too:
             self._ctx.report(rows_read=self.rows_extracted, stream=stream)
             self._ctx.check_cancelled()
@@ -86,6 +91,7 @@ class RunReporter:
 
     async def loaded(self, stream: str, rows: int) -> None:
         self.rows_loaded += rows
+        self._ctx.checkpoint = f"load of {stream}, {self.rows_loaded:,} rows written"
         await self._flush(stream)
 
     async def note(self, stream: str, message: str) -> None:

@@ -78,7 +78,11 @@ def postgres_error(exc: BaseException, what: str) -> ProviderError:
             fields = PG_LOGIN if state.startswith("28") else ()
             return PermanentError(f"{message} ({fix})", fields=fields)
         return ProviderError(message)
-    if isinstance(exc, ConnectionError) or type(exc).__name__ in _PG_LOST:
+    if (
+        isinstance(exc, ConnectionError)
+        or type(exc).__name__ in _PG_LOST
+        or any(words in str(exc) for words in _PG_CLOSED)
+    ):
         return OutageError(message)
     if isinstance(exc, OSError | TimeoutError):
         return TransientError(message)
@@ -87,6 +91,9 @@ def postgres_error(exc: BaseException, what: str) -> ProviderError:
 
 # asyncpg's own names for a connection that went away mid-statement.
 _PG_LOST = frozenset({"ConnectionDoesNotExistError", "ConnectionResetError"})
+# asyncpg's words for a statement on a session the server closed (an
+# InterfaceError: the server's goodbye came while the session was idle).
+_PG_CLOSED = ("connection is closed", "connection was closed")
 
 
 # -- SQLite

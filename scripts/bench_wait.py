@@ -330,18 +330,21 @@ class CountingClient(SetuClient):
     def wait_call_count(self) -> int:
         return sum(self.wait_calls.values())
 
-    async def _wait_once(self, job_id: str, window: float) -> Any:
+    async def _wait_once(self, *args: Any) -> Any:
+        # Whatever the SDK passes its one WaitJob attempt (the job, the
+        # window, the channel), and whatever it gets back with the answer.
         self.in_flight += 1
         try:
-            answer = await super()._wait_once(job_id, window)
+            result = await super()._wait_once(*args)
         except Exception as exc:
             code = getattr(exc, "code", None)
             self.wait_calls[f"{type(exc).__name__} {getattr(code, 'name', '')}".strip()] += 1
             raise
         finally:
             self.in_flight -= 1
+        answer = result[0] if isinstance(result, tuple) else result
         self.wait_calls["terminal" if answer.terminal else "not terminal"] += 1
-        return answer
+        return result
 
 
 def outcomes(calls: Counter[str]) -> str:

@@ -27,8 +27,10 @@ from setu_agent.runtime.grpc_source import GrpcTaskSource
 from setu_agent.runtime.loop import REPORT_GRACE_SECONDS, backoff
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client.channel import open_channel
+from setu_client.diagnose import Outage
 from setu_client.errors import PermissionDenied, SetuError, Unauthenticated
 from setu_client.long_poll import LongPollWindow, add_long_poll_option
+from setu_client.tls import add_tls_options, tls_from_options
 
 VERSION = "0.1.0"
 log = logging.getLogger("setu.agent")
@@ -56,17 +58,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--token", default=_env("AGENT_TOKEN"), help="this agent's token (env SETU_AGENT_TOKEN)"
     )
-    p.add_argument(
-        "--tls",
-        action="store_true",
-        default=bool(_env("TLS")),
-        help="connect with TLS (env SETU_TLS)",
-    )
-    p.add_argument(
-        "--root-cert",
-        default=_env("ROOT_CERT"),
-        help="PEM file of the CA that signed the server (env SETU_ROOT_CERT)",
-    )
+    add_tls_options(p)
     p.add_argument(
         "--concurrency",
         type=int,
@@ -132,8 +124,7 @@ def blob_override(url: str) -> BlobSettings | None:
 
 async def run(args: argparse.Namespace) -> None:
     secrets = SecretStore.from_file(Path(args.secrets_file) if args.secrets_file else None)
-    root = args.root_cert_pem
-    async with open_channel(args.server, args.token, tls=args.tls, root_certificates=root) as ch:
+    async with open_channel(args.server, args.token, tls=args.tls_config) as ch:
         source = GrpcTaskSource(ch, LongPollWindow(args.server, args.long_poll_seconds))
         engine = EngineHandlers(
             secrets,
@@ -152,6 +143,7 @@ async def run(args: argparse.Namespace) -> None:
             concurrency=args.concurrency,
             sign_off=source.sign_off,
             report_grace_seconds=args.report_grace_seconds,
+            server_outage=Outage(args.server, tls=args.tls_config is not None),
         )
         await serve(runtime, source, sorted(handlers), args.grace_seconds, args.server)
 
@@ -172,7 +164,7 @@ async def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
 
-    answered = asyncio.create_task(_check_in(source, kinds))
+    answered = asyncio.create_task(_check_in(source, kinds, runtime.server_outage))
     stopped = asyncio.create_task(stop.wait())
     await asyncio.wait({answered, stopped}, return_when=asyncio.FIRST_COMPLETED)
     if stop.is_set():
@@ -190,13 +182,18 @@ async def serve(
     await working
 
 
-async def _check_in(source: GrpcTaskSource, kinds: list[str]) -> pb.CheckInResponse:
-    """Until the server answers: it may not be up yet."""
-    async for attempt in backoff(who="setu-agent"):
+async def _check_in(
+    source: GrpcTaskSource, kinds: list[str], server_outage: Outage
+) -> pb.CheckInResponse:
+    """Until the server answers: it may not be up yet (or not reachable:
+    `server_outage` says why, once)."""
+    answer: pb.CheckInResponse | None = None
+    async for attempt in backoff(who="setu-agent", server_outage=server_outage):
         with attempt:
-            answer: pb.CheckInResponse = await source.check_in(VERSION, kinds, platform.node())
-            return answer
-    raise AssertionError("unreachable")  # pragma: no cover
+            answer = await source.check_in(VERSION, kinds, platform.node())
+    # After the loop, not from inside it: its last turn tells server_outage.
+    assert answer is not None  # tenacity retries until an answer, or raises
+    return answer
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -207,9 +204,11 @@ def main(argv: list[str] | None = None) -> None:
 
     logs.configure(args.log_level, "json")
     try:
-        args.root_cert_pem = Path(args.root_cert).read_bytes() if args.root_cert else None
+        args.tls_config = tls_from_options(args)
         asyncio.run(run(args))
-    except OSError as exc:  # the root certificate, the secrets file
+    except ValueError as exc:  # a client certificate without its key
+        sys.exit(_one_line(str(exc)))
+    except OSError as exc:  # a certificate or key, the secrets file
         sys.exit(_one_line(f"cannot read {exc.filename}: {exc.strerror or exc}"))
     except (Unauthenticated, PermissionDenied) as exc:
         sys.exit(

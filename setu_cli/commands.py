@@ -44,11 +44,12 @@ from setu_client import (
     RetryPolicy,
     SetuClient,
     SetuError,
-    Unavailable,
     WriteMode,
 )
+from setu_client.diagnose import cause_of
 from setu_client.messages import Connection, Pipeline
 from setu_client.replicas import Replicas
+from setu_client.tls import TlsConfig, add_tls_options, tls_defaults, tls_from_options
 
 EXIT_SUCCEEDED = 0
 EXIT_FAILED = 1
@@ -479,8 +480,7 @@ def _option_defaults() -> dict[str, Any]:
     return {
         "server": os.environ.get("SETU_SERVER", "127.0.0.1:50051"),
         "api_key": os.environ.get("SETU_API_KEY", ""),
-        "tls": False,
-        "root_cert": None,
+        **tls_defaults(),
         "json": False,
     }
 
@@ -499,14 +499,7 @@ def client_options() -> argparse.ArgumentParser:
         help="host:port of setu-server (env SETU_SERVER; default 127.0.0.1:50051)",
     )
     group.add_argument("--api-key", default=hidden, help="required (env SETU_API_KEY)")
-    group.add_argument("--tls", action="store_true", default=hidden, help="connect with TLS")
-    group.add_argument(
-        "--root-cert",
-        metavar="FILE",
-        type=Path,
-        default=hidden,
-        help="PEM roots to trust (implies --tls)",
-    )
+    add_tls_options(group, from_environment=False)
     group.add_argument(
         "--json", action="store_true", default=hidden, help="print one JSON document"
     )
@@ -621,20 +614,30 @@ async def _dispatch(args: argparse.Namespace, session: Session) -> int:
         raise CliError("the API key has characters a key never has (a stray space or newline?)")
     if getattr(args, "limit", 1) < 1:
         raise CliError("--limit must be at least 1")
-    try:
-        roots = args.root_cert.read_bytes() if args.root_cert else None
-    except OSError as exc:
-        raise CliError(f"--root-cert: {exc}") from exc
     handler: Handler = args.handler
     async with SetuClient(
         args.server,
         args.api_key,
-        tls=args.tls,
-        root_certificates=roots,
+        tls=args.tls_config or False,
         retry=CLI_RETRY,
         outage=ServerWatch(args.server),
     ) as client:
         return await handler(client, args, session)
+
+
+def one_line_error(error: SetuError, server: str, tls: TlsConfig | None) -> str:
+    """A failed call in one line: the cause when the server was not reached
+    (setu_client/diagnose.py), else the server's own message."""
+    cause = cause_of(error, tls=tls is not None)
+    if cause is not None:
+        return f"cannot reach {server}: {cause}"
+    return error.message
+
+
+def file_error(exc: OSError | ValueError) -> str:
+    if isinstance(exc, OSError) and exc.filename:
+        return f"cannot read {exc.filename}: {exc.strerror or exc}"
+    return str(exc)
 
 
 def run_client_command(args: argparse.Namespace) -> int:
@@ -643,6 +646,11 @@ def run_client_command(args: argparse.Namespace) -> int:
         if not hasattr(args, name):
             setattr(args, name, value)
     session = Session()
+    try:
+        args.tls_config = tls_from_options(args)
+    except (OSError, ValueError) as exc:
+        print(f"error: TLS: {file_error(exc)}", file=sys.stderr)
+        return EXIT_ERROR
     try:
         return asyncio.run(_dispatch(args, session))
     except KeyboardInterrupt:
@@ -657,8 +665,7 @@ def run_client_command(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except SetuError as exc:
-        where = f"cannot reach {args.server}: " if isinstance(exc, Unavailable) else ""
-        print(f"error: {where}{exc.message}", file=sys.stderr)
+        print(f"error: {one_line_error(exc, args.server, args.tls_config)}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as exc:
         # A person reads this: one line that names the failure. A bug's

@@ -58,6 +58,7 @@ from setu_client.errors import (
     Unavailable,
     Unimplemented,
 )
+from setu_client.tls import TlsConfig
 
 __all__ = [
     "TERMINAL_STATES",
@@ -99,6 +100,7 @@ __all__ = [
     "SetuError",
     "StreamOutput",
     "SystemClock",
+    "TlsConfig",
     "Unauthenticated",
     "Unavailable",
     "Unimplemented",

@@ -76,6 +76,7 @@ from setu_client.messages import (
     TestConnectionResponse,
 )
 from setu_client.replicas import OutageListener, OutageWatch, Replicas
+from setu_client.tls import TlsConfig
 
 T = TypeVar("T")
 
@@ -180,6 +181,10 @@ class SetuClient:
     its deadline. Behind a proxy that cuts calls sooner, the client learns
     the cut, waits less per call (`long_polls`, a LongPollWindow, says how
     long) and never counts a cut against the retry budget.
+
+    TLS: `tls=True` trusts the system's roots, or `root_certificates` (PEM)
+    a private CA; a `TlsConfig` also carries a client certificate for a
+    server that requires one (mutual TLS).
     """
 
     def __init__(
@@ -187,7 +192,7 @@ class SetuClient:
         target: str,
         api_key: str,
         *,
-        tls: bool = False,
+        tls: bool | TlsConfig = False,
         root_certificates: bytes | None = None,
         retry: RetryPolicy | None = None,
         long_poll_channels: int = 2,

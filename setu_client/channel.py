@@ -7,6 +7,8 @@ from typing import Any
 
 import grpc
 
+from setu_client.tls import TlsConfig, tls_config
+
 # Ping an idle connection so a silently dead peer (a NAT that dropped the
 # flow, a crashed or stopped host) is noticed in seconds, not at the next
 # call's timeout. grpcio times a ping out at `grpc.http2.ping_timeout_ms`
@@ -55,16 +57,19 @@ def open_channel(
     target: str,
     token: str | None = None,
     *,
-    tls: bool = False,
+    tls: bool | TlsConfig | None = False,
     root_certificates: bytes | None = None,
     options: Sequence[tuple[str, Any]] = (),
 ) -> grpc.aio.Channel:
-    """An asyncio channel that sends `authorization: Bearer <token>` on every call."""
+    """An asyncio channel that sends `authorization: Bearer <token>` on every call.
+
+    `tls` is a TlsConfig (roots, client certificate), or True for TLS with
+    `root_certificates` (None: the system's roots); plaintext otherwise."""
     interceptors: Any = [_UnaryAuth(token), _StreamAuth(token)] if token else None
     all_options = [*KEEPALIVE_OPTIONS, *options]
-    if tls or root_certificates:
-        credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates)
+    config = tls_config(tls, root_certificates)
+    if config is not None:
         return grpc.aio.secure_channel(
-            target, credentials, options=all_options, interceptors=interceptors
+            target, config.credentials(), options=all_options, interceptors=interceptors
         )
     return grpc.aio.insecure_channel(target, options=all_options, interceptors=interceptors)

@@ -9,3 +9,10 @@ import os
 # grpc in the child, so the handlers serve nothing. grpc reads this when it is
 # first imported, hence here; a value set by the caller wins.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
+# grpc's C core writes lines of its own on stderr, and a failed TLS handshake
+# is one ("ssl_transport_security.cc:2563] Handshake failed …") at every
+# attempt: they broke the CLI's one-line errors and the JSON log lines. Setu
+# names the cause itself (setu_client/diagnose.py); GRPC_VERBOSITY=INFO
+# brings grpc's lines back. Read when grpc is first imported, hence here.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")

@@ -26,12 +26,16 @@ from setu_cli.commands import (
     EXIT_CODES_HELP,
     add_client_commands,
     client_options,
+    file_error,
+    one_line_error,
     run_client_command,
 )
 from setu_client import SetuClient, logs, message_to_dict
 from setu_client import admin as apb
 from setu_client.channel import open_channel
+from setu_client.diagnose import cause_of
 from setu_client.errors import SetuError, from_rpc_error
+from setu_client.tls import add_tls_options, tls_defaults, tls_from_options
 from setu_server import dev_secrets
 from setu_server.config import Settings
 from setu_server.service.secrets import TokenKind, new_secret
@@ -184,7 +188,11 @@ async def _admin_call(
     token = args.admin_token or os.environ.get("SETU_ADMIN_TOKEN", "")
     if not token:
         raise _AdminError("an admin token is required (--admin-token or SETU_ADMIN_TOKEN)")
-    async with open_channel(args.server, token, tls=args.tls) as channel:
+    try:
+        tls = tls_from_options(args)
+    except (OSError, ValueError) as exc:
+        raise _AdminError(f"TLS: {file_error(exc)}") from None
+    async with open_channel(args.server, token, tls=tls) as channel:
         try:
             stub = apb.AdminServiceStub(channel)
             if getattr(args, "workspace", ""):
@@ -192,8 +200,9 @@ async def _admin_call(
             _print(await call(stub))
         except grpc.aio.AioRpcError as exc:
             error = from_rpc_error(exc)
-            where = f"cannot reach {args.server}: " if error.code.name == "UNAVAILABLE" else ""
-            raise _AdminError(f"{where}{error.code.name}: {error.message}") from None
+            if cause_of(error, tls=tls is not None) is not None:
+                raise _AdminError(one_line_error(error, args.server, tls)) from None
+            raise _AdminError(f"{error.code.name}: {error.message}") from None
 
 
 async def _workspace_id(admin: apb.AdminServiceAsyncStub, ref: str) -> str:
@@ -249,7 +258,7 @@ def _admin_options() -> argparse.ArgumentParser:
         help="host:port of setu-server (env SETU_SERVER; default 127.0.0.1:50051)",
     )
     group.add_argument("--admin-token", default=hidden, help="(env SETU_ADMIN_TOKEN)")
-    group.add_argument("--tls", action="store_true", default=hidden, help="use TLS")
+    add_tls_options(group, from_environment=False)
     return options
 
 
@@ -257,7 +266,7 @@ def _admin_defaults(args: argparse.Namespace) -> None:
     defaults = {
         "server": os.environ.get("SETU_SERVER", "127.0.0.1:50051"),
         "admin_token": "",
-        "tls": False,
+        **tls_defaults(),
     }
     for name, value in defaults.items():
         if not hasattr(args, name):

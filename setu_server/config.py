@@ -119,6 +119,23 @@ class Settings:
     )
     tls_cert: str = field(default="", metadata={"help": "PEM certificate file; enables TLS"})
     tls_key: str = field(default="", metadata={"help": "PEM private key file"})
+    tls_client_ca: str = field(
+        default="",
+        metadata={
+            "help": "PEM of the CA whose client certificates are accepted: every client "
+            "(agents, workers, SDK, CLI) must present one (mutual TLS); needs TLS_CERT"
+        },
+    )
+    worker_client_cert: str = field(
+        default="",
+        metadata={
+            "help": "PEM client certificate this server's own cloud workers present "
+            "(needed with TLS_CLIENT_CA)"
+        },
+    )
+    worker_client_key: str = field(
+        default="", metadata={"help": "PEM private key of WORKER_CLIENT_CERT"}
+    )
     grace_seconds: float = field(
         default=10.0, metadata={"help": "how long in-flight calls may finish on shutdown"}
     )

@@ -433,7 +433,13 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
     port = _bind(server, settings)
     await server.start()
     log.info(
-        "serving", extra={"address": settings.listen, "port": port, "tls": bool(settings.tls_cert)}
+        "serving",
+        extra={
+            "address": settings.listen,
+            "port": port,
+            "tls": bool(settings.tls_cert),
+            "client_certificates": "required" if settings.tls_client_ca else "no",
+        },
     )
     if settings.worker_processes > 0 and settings.worker_concurrency > 0:
         parts.workers = WorkerSupervisor(
@@ -482,6 +488,9 @@ def worker_settings(settings: Settings, port: int, token: str) -> dict[str, str]
             "SETU_WORKER_IDLE_CONNECTION_SECONDS": str(settings.worker_idle_connection_seconds),
             "SETU_TLS": "1" if settings.tls_cert else "",
             "SETU_ROOT_CERT": str(Path(settings.tls_cert).resolve()) if settings.tls_cert else "",
+            # For a server that requires client certificates (SETU_TLS_CLIENT_CA).
+            "SETU_CLIENT_CERT": _resolved(settings.worker_client_cert),
+            "SETU_CLIENT_KEY": _resolved(settings.worker_client_key),
             "SETU_SECRETS_FILE": secrets_file,
             "SETU_SHARED_SECRETS": settings.shared_secrets,
             "SETU_CLOUD_REACH": settings.cloud_reach,
@@ -502,13 +511,39 @@ def worker_settings(settings: Settings, port: int, token: str) -> dict[str, str]
     )
 
 
+def _resolved(path: str) -> str:
+    return str(Path(path).resolve()) if path else ""
+
+
+def check_tls(settings: Settings) -> None:
+    """Refuses, at startup, TLS settings that could only fail later."""
+    if settings.tls_cert and not settings.tls_key:
+        raise SystemExit("SETU_TLS_CERT is set but SETU_TLS_KEY is not")
+    if settings.tls_client_ca and not settings.tls_cert:
+        raise SystemExit(
+            "SETU_TLS_CLIENT_CA needs SETU_TLS_CERT and SETU_TLS_KEY (mutual TLS is TLS)"
+        )
+    if bool(settings.worker_client_cert) != bool(settings.worker_client_key):
+        raise SystemExit("SETU_WORKER_CLIENT_CERT and SETU_WORKER_CLIENT_KEY go together")
+    own_workers = settings.worker_processes > 0 and settings.worker_concurrency > 0
+    if settings.tls_client_ca and own_workers and not settings.worker_client_cert:
+        # They would be refused at every connection attempt, forever.
+        raise SystemExit(
+            "SETU_TLS_CLIENT_CA requires client certificates, so this server's own cloud "
+            "workers need SETU_WORKER_CLIENT_CERT and SETU_WORKER_CLIENT_KEY (or "
+            "SETU_WORKER_PROCESSES=0, with setu-worker run elsewhere)"
+        )
+
+
 def _bind(server: grpc.aio.Server, settings: Settings) -> int:
+    check_tls(settings)
     if settings.tls_cert:
-        if not settings.tls_key:
-            raise SystemExit("SETU_TLS_CERT is set but SETU_TLS_KEY is not")
         key = Path(settings.tls_key).read_bytes()
         cert = Path(settings.tls_cert).read_bytes()
-        credentials = grpc.ssl_server_credentials([(key, cert)])
+        client_ca = Path(settings.tls_client_ca).read_bytes() if settings.tls_client_ca else None
+        credentials = grpc.ssl_server_credentials(
+            [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
+        )
         port: int = server.add_secure_port(settings.listen, credentials)
     else:
         port = server.add_insecure_port(settings.listen)

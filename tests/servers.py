@@ -194,3 +194,37 @@ async def checked_in_runtime(
             proc.kill()
         await proc.wait()
         await copying
+
+
+async def agent_with_stderr(port: int, token: str, **env: str) -> asyncio.subprocess.Process:
+    """A real setu-agent (with the test handlers) whose log lines the test
+    reads as they come, with `line_with`; the caller kills it."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "setu_agent.main",
+        env=os.environ
+        | {
+            "SETU_SERVER": f"127.0.0.1:{port}",
+            "SETU_AGENT_TOKEN": token,
+            "SETU_AGENT_EXTRA_HANDLERS": "tests.e2e.agent_handlers:HANDLERS",
+        }
+        | env,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def line_with(
+    proc: asyncio.subprocess.Process, text: str, seen: list[str] | None = None
+) -> str:
+    """The next line of `proc`'s stderr that holds `text` (every line read
+    on the way is added to `seen`)."""
+    assert proc.stderr is not None
+    while line := (await proc.stderr.readline()).decode():
+        if seen is not None:
+            seen.append(line)
+        if text in line:
+            return line
+    raise AssertionError(f"the process exited without saying {text!r}")

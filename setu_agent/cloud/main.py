@@ -38,7 +38,9 @@ from setu_agent.runtime.grpc_source import GrpcTaskSource
 from setu_agent.runtime.task import LeasedTask
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client.channel import open_channel
+from setu_client.diagnose import Outage
 from setu_client.long_poll import LongPollWindow, add_long_poll_option
+from setu_client.tls import add_tls_options, tls_from_options
 
 log = logging.getLogger("setu.worker")
 
@@ -52,8 +54,7 @@ def parser() -> argparse.ArgumentParser:
     add = p.add_argument
     add("--server", default=_env("SERVER", "127.0.0.1:50051"), help="setu-server (SETU_SERVER)")
     add("--token", default=_env("WORKER_TOKEN"), help="the worker token (SETU_WORKER_TOKEN)")
-    add("--tls", action="store_true", default=bool(_env("TLS")), help="TLS (SETU_TLS)")
-    add("--root-cert", default=_env("ROOT_CERT"), help="PEM of the server's CA (SETU_ROOT_CERT)")
+    add_tls_options(p)
     add(
         "--concurrency",
         type=int,
@@ -145,8 +146,7 @@ async def run(args: argparse.Namespace) -> None:
         secret_access_key=args.blob_secret_access_key,
         session_token=args.blob_session_token,
     )
-    root = args.root_cert_pem
-    async with open_channel(args.server, args.token, tls=args.tls, root_certificates=root) as ch:
+    async with open_channel(args.server, args.token, tls=args.tls_config) as ch:
         source = GrpcTaskSource(ch, LongPollWindow(args.server, args.long_poll_seconds))
 
         def book(task: LeasedTask) -> GrpcRunBook:
@@ -171,7 +171,13 @@ async def run(args: argparse.Namespace) -> None:
             **EngineHandlers(secrets, batch_rows=args.batch_rows, policy=policy).table(),
             "migrate": Migrate(book, blob, secrets, settings, policy, connections),
         }
-        runtime = Runtime(source, handlers, name="cloud worker", concurrency=args.concurrency)
+        runtime = Runtime(
+            source,
+            handlers,
+            name="cloud worker",
+            concurrency=args.concurrency,
+            server_outage=Outage(args.server, tls=args.tls_config is not None),
+        )
 
         def checked_in(answer: pb.CheckInResponse) -> None:
             if policy is not None:
@@ -212,7 +218,10 @@ def main(argv: list[str] | None = None) -> None:
     from setu_client import logs
 
     logs.configure(args.log_level, args.log_format)
-    args.root_cert_pem = Path(args.root_cert).read_bytes() if args.root_cert else None
+    try:
+        args.tls_config = tls_from_options(args)
+    except (OSError, ValueError) as exc:
+        parser().error(f"TLS: {exc}")
     asyncio.run(run(args))
 
 

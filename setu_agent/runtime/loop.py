@@ -42,7 +42,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NoReturn
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
+from tenacity import AsyncRetrying, RetryCallState, wait_random_exponential
 
 from setu_agent.results import MalformedResult, TaskResult, check_result, redacted
 from setu_agent.runtime.task import (
@@ -54,6 +54,7 @@ from setu_agent.runtime.task import (
     TaskSource,
     describe,
 )
+from setu_client.diagnose import Outage
 from setu_client.errors import (
     Cancelled,
     DeadlineExceeded,
@@ -84,24 +85,42 @@ def backoff(
     who: str = "runtime",
     *,
     retry_on: Callable[[BaseException], bool] = is_transient,
+    server_outage: Outage | None = None,
 ) -> AsyncRetrying:
     """Retry transient failures (or whatever retry_on accepts) forever:
     exponential with full jitter, capped. A fresh one per call, so the delay
-    starts small again after a success."""
+    starts small again after a success. `server_outage` hears every attempt: it
+    names a failure's address and cause once, and says when the server
+    answers again (setu_client/diagnose.py)."""
+    heard = server_outage or Outage("setu-server")
+
+    def retry(state: RetryCallState) -> bool:
+        error = state.outcome.exception() if state.outcome else None
+        if error is None or (isinstance(error, Exception) and not unreached(error, heard)):
+            # An answer came from the server, even a refusal: it is reached.
+            heard.reached(who=who)
+        return error is not None and retry_on(error)
+
     return AsyncRetrying(
-        retry=retry_if_exception(retry_on),
+        retry=retry,
         wait=wait_random_exponential(multiplier=0.5, max=max_seconds),
-        before_sleep=lambda state: _log_backoff(who, state),
+        before_sleep=lambda state: _log_backoff(who, state, heard),
         reraise=True,
     )
 
 
-def _log_backoff(who: str, state: RetryCallState) -> None:
+def unreached(error: BaseException, outage: Outage) -> bool:
+    """Whether `error` says the server was not reached: a transient status,
+    or a proxy's or a transport's failure that grpc reports as another code
+    (a proxy's HTTP 500 arrives as UNKNOWN)."""
+    return is_transient(error) or outage.cause(error) is not None
+
+
+def _log_backoff(who: str, state: RetryCallState, outage: Outage) -> None:
     error = state.outcome.exception() if state.outcome else None
-    if error is None or is_transient(error):
-        log.warning(
-            "server unreachable; backing off", extra={"who": who, "attempt": state.attempt_number}
-        )
+    if error is None or unreached(error, outage):
+        # At WARNING once per outage (and per new cause), naming the address.
+        outage.failed(error or Unavailable(""), who=who, attempt=state.attempt_number)
     else:
         # Not a network blip (INTERNAL, UNKNOWN, a bug): loud, with its
         # traceback, but the slot goes on (a dead slot would idle silently).
@@ -129,8 +148,11 @@ class Runtime:
         max_backoff_seconds: float = 30.0,
         sign_off: Callable[[str], Awaitable[None]] | None = None,
         report_grace_seconds: float = REPORT_GRACE_SECONDS,
+        server_outage: Outage | None = None,
     ) -> None:
         self._source = source
+        # Every call's failures and answers, for the log of an outage.
+        self.server_outage = server_outage or Outage("setu-server")
         self._report_grace = report_grace_seconds
         # Set by stop() once the report grace is spent: reports still in
         # flight are abandoned, their tasks left to their leases' expiry.
@@ -328,10 +350,15 @@ class Runtime:
 
     async def _lease(self, max_tasks: int) -> list[LeasedTask]:
         # Any error backs off and tries again: no answer may end the leasing.
-        async for attempt in backoff(self._max_backoff, self.name, retry_on=_any_error):
+        leased: list[LeasedTask] = []
+        async for attempt in backoff(
+            self._max_backoff, self.name, retry_on=_any_error, server_outage=self.server_outage
+        ):
             with attempt:
-                return await self._source.lease(self._wait, max_tasks)
-        return []  # pragma: no cover - tenacity reraises
+                leased = await self._source.lease(self._wait, max_tasks)
+        # Returned after the loop, not from inside it: the loop's last turn
+        # is what tells the backoff (and its server_outage) that this worked.
+        return leased
 
     # -- one task
 
@@ -426,6 +453,7 @@ class Runtime:
                 async with asyncio.timeout_at(min(sent + interval, deadline)):
                     cancel = await self._source.heartbeat(context.task, dict(context.progress))
                 confirmed, due = sent, sent + interval
+                self.server_outage.reached(who=self.name)
                 if cancel and not context.cancel_requested.is_set():
                     log.info("cancel requested", extra={"task_id": context.task.id})
                     context.cancel_requested.set()
@@ -433,7 +461,9 @@ class Runtime:
                 work.cancel()
                 raise
             except (*TRANSIENT, TimeoutError) as exc:
-                log.warning("heartbeat failed; will try again", extra={"error": str(exc)})
+                # An outage is said once (by whichever call meets it first).
+                self.server_outage.failed(exc, who=self.name)
+                log.debug("heartbeat failed; will try again", extra={"error": str(exc)})
             except Exception:
                 # Not transient, yet giving up would let the lease lapse
                 # silently while the task works on: say so, and beat again.
@@ -484,7 +514,9 @@ class Runtime:
         self, call: Callable[[], Awaitable[None]], outcome: str, task: LeasedTask
     ) -> None:
         try:
-            async for attempt in backoff(self._max_backoff, self.name):
+            async for attempt in backoff(
+                self._max_backoff, self.name, server_outage=self.server_outage
+            ):
                 with attempt:
                     await call()
         except LeaseLost:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 import uuid
 from pathlib import Path
 
@@ -20,7 +18,14 @@ from setu_client.channel import open_channel
 from setu_server.models import JobState, TaskState
 from setu_server.store import jobs, tasks
 from tests.factories import Tenant, make_task
-from tests.servers import ROOT, agent_process, free_port, server_process, wait_healthy
+from tests.servers import (
+    agent_process,
+    agent_with_stderr,
+    free_port,
+    line_with,
+    server_process,
+    wait_healthy,
+)
 
 # Short leases and a brisk reaper, so a dead agent's task comes back in seconds.
 FAST = {
@@ -79,10 +84,10 @@ async def test_an_agent_started_before_its_server_backs_off_then_works(
 ) -> None:
     task = await make_task(pool, tenant)
     port = free_port()
-    agent = await _agent_with_stderr(port, tenant.agent_token)
+    agent = await agent_with_stderr(port, tenant.agent_token)
     try:
         # Nothing listens yet: the agent says it is backing off.
-        await asyncio.wait_for(_line_with(agent, "backing off"), 60)
+        await asyncio.wait_for(line_with(agent, "backing off"), 60)
         with server_process({"SETU_DATABASE_URL": database_url}, tmp_path / "s.log", port):
             await wait_healthy(port)
             async with SetuClient(f"127.0.0.1:{port}", tenant.api_key) as client:
@@ -93,33 +98,6 @@ async def test_an_agent_started_before_its_server_backs_off_then_works(
     assert outcome.state == common_pb2.JOB_STATE_SUCCEEDED
 
 
-async def _agent_with_stderr(port: int, token: str, **env: str) -> asyncio.subprocess.Process:
-    """A real setu-agent whose log lines the test reads as they come."""
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "setu_agent.main",
-        env=os.environ
-        | {
-            "SETU_SERVER": f"127.0.0.1:{port}",
-            "SETU_AGENT_TOKEN": token,
-            "SETU_AGENT_EXTRA_HANDLERS": "tests.e2e.agent_handlers:HANDLERS",
-        }
-        | env,
-        cwd=ROOT,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-
-
-async def _line_with(proc: asyncio.subprocess.Process, text: str) -> str:
-    assert proc.stderr is not None
-    while line := (await proc.stderr.readline()).decode():
-        if text in line:
-            return line
-    raise AssertionError(f"the process exited without saying {text!r}")
-
-
 async def test_sigterm_hands_a_running_task_back(
     database_url: str, pool: asyncpg.Pool, tenant: Tenant, tmp_path: Path
 ) -> None:
@@ -127,10 +105,10 @@ async def test_sigterm_hands_a_running_task_back(
     env = {"SETU_DATABASE_URL": database_url, **FAST}
     with server_process(env, tmp_path / "server.log") as (_, port):
         await wait_healthy(port)
-        agent = await _agent_with_stderr(port, tenant.agent_token, SETU_GRACE_SECONDS="0.2")
+        agent = await agent_with_stderr(port, tenant.agent_token, SETU_GRACE_SECONDS="0.2")
         try:
             # The agent's own word that its handler runs the task.
-            await asyncio.wait_for(_line_with(agent, "task started"), 60)
+            await asyncio.wait_for(line_with(agent, "task started"), 60)
             agent.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(agent.wait(), 30) == 0
         finally:

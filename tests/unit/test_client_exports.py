@@ -46,6 +46,7 @@ PUBLIC = [
     "SetuError",
     "StreamOutput",
     "SystemClock",
+    "TlsConfig",
     "Unauthenticated",
     "Unavailable",
     "Unimplemented",
@@ -80,8 +81,8 @@ def test_every_public_name_comes_from_its_module_not_a_stray_import() -> None:
     # slip into `from setu_client import *` unnoticed; nothing else is public.
     module_attrs = {n for n in vars(setu_client) if not n.startswith("_")}
     submodules = {
-        *("admin", "channel", "clock", "errors", "logs", "long_poll", "messages"),
-        "replicas",
+        *("admin", "channel", "clock", "diagnose", "errors", "logs"),
+        *("long_poll", "messages", "replicas", "tls"),
     }
     assert module_attrs - submodules == set(PUBLIC)
 

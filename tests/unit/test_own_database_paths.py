@@ -21,7 +21,7 @@ import pytest
 from setu_agent.cloud.policy import CloudPolicy, cloud_egress
 from setu_agent.engine import this_machine
 from setu_agent.engine.egress import AddressPolicy, parse_networks
-from setu_agent.engine.providers.base import ConfigError
+from setu_agent.engine.providers.base import ConfigError, ProviderError
 from setu_agent.engine.providers.postgres import PROVIDER as POSTGRES
 from setu_server.worker.endpoints import DEFAULT_SOCKET_FOLDERS, own_database
 
@@ -181,3 +181,19 @@ async def test_an_empty_host_is_refused_rather_than_left_to_the_driver() -> None
     for host in ("", "  "):
         with pytest.raises(ConfigError, match=r"config\.host: empty"):
             await POSTGRES.connect({"host": host, "database": "d", "user": "u"})
+
+
+async def test_a_host_list_is_one_path_to_the_driver_never_a_way_around_the_check(
+    own_socket: Path,
+) -> None:
+    # libpq would split `a,b` into two hosts and try the second; asyncpg
+    # takes a `host` argument whole, so the checked path is the one opened.
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.bind(str(own_socket / ".s.PGSQL.5433"))
+        probe.listen()
+        probe.setblocking(False)
+        config = {"host": f"/nowhere,{own_socket}", "port": 5433, "database": "d", "user": "u"}
+        with pytest.raises(ProviderError, match="cannot connect"):
+            await POSTGRES.connect(config | {"connect_timeout": 2})
+        with pytest.raises(BlockingIOError):
+            probe.accept()  # nothing knocked

@@ -44,6 +44,13 @@ class Settings:
             "past a transaction-mode pooler, at PostgreSQL itself"
         },
     )
+    listen_probe_seconds: float = field(
+        default=5.0,
+        metadata={
+            "help": "how often the LISTEN session is pinged and probed (a notification sent "
+            "through the pool must come back)"
+        },
+    )
     listen_fallback_seconds: float = field(
         default=1.0,
         metadata={

@@ -307,6 +307,7 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
             TASK_CHANNEL: metrics.counting(TASK_CHANNEL, signals.notified),
         },
         after_reconnect,
+        ping_interval=settings.listen_probe_seconds,
         probe=probe,
         on_health=fallback.listen_health,
         # LISTEN through the same transaction-mode pooler cannot hold a session.

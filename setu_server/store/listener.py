@@ -229,7 +229,8 @@ class Listener:
         self._probes += 1
         self._probe_arrived.clear()
         try:
-            await self._probe(self.probe_channel, str(self._probes))
+            async with asyncio.timeout(self._ping_timeout):  # a pool busy to the brim
+                await self._probe(self.probe_channel, str(self._probes))
         except Exception as exc:
             # The pool cannot reach the database: that says nothing of LISTEN.
             log.debug("listen probe not sent", extra={"error": str(exc)})

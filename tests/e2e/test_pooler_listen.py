@@ -30,7 +30,11 @@ QUIET = {
     "worker_processes": 0,
     "watch_recheck_seconds": 3600.0,
     "lease_poll_seconds": 3600.0,
+    "lease_wait_cap_seconds": 3600.0,
     "listen_fallback_seconds": 0.2,
+    # One probe, at the start: a pooled LISTEN session hands on a notification
+    # now and then when a later ping lands in the session that LISTENed.
+    "listen_probe_seconds": 3600.0,
 }
 
 
@@ -73,7 +77,7 @@ async def test_listen_through_a_transaction_pooler_warns_reports_and_falls_back(
             parked.set()
 
         server.tasks.hooks.parked = mark
-        lease = asyncio.create_task(server.tasks.lease(str(tenant.agent_id), 30.0))
+        lease = asyncio.create_task(server.tasks.lease(str(tenant.agent_id), 3600.0))
         await parked.wait()
         task = await make_task(pool, tenant)
         async with asyncio.timeout(30):

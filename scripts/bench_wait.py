@@ -785,8 +785,10 @@ async def through_proxy(
         learned = client.long_polls.cut
         report.add(
             "window the SDK settled on",
-            f"{client.long_polls.window():g} s"
-            + (f" (cut learned at ~{learned:g} s)" if learned else " (no cut seen)"),
+            f"{client.long_polls.shortened:g} s"
+            + (f" (cut learned at ~{learned:g} s)" if learned else " (no cut seen)")
+            + "; a parked wait then costs one call per window less the server's 1 s: "
+            f"{60 / (client.long_polls.shortened - 1):.2f}/min",
         )
     report.section(f"end: {load()}")
 

@@ -126,8 +126,15 @@ class LongPollWindow:
         self._probed_at = 0.0
         self.cuts = 0  # every cut seen, for tests and benchmarks
 
+    @property
+    def shortened(self) -> float:
+        """The window calls get between probes: below the cut learned, or
+        the configured one when nothing cuts them."""
+        return self._shortened
+
     def window(self) -> float:
-        """Seconds to send as the next call's deadline."""
+        """Seconds to send as the next call's deadline (now and then, while
+        shortened, the full one: a probe)."""
         if self.cut is None:
             return self.ceiling
         self._calls_since_probe += 1

@@ -61,7 +61,7 @@ def test_a_proxy_504_after_a_hold_is_a_cut_and_shortens_the_window(
     with caplog.at_level(logging.INFO, "setu.long_poll"):
         assert w.on_error(U, NGINX_504, 15.02) is True
     assert w.cut == 15.0
-    assert w.window() == 12.0
+    assert w.window() == w.shortened == 12.0
     assert caplog.messages == [
         "long-polls to proxy:443 are cut after ~15 s by something in between; "
         "waiting 12 s per call from now on"

@@ -75,14 +75,13 @@ class RunReporter:
         self.rows_loaded = 0
         # A direct copy reports each batch once, when it is loaded.
         self.loads_too = False
+        # Until the extract is staged whole: a load beside it (overlapped)
+        # leaves the run at the extract, for the checkpoint.
+        self.extracting = run.phase != "load"
 
     async def extracted(self, stream: str, rows: int) -> None:
         self.rows_extracted += rows
-        self._ctx.checkpoint = (
-            f"direct copy of {stream}, {self.rows_extracted:,} rows read"
-            if self.loads_too
-            else f"extract of {stream}, {self.rows_extracted:,} rows read"
-        )
+        self._checkpoint(stream)
         if self.loads_too:
             self._ctx.report(rows_read=self.rows_extracted, stream=stream)
             self._ctx.check_cancelled()
@@ -91,8 +90,20 @@ class RunReporter:
 
     async def loaded(self, stream: str, rows: int) -> None:
         self.rows_loaded += rows
-        self._ctx.checkpoint = f"load of {stream}, {self.rows_loaded:,} rows written"
+        self._checkpoint(stream)
         await self._flush(stream)
+
+    def _checkpoint(self, stream: str) -> None:
+        """Where the run stands, should the task be handed back."""
+        if self.loads_too:
+            where = f"direct copy of {stream}, {self.rows_extracted:,} rows read"
+        elif self.extracting:
+            where = f"extract of {stream}, {self.rows_extracted:,} rows read"
+            if self.rows_loaded:
+                where += f" ({self.rows_loaded:,} loaded beside it)"
+        else:
+            where = f"load of {stream}, {self.rows_loaded:,} rows written"
+        self._ctx.checkpoint = where
 
     async def note(self, stream: str, message: str) -> None:
         await self._book.event(message, stream=stream)
@@ -249,7 +260,7 @@ class _Run:
                 )
             finally:
                 await self._migrate.release(source)
-            await book.staged(Artifact.of(run.blob_prefix, manifest))
+            await self._staged(manifest)
         if run.load_on_agent:
             # cloud → agent: the cloud's part ends here; the run goes on at the edge.
             return MigrateResult(MigrateMode.HANDOFF, rows_extracted=manifest.rows)
@@ -287,6 +298,7 @@ class _Run:
         return await self._load(manifest, frozenset(t.stream for t in totals))
 
     async def _staged(self, manifest: Manifest) -> None:
+        self._reporter.extracting = False
         await self._book.staged(Artifact.of(self._run.blob_prefix, manifest))
 
     async def _load(

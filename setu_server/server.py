@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from setu_agent.engine import testpoints
 from setu_agent.engine.blob import BlobSettings, BlobStore, open_blob
 from setu_agent.engine.s3 import S3Settings
 from setu_client._proto.setu.v1 import (
@@ -225,6 +226,7 @@ class Running:
         if self.http is not None:
             await self.http.stop()
         await self.hooks.draining(None)
+        await testpoints.reached(testpoints.SERVER_DRAINING)
         if parts.workers is not None:
             await parts.workers.stop(grace)
         await self.health.enter_graceful_shutdown()

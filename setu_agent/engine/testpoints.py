@@ -29,6 +29,9 @@ EXTRACTED_PART = "extracted-part-{index}"
 STAGED_PART = "staged-part-{index}"  # part `index` (from 0) committed with its marker
 APPLY_OPEN = "apply-open"  # the apply's transaction written, not yet committed
 APPLIED = "applied"  # the apply committed
+# setu-server's stop(), its long-polls answered and closed, before its cloud
+# workers stop (which takes as long as their tasks take to hand back).
+SERVER_DRAINING = "server-draining"
 
 
 async def reached(point: str) -> None:

@@ -3,10 +3,11 @@
 Certificates are made for the session (tests/certs.py): a private CA that
 signs the server's certificate (127.0.0.1, localhost) and a client's, and an
 unrelated CA. Real agents and real `setu` commands meet real servers: a
-wrong CA, plaintext spoken to a TLS port and a refused port each name their
-cause in the agent's log and the CLI's error; a server that requires client
-certificates refuses an agent without one and takes one with it; an agent
-whose server went away says when it is back."""
+wrong CA, plaintext spoken to a TLS port, a refused port and a proxy's 502
+(Debian's nginx) each name their cause in the agent's log and the CLI's
+error; a server that requires client certificates refuses an agent without
+one and takes one with it; an agent whose server went away says when it is
+back."""
 
 from __future__ import annotations
 
@@ -34,12 +35,14 @@ from tests.servers import (
     in_process,
     line_with,
 )
+from tests.topology import running_nginx
 
 # Causes, as setu_client/diagnose.py words them.
 WRONG_CA = "TLS handshake failed: the server's certificate is not signed by a CA this client"
 PLAINTEXT_TO_TLS = "plaintext spoken to a TLS port"
 REFUSED = "connection refused"
 NO_CLIENT_CERT = "it may require a client certificate"
+PROXY_502 = "a proxy or load balancer in between answered HTTP 502"
 
 
 @pytest.fixture(scope="module")
@@ -281,3 +284,16 @@ async def test_the_agent_says_when_it_reconnects(
     assert record["level"] == "info"
     assert str(record["msg"]).startswith(f"reconnected to 127.0.0.1:{port} after ")
     assert float(record["seconds"]) > 0
+
+
+async def test_the_agent_and_the_cli_name_a_proxy_that_answers_5xx(tenant: Tenant) -> None:
+    # nginx in front of a server that is not there answers every call 502.
+    with running_nginx({"dead": None}) as proxy:
+        port = proxy.ports["dead"]
+        agent = await agent_with_stderr(port, tenant.agent_token)
+        code, _, err = await setu(
+            "admin", "--server", f"127.0.0.1:{port}", "workspace", "list", env=_cli_env()
+        )
+        record = await _warning_of(agent, PROXY_502)
+    assert str(record["msg"]).startswith(f"cannot reach 127.0.0.1:{port}: "), record
+    assert code == 2 and err.strip() == f"error: cannot reach 127.0.0.1:{port}: {PROXY_502}"

@@ -10,7 +10,8 @@ goes through a staging table of its own in the destination
    A part whose marker is there was copied by an earlier attempt: a retry
    after a crash starts at the first part without one.
 2. One transaction then applies the staging table to the target (append,
-   overwrite, upsert or merge, as a one-transaction load would), writes
+   overwrite, upsert or merge, as a one-transaction load would; the
+   target's schema changes, `Target.changes`, made first), writes
    the stream's own marker, drops the staging table and prunes the
    markers nothing reads any more (markers.KEEP_MARKERS). Readers of the target
    see nothing of the stream before this commit, and all of it after.

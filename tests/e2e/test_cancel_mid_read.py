@@ -29,7 +29,7 @@ from setu_client._proto.setu.v1 import common_pb2
 from tests.databases import postgres_config, scratch_database
 from tests.e2e.test_exactly_once import REAL_ENGINE, ROWS, events, source_without_key
 from tests.factories import Tenant, make_tenant
-from tests.pause import pause_point
+from tests.pause import PausePoint, pause_point
 from tests.servers import checked_in_agent, server_process, wait_healthy
 
 S = common_pb2
@@ -38,6 +38,11 @@ pytestmark = pytest.mark.slow
 # 100 rows a batch (the servers' and the agent's): 30 parts; held at the third.
 HELD = testpoints.EXTRACTED_PART.format(index=2)
 REASON = "wrong table"
+# PostgreSQL reads an incremental stream in cursor order, as one COPY that a
+# helper task pumps and the read cuts into batches: the cancel meets both.
+SPECS: dict[str, dict[str, Any]] = {
+    "postgres": {"sync": {"events": {"mode": "incremental", "cursor": "id"}}}
+}
 
 
 def sqlite_source(folder: Path) -> tuple[str, dict[str, Any]]:
@@ -64,17 +69,16 @@ async def postgres_source(url: str) -> tuple[str, dict[str, Any]]:
     return "postgres", postgres_config(url)
 
 
+# An ERROR line as the server and its worker write it (text, asked for
+# below) and as the agent does (JSON); a traceback, printed or in a JSON
+# line; an exception Python could not raise; the wrong hint.
+TROUBLE = ("level=error", '"level": "error"', "Traceback", "Exception ignored", "fix the spec")
+
+
 def trouble(log: Path) -> list[str]:
     """A log's ERROR lines, tracebacks and ignored exceptions."""
     text = log.read_text(errors="replace") if log.exists() else ""
-    return [
-        line
-        for line in text.splitlines()
-        if "level=error" in line
-        or "Traceback" in line
-        or "Exception ignored" in line
-        or "fix the spec" in line
-    ]
+    return [line for line in text.splitlines() if any(t in line for t in TROUBLE)]
 
 
 async def stopped(proc: subprocess.Popen[bytes]) -> None:
@@ -82,6 +86,21 @@ async def stopped(proc: subprocess.Popen[bytes]) -> None:
     (the loop closing the async generators still open) is in its log."""
     proc.terminate()
     await asyncio.to_thread(proc.wait, 30)
+
+
+async def held(pause: PausePoint, client: SetuClient, job_id: str) -> None:
+    """Until the reader waits at the pause point; a run that ends first
+    (it never reached it) fails the test at once, saying why."""
+    reached = asyncio.create_task(pause.reached())
+    ended = asyncio.create_task(client.wait_for_job(job_id))
+    await asyncio.wait({reached, ended}, return_when=asyncio.FIRST_COMPLETED)
+    if not reached.done():
+        reached.cancel()
+        done = await client.get_job(job_id)
+        raise AssertionError(f"the run ended before its read was held: {done.error_message}")
+    ended.cancel()
+    await asyncio.gather(ended, return_exceptions=True)
+    reached.result()
 
 
 def waiter(needle: bytes) -> tuple[asyncio.Event, Callable[[bytes], None]]:
@@ -130,7 +149,7 @@ async def test_a_cancel_mid_read_ends_the_run_cancelled_with_nothing_logged_as_a
         with server_process(env, server_log) as (server, port):
             await wait_healthy(port)
             cancel_heard, on_line = waiter(b"cancel requested")
-            agent_env = REAL_ENGINE | {"SETU_LOG_FORMAT": "text"}
+            agent_env = dict(REAL_ENGINE)
             if reader == "agent":
                 agent_env[testpoints.ENV] = pause.setting
             async with (
@@ -142,10 +161,12 @@ async def test_a_cancel_mid_read_ends_the_run_cancelled_with_nothing_logged_as_a
                 dst = await client.create_connection(
                     "dst", "postgres", postgres_config(destination_url)
                 )
-                pipeline = await client.create_pipeline("p", src.id, dst.id, streams=["events"])
+                pipeline = await client.create_pipeline(
+                    "p", src.id, dst.id, streams=["events"], spec=SPECS.get(provider)
+                )
                 await pause.arm()
                 job = await client.submit_run(pipeline.id)
-                await pause.reached()
+                await held(pause, client, job.id)
                 await client.cancel_job(job.id, REASON)
                 if reader == "agent":
                     # The agent hears of it from a heartbeat, which goes on

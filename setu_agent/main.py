@@ -125,7 +125,12 @@ def blob_override(url: str) -> BlobSettings | None:
 async def run(args: argparse.Namespace) -> None:
     secrets = SecretStore.from_file(Path(args.secrets_file) if args.secrets_file else None)
     async with open_channel(args.server, args.token, tls=args.tls_config) as ch:
-        source = GrpcTaskSource(ch, LongPollWindow(args.server, args.long_poll_seconds))
+        source = GrpcTaskSource(
+            ch,
+            LongPollWindow(args.server, args.long_poll_seconds),
+            target=args.server,
+            reconnect=lambda target: open_channel(target, args.token, tls=args.tls_config),
+        )
         engine = EngineHandlers(
             secrets,
             source,

@@ -41,6 +41,10 @@ class Replicas:
     def many(self) -> bool:
         return len(self._addresses) > 1
 
+    @property
+    def count(self) -> int:
+        return len(self._addresses)
+
     def rotated(self, by: int) -> str:
         """The target with its addresses rotated `by` places (pick_first then
         tries the one that was `by` places down first)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -28,8 +29,9 @@ from setu_agent.specs import ConnectionSpec, ExtractSpec, LoadSpec
 from setu_client import struct_to_dict
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
-from setu_client.errors import SetuError, Unimplemented, from_rpc_error
+from setu_client.errors import ServerClosing, SetuError, Unimplemented, from_rpc_error
 from setu_client.long_poll import LongPollWindow
+from setu_client.replicas import Replicas
 
 # Room above the server's wait that a lease's window should leave, so the
 # server's empty answer wins the race (docs/jobs-and-tasks.md); the window
@@ -57,10 +59,26 @@ def _blob(blob: pb.BlobSettings) -> BlobSettings:
 
 
 class GrpcTaskSource:
-    def __init__(self, channel: grpc.aio.Channel, long_polls: LongPollWindow | None = None) -> None:
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        long_polls: LongPollWindow | None = None,
+        *,
+        target: str = "",
+        reconnect: Callable[[str], grpc.aio.Channel] | None = None,
+    ) -> None:
         self._stub = agents_pb2_grpc.AgentServiceStub(channel)
         # LeaseTask's deadline, shortened below whatever cuts it on the way.
         self.long_polls = long_polls or LongPollWindow("setu-server")
+        # A replica that is shutting down refuses LeaseTask (ServerClosing):
+        # with `reconnect` and a target of several addresses the runtime
+        # moves every call to the next one at once (setu_client/replicas.py);
+        # heartbeats and reports follow, since any replica takes them.
+        self._replicas = Replicas(target)
+        self._reconnect = reconnect
+        self._rotation = 0
+        self._channels: list[grpc.aio.Channel] = []
+        self._retiring: set[asyncio.Task[None]] = set()
 
     async def check_in(self, version: str, capabilities: list[str], hostname: str) -> Any:
         request = pb.CheckInRequest(version=version, capabilities=capabilities, hostname=hostname)
@@ -78,18 +96,27 @@ class GrpcTaskSource:
         (a proxy's 504) comes back empty, as a wait that found nothing: it
         is no failure, and the window learns from it."""
         loop = asyncio.get_running_loop()
-        window = self.long_polls.window()
-        sent = loop.time()
-        try:
-            answer: pb.LeaseTaskResponse = await self._call(
-                self._stub.LeaseTask,
-                pb.LeaseTaskRequest(wait_seconds=int(wait_seconds), max_tasks=max_tasks),
-                timeout=window,
-            )
-        except SetuError as error:
-            if self.long_polls.on_error(error.code, error.message, loop.time() - sent):
-                return []
-            raise
+        moves = 0
+        while True:
+            window = self.long_polls.window()
+            sent = loop.time()
+            try:
+                answer: pb.LeaseTaskResponse = await self._call(
+                    self._stub.LeaseTask,
+                    pb.LeaseTaskRequest(wait_seconds=int(wait_seconds), max_tasks=max_tasks),
+                    timeout=window,
+                )
+            except ServerClosing:
+                # Each address once; if every one is closing, back off as usual.
+                if moves < self._replicas.count - 1 and self._move():
+                    moves += 1
+                    continue
+                raise
+            except SetuError as error:
+                if self.long_polls.on_error(error.code, error.message, loop.time() - sent):
+                    return []
+                raise
+            break
         self.long_polls.on_answer(loop.time() - sent)
         # A server that predates max_tasks answers one, in `task`.
         tasks = list(answer.tasks) or ([answer.task] if answer.HasField("task") else [])
@@ -168,6 +195,30 @@ class GrpcTaskSource:
         except Unimplemented:
             # A server that predates ReleaseTask: a retryable failure, as before.
             await self.fail(task, message, True)
+
+    def _move(self) -> bool:
+        """Every call from now on to the target's next address; False when
+        there is no other. The previous channel is left to the calls still on
+        it (heartbeats, a report), and closed with the others by `close`."""
+        if self._reconnect is None or not self._replicas.many:
+            return False
+        self._rotation += 1
+        channel = self._reconnect(self._replicas.rotated(self._rotation))
+        if self._channels:  # one this source opened: closed once its calls are done
+            retiring = self._channels.pop()
+            closing = asyncio.create_task(retiring.close(grace=CALL_TIMEOUT_SECONDS))
+            self._retiring.add(closing)
+            closing.add_done_callback(self._retiring.discard)
+        self._channels.append(channel)
+        self._stub = agents_pb2_grpc.AgentServiceStub(channel)
+        return True
+
+    async def close(self) -> None:
+        """Closes the channels `_move` opened (not the one it was given)."""
+        for channel in self._channels:
+            await channel.close(grace=None)
+        self._channels.clear()
+        await asyncio.gather(*self._retiring, return_exceptions=True)
 
     async def _call(self, method: Any, request: Any, timeout: float = CALL_TIMEOUT_SECONDS) -> Any:
         try:

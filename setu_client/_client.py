@@ -403,6 +403,10 @@ class SetuClient:
             if isinstance(error, FailedPrecondition) and not isinstance(error, JobNotStarted):
                 raise JobNotStarted(error.message, job_id=job_id) from exc
             raise error from exc
+        except asyncio.CancelledError:
+            if self._closed:  # grpc cancels the calls of a channel being closed
+                raise ClientClosed("the client was closed during the call") from None
+            raise
         return answer, _closing(await call.trailing_metadata())
 
     def _shed(self, index: int, used: grpc.aio.Channel) -> bool:

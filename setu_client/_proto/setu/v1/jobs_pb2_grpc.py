@@ -128,10 +128,12 @@ class JobOrchestrationServiceServicer:
         non-terminal state after the server's cap (60 s) or about one second
         before the caller's deadline, whichever comes first. A non-terminal OK
         is normal: ask again. On server shutdown parked calls answer at once,
-        and new ones are refused.
+        and new ones are refused; from then on every answer carries the
+        trailer setu-server-closing: 1 (ask another address of the target).
         Codes: OK, NOT_FOUND (unknown id, or another workspace's job),
         FAILED_PRECONDITION (READY: it would never finish on its own),
-        UNAVAILABLE (the server is shutting down: back off, retry).
+        UNAVAILABLE (reason server_closing: the server is shutting down; ask
+        another replica, or back off and retry).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -143,7 +145,9 @@ class JobOrchestrationServiceServicer:
         reader skips intermediate snapshots, never the terminal one. Resume
         with the last version seen. With a deadline, the stream ends OK about
         one second before it (the SDK resumes it at once).
-        Codes: OK, NOT_FOUND, UNAVAILABLE (the server is shutting down).
+        A closing server ends the stream, its trailers saying so as WaitJob's do.
+        Codes: OK, NOT_FOUND, UNAVAILABLE (reason server_closing: the server is
+        shutting down).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

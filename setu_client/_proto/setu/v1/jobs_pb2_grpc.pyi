@@ -58,10 +58,12 @@ class JobOrchestrationServiceStub:
     non-terminal state after the server's cap (60 s) or about one second
     before the caller's deadline, whichever comes first. A non-terminal OK
     is normal: ask again. On server shutdown parked calls answer at once,
-    and new ones are refused.
+    and new ones are refused; from then on every answer carries the
+    trailer setu-server-closing: 1 (ask another address of the target).
     Codes: OK, NOT_FOUND (unknown id, or another workspace's job),
     FAILED_PRECONDITION (READY: it would never finish on its own),
-    UNAVAILABLE (the server is shutting down: back off, retry).
+    UNAVAILABLE (reason server_closing: the server is shutting down; ask
+    another replica, or back off and retry).
     """
     WatchJob: _grpc.UnaryStreamMultiCallable[_jobs_pb2.WatchJobRequest, _jobs_pb2.WatchJobResponse]
     """Streams snapshots of a job: one at once (unless the caller already has
@@ -69,7 +71,9 @@ class JobOrchestrationServiceStub:
     reader skips intermediate snapshots, never the terminal one. Resume
     with the last version seen. With a deadline, the stream ends OK about
     one second before it (the SDK resumes it at once).
-    Codes: OK, NOT_FOUND, UNAVAILABLE (the server is shutting down).
+    A closing server ends the stream, its trailers saying so as WaitJob's do.
+    Codes: OK, NOT_FOUND, UNAVAILABLE (reason server_closing: the server is
+    shutting down).
     """
     CancelJob: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.CancelJobRequest, _jobs_pb2.CancelJobResponse]
     """Idempotent. A job with nothing executing is cancelled at once;
@@ -114,10 +118,12 @@ class JobOrchestrationServiceAsyncStub(JobOrchestrationServiceStub):
     non-terminal state after the server's cap (60 s) or about one second
     before the caller's deadline, whichever comes first. A non-terminal OK
     is normal: ask again. On server shutdown parked calls answer at once,
-    and new ones are refused.
+    and new ones are refused; from then on every answer carries the
+    trailer setu-server-closing: 1 (ask another address of the target).
     Codes: OK, NOT_FOUND (unknown id, or another workspace's job),
     FAILED_PRECONDITION (READY: it would never finish on its own),
-    UNAVAILABLE (the server is shutting down: back off, retry).
+    UNAVAILABLE (reason server_closing: the server is shutting down; ask
+    another replica, or back off and retry).
     """
     WatchJob: _aio.UnaryStreamMultiCallable[_jobs_pb2.WatchJobRequest, _jobs_pb2.WatchJobResponse]  # type: ignore[assignment]
     """Streams snapshots of a job: one at once (unless the caller already has
@@ -125,7 +131,9 @@ class JobOrchestrationServiceAsyncStub(JobOrchestrationServiceStub):
     reader skips intermediate snapshots, never the terminal one. Resume
     with the last version seen. With a deadline, the stream ends OK about
     one second before it (the SDK resumes it at once).
-    Codes: OK, NOT_FOUND, UNAVAILABLE (the server is shutting down).
+    A closing server ends the stream, its trailers saying so as WaitJob's do.
+    Codes: OK, NOT_FOUND, UNAVAILABLE (reason server_closing: the server is
+    shutting down).
     """
     CancelJob: _aio.UnaryUnaryMultiCallable[_jobs_pb2.CancelJobRequest, _jobs_pb2.CancelJobResponse]  # type: ignore[assignment]
     """Idempotent. A job with nothing executing is cancelled at once;
@@ -191,10 +199,12 @@ class JobOrchestrationServiceServicer(metaclass=_abc_1.ABCMeta):
         non-terminal state after the server's cap (60 s) or about one second
         before the caller's deadline, whichever comes first. A non-terminal OK
         is normal: ask again. On server shutdown parked calls answer at once,
-        and new ones are refused.
+        and new ones are refused; from then on every answer carries the
+        trailer setu-server-closing: 1 (ask another address of the target).
         Codes: OK, NOT_FOUND (unknown id, or another workspace's job),
         FAILED_PRECONDITION (READY: it would never finish on its own),
-        UNAVAILABLE (the server is shutting down: back off, retry).
+        UNAVAILABLE (reason server_closing: the server is shutting down; ask
+        another replica, or back off and retry).
         """
 
     @_abc_1.abstractmethod
@@ -208,7 +218,9 @@ class JobOrchestrationServiceServicer(metaclass=_abc_1.ABCMeta):
         reader skips intermediate snapshots, never the terminal one. Resume
         with the last version seen. With a deadline, the stream ends OK about
         one second before it (the SDK resumes it at once).
-        Codes: OK, NOT_FOUND, UNAVAILABLE (the server is shutting down).
+        A closing server ends the stream, its trailers saying so as WaitJob's do.
+        Codes: OK, NOT_FOUND, UNAVAILABLE (reason server_closing: the server is
+        shutting down).
         """
 
     @_abc_1.abstractmethod

@@ -1,7 +1,7 @@
-"""`setu jobs wait` rides a restart of its server, as the SDK's
-wait_for_job does: one line on stderr when the server goes away, one when it
-is back, and the job's end as if nothing had happened (setu_cli/commands.py
-ServerWatch, setu_client/replicas.py)."""
+"""`setu jobs wait` and `setu jobs watch` ride a restart of their server,
+as the SDK's wait_for_job and watch_job do: one line on stderr when the
+server goes away, one when it is back, and the job's end as if nothing had
+happened (setu_cli/commands.py ServerWatch, setu_client/replicas.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 from setu_server.models import JobState
 from setu_server.store import jobs
@@ -66,8 +67,9 @@ async def setu_server(
             out.write(rest)
 
 
-async def test_jobs_wait_rides_a_server_restart_and_says_so(
-    database_url: str, pool: asyncpg.Pool, tmp_path: Path
+@pytest.mark.parametrize("command", ["wait", "watch"])
+async def test_a_waiter_rides_a_server_restart_and_says_so(
+    database_url: str, pool: asyncpg.Pool, tmp_path: Path, command: str
 ) -> None:
     tenant = await make_tenant(pool)
     job = await make_job(pool, tenant.workspace_id, state=JobState.RUNNING)
@@ -85,7 +87,7 @@ async def test_jobs_wait_rides_a_server_restart_and_says_so(
             "-m",
             "setu_server.cli",
             "jobs",
-            "wait",
+            command,
             str(job.id),
             env=env,
             cwd=ROOT,

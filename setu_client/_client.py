@@ -354,6 +354,7 @@ class SetuClient:
         """
         loop = asyncio.get_running_loop()
         backoff = _Backoff(self.retry, self.retry.long_poll_max_seconds)
+        moves = 0  # consecutive moves off closing replicas: each address once
         async with asyncio.timeout(timeout):
             while True:
                 window = self.long_polls.window()
@@ -370,13 +371,16 @@ class SetuClient:
                         continue  # cut on the way: at once, and no budget spent
                     if error.code not in _TRANSIENT:
                         raise
-                    if isinstance(error, ServerClosing) and self._shed(index, channel):
+                    movable = isinstance(error, ServerClosing) and moves < self._replicas.count
+                    if movable and self._shed(index, channel):
+                        moves += 1
                         continue  # moved to another replica: at once
                     self._outage.failed(error, channel)
                     await backoff.pause(error)
                     continue
                 self.long_polls.on_answer(loop.time() - sent)
                 backoff.reset()
+                moves = 0
                 self._outage.answered()
                 if answer.terminal:
                     return outcome_from_message(answer)
@@ -444,6 +448,7 @@ class SetuClient:
         loop = asyncio.get_running_loop()
         seen = from_version
         backoff = _Backoff(self.retry, self.retry.long_poll_max_seconds)
+        moves = 0  # consecutive moves off closing replicas: each address once
         while True:
             if self._closed:
                 raise ClientClosed("the client is closed")
@@ -462,6 +467,7 @@ class SetuClient:
                     job = job_from_message(answer.job)
                     seen = job.version
                     backoff.reset()
+                    moves = 0
                     self._outage.answered()
                     sent = loop.time()
                     yield job
@@ -482,10 +488,14 @@ class SetuClient:
                     continue
                 if error.code not in _TRANSIENT:
                     raise error from exc
-                if isinstance(error, ServerClosing) and self._shed(index, channel):
+                movable = isinstance(error, ServerClosing) and moves < self._replicas.count
+                if movable and self._shed(index, channel):
+                    moves += 1
                     continue  # moved to another replica: resume there at once
             else:
-                if _closing(await stream.trailing_metadata()) and self._shed(index, channel):
+                closing = _closing(await stream.trailing_metadata())
+                if closing and moves < self._replicas.count and self._shed(index, channel):
+                    moves += 1
                     continue  # a closing replica ended it: resume on another at once
                 if loop.time() - opened >= window - 1.5:
                     # The server ended the stream at the window, the job

@@ -399,7 +399,9 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
     paging.use_key(settings.page_token_key)
     parts = await build_services(settings, url, clock)
     # What the cloud workers must refuse: this server's own database.
-    own = own_database(url, await databases.own_settings(parts.pool))
+    own = own_database(
+        url, await databases.own_settings(parts.pool), also=[settings.listen_database_url]
+    )
     server = grpc.aio.server(
         interceptors=[CallInterceptor(parts.auth, parts.metrics, parts.hub.closing)],
         options=GRPC_OPTIONS,

@@ -2,7 +2,8 @@
 networks the operator allows and whatever the files root. The server names
 it to them at check-in; the workers never see the database URL itself.
 
-Named: every TCP `host:port` the URL holds; and when the database runs on
+Named: every TCP `host:port` the URL holds (and the LISTEN URL, which may
+go past a pooler to PostgreSQL itself); and when the database runs on
 this machine (its host is loopback, one of this machine's addresses, a Unix
 socket folder, the embedded server), its ports at every address of this
 machine, as the addresses are at that check-in (a worker beside the server
@@ -17,7 +18,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -48,14 +49,21 @@ class OwnDatabase:
 
 
 def own_database(
-    url: str, reported: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None
+    url: str,
+    reported: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    also: Sequence[str] = (),
 ) -> OwnDatabase:
     """The database of `url` as the workers must refuse it. `reported` is
     what PostgreSQL says of itself (pg_settings: port, and
-    unix_socket_directories when this role may read it)."""
+    unix_socket_directories when this role may read it). `also`: other
+    URLs of the same database (SETU_LISTEN_DATABASE_URL, which goes past a
+    pooler to PostgreSQL itself), refused as well."""
     reported = reported or {}
-    hosts = _hosts(url, os.environ if env is None else env)
-    tcp = [_endpoint(h, p) for h, p in hosts if not h.startswith("/")]
+    environ = os.environ if env is None else env
+    hosts = [h for u in (url, *also) if u for h in _hosts(u, environ)]
+    tcp = list(dict.fromkeys(_endpoint(h, p) for h, p in hosts if not h.startswith("/")))
     local = any(h.startswith("/") or _is_local(h) for h, _ in hosts)
     if not local:
         return OwnDatabase(tuple(tcp))

@@ -197,3 +197,15 @@ async def test_a_host_list_is_one_path_to_the_driver_never_a_way_around_the_chec
             await POSTGRES.connect(config | {"connect_timeout": 2})
         with pytest.raises(BlockingIOError):
             probe.accept()  # nothing knocked
+
+
+def test_the_listen_url_past_a_pooler_is_refused_too() -> None:
+    # The main URL names the pooler; LISTEN goes to PostgreSQL itself, which
+    # a tenant on an allowed network must not reach either.
+    pooler, postgres = "198.51.100.7:6432", f"{NOT_HERE}:5432"
+    own = own_database(
+        f"postgresql://u@{pooler}/db", {"port": "5432"}, also=[f"postgresql://u@{postgres}/db"]
+    )
+    assert own.endpoints() == [pooler, postgres]
+    same = own_database(f"postgresql://u@{pooler}/db", {}, also=[f"postgresql://u@{pooler}/db"])
+    assert same.endpoints() == [pooler]

@@ -53,7 +53,7 @@ class ListenFallback(PeriodicService[FallbackPass]):
         self._signals = signals
         self.active = False
         # One re-check when notifications come back: what ended in between.
-        self._last: asyncio.Task[FallbackPass] | None = None
+        self._last: asyncio.Task[None] | None = None
 
     async def run_once(self) -> FallbackPass:
         self._signals.wake_all()
@@ -77,10 +77,21 @@ class ListenFallback(PeriodicService[FallbackPass]):
         elif healthy and self.active:
             self.active = False
             log.info("notifications arrive on the LISTEN connection again; fallback re-checks off")
-            task, self._task = self._task, None
-            if task is not None:
-                task.cancel()
-            self._last = asyncio.create_task(self.run_once(), name="setu-listen-fallback-last")
+            looping, self._task = self._task, None
+            self._last = asyncio.create_task(
+                self._last_pass(looping), name="setu-listen-fallback-last"
+            )
+
+    async def _last_pass(self, looping: asyncio.Task[None] | None) -> None:
+        """The loop stopped (and awaited), then one more re-check; a failure
+        is logged like a loop's pass, never left in the task unretrieved."""
+        if looping is not None:
+            looping.cancel()
+            await asyncio.gather(looping, return_exceptions=True)
+        try:
+            await self.run_once()
+        except Exception:
+            log.exception("%s last pass failed", self.name)
 
     async def stop(self) -> None:
         await super().stop()

@@ -17,9 +17,7 @@ import contextlib
 import os
 import pwd
 import shutil
-import subprocess
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +25,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import pytest
 
-from tests.servers import free_port
+from tests.servers import free_port, tool_process
 
 
 @dataclass(frozen=True)
@@ -107,32 +105,14 @@ def running_pgbouncer(server_url: str, pool_mode: str = "transaction") -> Iterat
         os.chown(folder, pwd.getpwnam(user).pw_uid, -1)
     log_path = folder / "pgbouncer.log"
     command = [binary, *(("-u", user) if user else ()), str(folder / "pgbouncer.ini")]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    listening = threading.Event()
 
-    def copy_output() -> None:
-        assert proc.stdout is not None
-        with log_path.open("ab") as log:
-            for line in proc.stdout:
-                log.write(line)
-                log.flush()
-                if b"listening on" in line and b"127.0.0.1" in line:
-                    listening.set()
+    def listening(line: bytes) -> bool:
+        return b"listening on" in line and b"127.0.0.1" in line
 
-    copier = threading.Thread(target=copy_output, name="pgbouncer-log", daemon=True)
-    copier.start()
     try:
-        if not listening.wait(30):
-            raise RuntimeError(f"pgbouncer did not start listening; see {log_path}")
-        yield PgBouncer(port, pool_mode, log_path)
+        with tool_process(command, log_path, listening, "pgbouncer"):
+            yield PgBouncer(port, pool_mode, log_path)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        copier.join(5)
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -47,6 +48,44 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def tool_process(
+    command: list[str], log_path: Path, ready: Callable[[bytes], bool], name: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A server a test needs (nginx, pgbouncer) running `command`, its output
+    copied to `log_path`, from the first line `ready` accepts (RuntimeError
+    when it exits or 30 s pass first) until the block ends: then SIGTERM,
+    SIGKILL if it lingers, and reaped."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    started = threading.Event()
+
+    def copy_output() -> None:
+        assert proc.stdout is not None
+        with log_path.open("ab") as log:
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                if ready(line):
+                    started.set()
+        started.set()  # exited: the check below says so
+
+    copier = threading.Thread(target=copy_output, name=f"{name}-log", daemon=True)
+    copier.start()
+    try:
+        if not started.wait(30) or proc.poll() is not None:
+            raise RuntimeError(f"{name} did not start; see {log_path}")
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        copier.join(5)
 
 
 @contextlib.contextmanager

@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import subprocess
 import tempfile
-import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.servers import free_port
+from tests.servers import free_port, tool_process
 
 # The session proxy's routes. "short" cuts a call nginx holds 2 s (standing
 # for Envoy's 15 s route timeout, GCP's 30 s), "at_cap" at PROXY_CAP_SECONDS:
@@ -121,35 +119,15 @@ def running_nginx(
         "-g",
         f"daemon off; pid {folder / 'nginx.pid'}; error_log stderr notice;",
     ]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    # The master binds every listener before it starts its worker.
-    started = threading.Event()
 
-    def copy_output() -> None:
-        assert proc.stdout is not None
-        with log_path.open("ab") as log:
-            for line in proc.stdout:
-                log.write(line)
-                log.flush()
-                if b"start worker process" in line:
-                    started.set()
-        started.set()  # exited: the check below says so
+    def started(line: bytes) -> bool:
+        # The master binds every listener before it starts its worker.
+        return b"start worker process" in line
 
-    copying = threading.Thread(target=copy_output, daemon=True)
-    copying.start()
     try:
-        if not started.wait(30) or proc.poll() is not None:
-            raise RuntimeError(f"nginx did not start; see {log_path}")
-        yield GrpcProxy(upstream, ports, dict(routes), log_path)
+        with tool_process(command, log_path, started, "nginx"):  # SIGTERM: a fast shutdown
+            yield GrpcProxy(upstream, ports, dict(routes), log_path)
     finally:
-        if proc.poll() is None:
-            proc.terminate()  # SIGTERM: nginx's fast shutdown
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        copying.join(5)
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -288,6 +288,22 @@ def database(cleanup: contextlib.AsyncExitStack) -> tuple[str, bool]:
     return server.get_uri("postgres"), True
 
 
+async def bench_workspace(
+    url: str, cleanup: contextlib.AsyncExitStack
+) -> tuple[asyncpg.Pool, uuid.UUID, str]:
+    """The database migrated, a pool on it (closed by `cleanup`), and a
+    workspace of the benchmark's own with its API key."""
+    conn = await db.connect(url)
+    await migrate(conn)
+    await conn.close()
+    pool = await db.create_pool(url, max_size=4)
+    cleanup.push_async_callback(pool.close)
+    admin = AdminService(pool, SystemClock())
+    workspace = await admin.create_workspace(f"bench-{uuid.uuid4().hex[:6]}")
+    key = (await admin.create_api_key(workspace.id, "bench")).secret
+    return pool, workspace.id, key
+
+
 async def new_jobs(pool: asyncpg.Pool, workspace_id: uuid.UUID, n: int) -> list[str]:
     ids = [uuid.uuid4() for _ in range(n)]
     await pool.executemany(
@@ -745,15 +761,7 @@ async def through_proxy(
     from tests.topology import running_nginx
 
     url, _ = database(cleanup)
-    conn = await db.connect(url)
-    await migrate(conn)
-    await conn.close()
-    pool = await db.create_pool(url, max_size=4)
-    cleanup.push_async_callback(pool.close)
-    admin = AdminService(pool, SystemClock())
-    workspace = await admin.create_workspace(f"bench-{uuid.uuid4().hex[:6]}")
-    key = (await admin.create_api_key(workspace.id, "bench")).secret
-    ws = workspace.id
+    pool, ws, key = await bench_workspace(url, cleanup)
     server = start_server("A", url, wait_cap=PRODUCTION_WAIT_CAP_SECONDS)
     cleanup.callback(stop_process, server.process)
     port = int(server.target.rsplit(":", 1)[1])
@@ -811,15 +819,7 @@ async def main(args: argparse.Namespace) -> None:
 
 async def run(args: argparse.Namespace, report: Report, cleanup: contextlib.AsyncExitStack) -> None:
     url, embedded = database(cleanup)
-    conn = await db.connect(url)
-    await migrate(conn)
-    await conn.close()
-    pool = await db.create_pool(url, max_size=4)
-    cleanup.push_async_callback(pool.close)
-    admin = AdminService(pool, SystemClock())
-    workspace = await admin.create_workspace(f"bench-{uuid.uuid4().hex[:6]}")
-    key = (await admin.create_api_key(workspace.id, "bench")).secret
-    ws = workspace.id
+    pool, ws, key = await bench_workspace(url, cleanup)
 
     a = start_server("A", url)
     cleanup.callback(stop_process, a.process)

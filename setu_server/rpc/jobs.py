@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 from setu_client._proto.setu.v1 import common_pb2, jobs_pb2_grpc
@@ -58,21 +57,13 @@ class JobServicer(jobs_pb2_grpc.JobOrchestrationServiceServicer):
     async def WatchJob(
         self, request: pb.WatchJobRequest, context: Ctx
     ) -> AsyncIterator[pb.WatchJobResponse]:
-        snapshots = self._jobs.watch(caller_workspace(), uid(request.job_id), request.from_version)
-        remaining = context.time_remaining()
         # Like WaitJob, end cleanly a second before the caller's deadline:
         # the SDK resumes from the last version it saw.
-        deadline = (
-            None
-            if remaining is None
-            else asyncio.get_running_loop().time() + remaining - DEADLINE_MARGIN_SECONDS
-        )
-        while True:
-            try:
-                async with asyncio.timeout_at(deadline):
-                    job = await anext(snapshots)
-            except (StopAsyncIteration, TimeoutError):
-                return  # a timeout ended `snapshots` too (the cancel ran through it)
+        remaining = context.time_remaining()
+        max_wait = None if remaining is None else remaining - DEADLINE_MARGIN_SECONDS
+        async for job in self._jobs.watch(
+            caller_workspace(), uid(request.job_id), request.from_version, max_wait
+        ):
             yield pb.WatchJobResponse(job=convert.job(job))
 
     async def StartJob(self, request: pb.StartJobRequest, context: Ctx) -> pb.StartJobResponse:

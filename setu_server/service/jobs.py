@@ -91,15 +91,18 @@ class JobService:
             return latest
 
     async def watch(
-        self, workspace_id: UUID, job_id: UUID, from_version: int
+        self, workspace_id: UUID, job_id: UUID, from_version: int, max_wait: float | None = None
     ) -> AsyncIterator[Job]:
         """Snapshots newer than `from_version`, latest first when the reader
-        lags; ends after the terminal one (or at once if the caller has it)."""
+        lags; ends after the terminal one (or at once if the caller has it),
+        or once `max_wait` seconds (None: no bound) have passed."""
         self._refuse_if_closing()
         with self._hub.subscribe(job_id) as watch:
             job = await self.get(workspace_id, job_id)
             watch.offer(job)
             await self.hooks.watching(job_id)
+            loop = asyncio.get_running_loop()
+            deadline = None if max_wait is None else loop.time() + max(max_wait, 0.0)
             sent = from_version
             latest = watch.latest or job
             while True:
@@ -108,7 +111,10 @@ class JobService:
                     sent = latest.version
                 if latest.state.terminal or self._hub.closing.is_set():
                     return
-                latest = await watch.newer_than(sent, None, self._hub.closing)
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining < CLOCK_SLACK:
+                    return
+                latest = await watch.newer_than(sent, remaining, self._hub.closing)
 
     def _refuse_if_closing(self) -> None:
         # Parked calls answered at once when the hub closed; a new one would

@@ -10,13 +10,16 @@ import uuid
 from collections.abc import AsyncIterator
 
 import asyncpg
+import grpc
 
 from setu_client import JobState as ClientJobState
 from setu_client import SetuClient
+from setu_client._proto.setu.v1 import jobs_pb2, jobs_pb2_grpc
+from setu_client.channel import open_channel
 from setu_server.models import JobState
 from setu_server.server import Running
 from setu_server.store import jobs
-from tests.factories import make_job, make_tenant
+from tests.factories import Tenant, make_job, make_tenant
 from tests.servers import in_process
 
 # No cloud workers: nothing here runs a task.
@@ -111,3 +114,17 @@ async def test_a_watch_resumes_on_a_server_restarted_at_the_same_address(
                     first.version + 1,
                 )
                 assert [j async for j in snapshots] == []
+
+
+async def test_a_watch_ends_cleanly_a_second_before_its_deadline(
+    server: Running, tenant: Tenant, pool: asyncpg.Pool
+) -> None:
+    # The job never changes: the stream ends OK with the one snapshot, not
+    # with DEADLINE_EXCEEDED, so the SDK resumes it as a long-poll's answer.
+    job = await make_job(pool, tenant.workspace_id, state=JobState.RUNNING)
+    async with open_channel(f"127.0.0.1:{server.port}", tenant.api_key) as channel:
+        stub = jobs_pb2_grpc.JobOrchestrationServiceStub(channel)
+        stream = stub.WatchJob(jobs_pb2.WatchJobRequest(job_id=str(job.id)), timeout=2.5)
+        answers = [answer.job.id async for answer in stream]
+        assert await stream.code() == grpc.StatusCode.OK
+    assert answers == [str(job.id)]

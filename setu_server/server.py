@@ -235,8 +235,10 @@ class Running:
         for task in parts.background:
             task.cancel()
         await asyncio.gather(*parts.background, return_exceptions=True)
-        await parts.fallback.stop()
+        # The listener first: a verdict it reached meanwhile would start the
+        # fallback's loop again after its stop.
         await parts.listener.close()
+        await parts.fallback.stop()
         await parts.blob.close()
         await parts.pool.close()
 

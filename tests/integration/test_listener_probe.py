@@ -14,7 +14,7 @@ import pytest
 from setu_server.maintenance.listen_fallback import FIX, FallbackSettings, ListenFallback
 from setu_server.service.signals import TaskSignals
 from setu_server.service.watch import WatchHub
-from setu_server.store.listener import UNDELIVERED, Listener, send_probe
+from setu_server.store.listener import UNDELIVERED, Listener, Probe, send_probe
 from tests.factories import no_jobs
 from tests.pooler import PgBouncer
 
@@ -25,6 +25,19 @@ async def nothing() -> None:
     return None
 
 
+def probed(url: str, probe: Probe, verdicts: list[tuple[bool, str]]) -> Listener:
+    """A fast-pinging listener on `url` that probes through `probe` and
+    keeps its verdicts in `verdicts`."""
+    return Listener(
+        url,
+        {"setu_job": lambda _: None},
+        nothing,
+        probe=probe,
+        on_health=lambda healthy, why: verdicts.append((healthy, why)),
+        **FAST,
+    )
+
+
 async def test_a_listener_through_a_transaction_pooler_hears_no_probe(
     database_url: str, pool: asyncpg.Pool, pgbouncer: PgBouncer
 ) -> None:
@@ -33,14 +46,7 @@ async def test_a_listener_through_a_transaction_pooler_hears_no_probe(
     async def probe(channel: str, payload: str) -> None:
         await send_probe(pool, channel, payload)
 
-    listener = Listener(
-        pgbouncer.url(database_url),
-        {"setu_job": lambda _: None},
-        nothing,
-        probe=probe,
-        on_health=lambda healthy, why: verdicts.append((healthy, why)),
-        **FAST,
-    )
+    listener = probed(pgbouncer.url(database_url), probe, verdicts)
     await listener.start()
     try:
         await listener.wait_for_verdicts(1)
@@ -64,14 +70,7 @@ async def test_probes_that_arrive_again_make_the_listener_healthy_again(
             channel = "setu_probe_nobody"
         await send_probe(pool, channel, payload)
 
-    listener = Listener(
-        database_url,
-        {"setu_job": lambda _: None},
-        nothing,
-        probe=probe,
-        on_health=lambda healthy, why: verdicts.append((healthy, why)),
-        **FAST,
-    )
+    listener = probed(database_url, probe, verdicts)
     await listener.start()
     try:
         await listener.wait_for_verdicts(3)

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from setu_client.clock import Clock
 from setu_server import testing
+from setu_server.models import Job
 from setu_server.server import Running
 from setu_server.service.secrets import TokenKind, new_secret
 
@@ -42,6 +44,38 @@ async def in_process(
 ) -> AsyncIterator[Running]:
     async with testing.in_process(database_url, clock, **(_TEST_DEFAULTS | overrides)) as running:
         yield running
+
+
+def count_waits(server: Running, waits: list[uuid.UUID]) -> None:
+    """Adds the job of every WaitJob that reaches `server`'s job service to `waits`."""
+    wait = server.jobs.wait
+
+    async def counted(workspace_id: uuid.UUID, job_id: uuid.UUID, max_wait: float) -> Job:
+        waits.append(job_id)
+        return await wait(workspace_id, job_id, max_wait)
+
+    server.jobs.wait = counted  # type: ignore[method-assign]
+
+
+@contextlib.asynccontextmanager
+async def held_draining(server: Running) -> AsyncIterator[Running]:
+    """`server` with its stop() begun and held at its `draining` hook (its
+    long-polls closed, its calls still served) until the block ends; then
+    the stop goes on, and is awaited."""
+    draining, release = asyncio.Event(), asyncio.Event()
+
+    async def hold(_: None) -> None:
+        draining.set()
+        await release.wait()
+
+    server.hooks.draining = hold
+    stopping = asyncio.create_task(server.stop(grace=5))
+    await draining.wait()
+    try:
+        yield server
+    finally:
+        release.set()
+        await stopping
 
 
 def free_port() -> int:

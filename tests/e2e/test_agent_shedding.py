@@ -5,7 +5,6 @@ backoff while it drains (setu_agent/runtime/grpc_source.py)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -18,19 +17,13 @@ from setu_client.errors import ServerClosing
 from setu_server.models import Task
 from setu_server.server import Running
 from tests.factories import make_task, make_tenant
-from tests.servers import in_process
+from tests.servers import held_draining, in_process
 
 
 @pytest.fixture
 async def a_draining_and_b(database_url: str) -> AsyncIterator[tuple[Running, Running, list[str]]]:
     """Replica A with its stop() begun and held while it drains, replica B
     serving, and the runtimes that asked A for a lease meanwhile."""
-    draining, release = asyncio.Event(), asyncio.Event()
-
-    async def hold(_: None) -> None:
-        draining.set()
-        await release.wait()
-
     async with in_process(database_url) as a, in_process(database_url) as b:
         asked: list[str] = []
         lease_many = a.tasks.lease_many
@@ -40,14 +33,8 @@ async def a_draining_and_b(database_url: str) -> AsyncIterator[tuple[Running, Ru
             return await lease_many(runtime, wait_seconds, max_tasks)
 
         a.tasks.lease_many = counted  # type: ignore[method-assign]
-        a.hooks.draining = hold
-        stopping = asyncio.create_task(a.stop(grace=5))
-        await draining.wait()
-        try:
+        async with held_draining(a):
             yield a, b, asked
-        finally:
-            release.set()
-            await stopping
 
 
 @pytest.mark.parametrize("moves", [True, False], ids=["several addresses", "one address"])

@@ -4,7 +4,6 @@ server: it never spins between them (setu_client/_client.py, moves)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
@@ -13,38 +12,20 @@ import asyncpg
 import pytest
 
 from setu_client import RetryPolicy, SetuClient, Unavailable
-from setu_server.models import Job, JobState
+from setu_server.models import JobState
 from setu_server.server import Running
 from tests.factories import make_job, make_tenant
-from tests.servers import in_process
+from tests.servers import count_waits, held_draining, in_process
 
 
 @contextlib.asynccontextmanager
 async def draining(database_url: str, waits: list[uuid.UUID]) -> AsyncIterator[Running]:
     """A server whose stop() has begun and is held while it drains; the
     WaitJob calls that reach it are added to `waits`."""
-    held, release = asyncio.Event(), asyncio.Event()
-
-    async def hold(_: None) -> None:
-        held.set()
-        await release.wait()
-
     async with in_process(database_url) as server:
-        wait = server.jobs.wait
-
-        async def counted(workspace_id: uuid.UUID, job_id: uuid.UUID, max_wait: float) -> Job:
-            waits.append(job_id)
-            return await wait(workspace_id, job_id, max_wait)
-
-        server.jobs.wait = counted  # type: ignore[method-assign]
-        server.hooks.draining = hold
-        stopping = asyncio.create_task(server.stop(grace=5))
-        await held.wait()
-        try:
+        count_waits(server, waits)
+        async with held_draining(server):
             yield server
-        finally:
-            release.set()
-            await stopping
 
 
 async def test_every_replica_closing_is_tried_once_each_then_backed_off_from(

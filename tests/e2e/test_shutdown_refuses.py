@@ -6,7 +6,6 @@ the window in which it still serves while its workers stop."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from setu_server.models import Job, TaskState
 from setu_server.server import Running
 from setu_server.store import tasks
 from tests.factories import Tenant, make_job, make_task, make_tenant
-from tests.servers import in_process
+from tests.servers import count_waits, held_draining, in_process
 
 
 @dataclass
@@ -40,29 +39,11 @@ async def closing(database_url: str, pool: asyncpg.Pool) -> AsyncIterator[Closin
     """A server whose stop() has begun and is held while it drains."""
     tenant = await make_tenant(pool)
     job = await make_job(pool, tenant.workspace_id)
-    draining, release = asyncio.Event(), asyncio.Event()
-
-    async def hold(_: None) -> None:
-        draining.set()
-        await release.wait()
-
     async with in_process(database_url) as server:
         waits: list[uuid.UUID] = []
-        wait = server.jobs.wait
-
-        async def counted(workspace_id: uuid.UUID, job_id: uuid.UUID, max_wait: float) -> Job:
-            waits.append(job_id)
-            return await wait(workspace_id, job_id, max_wait)
-
-        server.jobs.wait = counted  # type: ignore[method-assign]
-        server.hooks.draining = hold
-        stopping = asyncio.create_task(server.stop(grace=5))
-        await draining.wait()
-        try:
+        count_waits(server, waits)
+        async with held_draining(server):
             yield Closing(server, tenant, job, waits)
-        finally:
-            release.set()
-            await stopping
 
 
 async def test_a_new_wait_job_is_refused_and_the_sdk_backs_off_instead_of_spinning(

@@ -29,6 +29,7 @@ from setu_agent.engine.providers import get_provider
 from setu_agent.engine.providers.base import (
     ConfigError,
     Connector,
+    CountsRows,
     Egress,
     PermanentError,
     ProviderError,
@@ -36,7 +37,8 @@ from setu_agent.engine.providers.base import (
 from setu_agent.engine.resumable import DEFAULT_POLICY, ResumePolicy
 from setu_agent.engine.s3 import S3Settings
 from setu_agent.engine.secrets import SecretStore, references
-from setu_agent.engine.staging import Manifest, read_manifest
+from setu_agent.engine.staging import Manifest, StoredPart, read_manifest
+from setu_agent.engine.transfer import read_said
 from setu_agent.engine.types import Column, Row
 from setu_agent.engine.values import JSON_NULL, Infinite, nonfinite_text, shortest_real
 from setu_agent.results import (
@@ -49,6 +51,7 @@ from setu_agent.results import (
     TestResult,
 )
 from setu_agent.runtime import Handler, TaskContext
+from setu_agent.runtime.grpc_source import stored_part_progress
 from setu_agent.runtime.task import NonRetryable
 from setu_agent.specs import ConnectionSpec, LoadSpec, SpecSource
 
@@ -81,6 +84,10 @@ class ConnectPolicy(Protocol):
         ...
 
 
+# Stored parts a heartbeat carries at most (the latest ones).
+STORED_SENT = 200
+
+
 class ContextReporter:
     """Progress of an edge stage: into the next heartbeat, and a cancel check
     once per batch (the heartbeat answer sets the flag)."""
@@ -91,11 +98,40 @@ class ContextReporter:
         self.rows_written = 0
         # What a load changed ahead of its rows: job events, via the result.
         self.notes: list[tuple[str, str]] = []
+        # Parts stored whole this attempt (the latest STORED_SENT of them
+        # ride every heartbeat: the server's books take a part again quietly).
+        self._stored: list[dict[str, Any]] = []
+        self._unsent = False
+        # The source's own count of rows read, from where this attempt began.
+        self._source: CountsRows | None = None
+        self._read_before = 0
+
+    def reads_from(self, source: Connector) -> None:
+        """Counts what this attempt reads of `source`, where it counts."""
+        if isinstance(source, CountsRows):
+            self._source, self._read_before = source, source.rows_read
+
+    @property
+    def source_rows_read(self) -> int | None:
+        return None if self._source is None else self._source.rows_read - self._read_before
+
+    def stored(self, part: StoredPart) -> None:
+        self._stored = [*self._stored, stored_part_progress(part)][-STORED_SENT:]
+        self._ctx.report(stored_parts=self._stored)
+        self._unsent = True
 
     async def extracted(self, stream: str, rows: int) -> None:
         self.rows_read += rows
         self._ctx.report(rows_read=self.rows_read, stream=stream)
-        self._ctx.checkpoint = f"extract of {stream}, {self.rows_read:,} rows read"
+        where = f"extract of {stream}, {self.rows_read:,} rows read"
+        if self.source_rows_read is not None:
+            where += f"; {read_said(self.source_rows_read)}"
+        self._ctx.checkpoint = where
+        if self._unsent:
+            # A part was stored: its record goes now (a heartbeat), not at
+            # the next beat, so a stop right after it resumes after it.
+            self._unsent = False
+            await self._ctx.confirm_not_cancelled()
         self._ctx.check_cancelled()
 
     async def loaded(self, stream: str, rows: int) -> None:
@@ -222,15 +258,30 @@ class EngineHandlers:
                 source, chosen, spec.spec, spec.cursors, spec.write_mode
             )
             streams = [d.stream for d in deltas]
+            reporter = ContextReporter(ctx)
+            reporter.reads_from(source)
             manifest = await transfer.stage(
-                source, streams, blob, spec.blob_prefix, ContextReporter(ctx), self._batch_rows
+                source,
+                streams,
+                blob,
+                spec.blob_prefix,
+                reporter,
+                self._batch_rows,
+                earlier=spec.stored_parts,
             )
-        notes = (incremental.window_note(s) for s in streams)
-        return ExtractResult(
-            Artifact.of(spec.blob_prefix, manifest),
-            manifest.rows,
-            tuple(n for n in notes if n is not None),
-        )
+        # One note per staged stream: its window, where it resumed, and (on
+        # the last) what this attempt read of the source.
+        said: dict[str, list[str]] = {}
+        windows = (incremental.window_note(s) for s in streams)
+        for stream, message in [*(n for n in windows if n is not None), *reporter.notes]:
+            said.setdefault(stream, []).append(message)
+        read = reporter.source_rows_read
+        if read is not None and manifest.streams:
+            said.setdefault(manifest.streams[-1].name, []).append(
+                f"Extract staged: {read_said(read)}"
+            )
+        notes = tuple((stream, "; ".join(messages)) for stream, messages in said.items())
+        return ExtractResult(Artifact.of(spec.blob_prefix, manifest), manifest.rows, notes)
 
     async def load(self, ctx: TaskContext) -> LoadResult:
         assert self._specs is not None

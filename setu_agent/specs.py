@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from setu_agent.engine.blob import BlobSettings
 from setu_agent.engine.providers.base import WriteMode
-from setu_agent.engine.staging import MANIFEST
+from setu_agent.engine.staging import MANIFEST, StoredPart
 from setu_agent.runtime.task import LeasedTask
 
 
@@ -41,6 +41,8 @@ class ExtractSpec:
     spec: dict[str, Any] = field(default_factory=dict)
     write_mode: WriteMode = WriteMode.APPEND
     cursors: dict[str, str] = field(default_factory=dict)
+    # Parts an earlier attempt stored, as the run's books hold them.
+    stored_parts: list[StoredPart] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ class MigrateSpec:
     ended: bool = False
     # Saved cursor of each incremental stream (qualified name → value).
     cursors: dict[str, str] = field(default_factory=dict)
+    # Parts an earlier attempt stored, as the run's books hold them.
+    stored_parts: list[StoredPart] = field(default_factory=list)
 
 
 class SpecSource(Protocol):

@@ -5,7 +5,7 @@ lease: a worker can touch only the runs it is working on."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -14,6 +14,7 @@ import grpc
 from setu_agent.engine.blob import BlobSettings
 from setu_agent.engine.incremental import CursorMark
 from setu_agent.engine.providers.base import RowChanges
+from setu_agent.engine.staging import StoredPart
 from setu_agent.results import Artifact
 from setu_agent.runtime.grpc_source import (
     CALL_TIMEOUT_SECONDS,
@@ -21,6 +22,8 @@ from setu_agent.runtime.grpc_source import (
     artifact_message,
     changes_message,
     connection_spec,
+    stored_part_message,
+    stored_part_of,
 )
 from setu_agent.runtime.task import LeasedTask
 from setu_agent.specs import MigrateSpec
@@ -70,8 +73,11 @@ class RunBook(Protocol):
 
     async def enter_phase(self, phase: str, message: str) -> None: ...
 
-    async def progress(self, extracted: int, loaded: int) -> bool:
-        """Writes the run's counts; True when the run asked to cancel."""
+    async def progress(
+        self, extracted: int, loaded: int, stored: Sequence[StoredPart] = ()
+    ) -> bool:
+        """Writes the run's counts and records the parts `stored` since the
+        last call; True when the run asked to cancel."""
         ...
 
     async def staged(self, artifact: Artifact) -> None:
@@ -133,6 +139,7 @@ class GrpcRunBook:
             cancel_requested=answer.cancel_requested,
             ended=answer.ended,
             cursors=dict(answer.cursors),
+            stored_parts=[stored_part_of(p) for p in answer.stored_parts],
         )
 
     async def plan(
@@ -160,9 +167,14 @@ class GrpcRunBook:
         )
         await self._call(self._stub.EnterRunPhase, request)
 
-    async def progress(self, extracted: int, loaded: int) -> bool:
+    async def progress(
+        self, extracted: int, loaded: int, stored: Sequence[StoredPart] = ()
+    ) -> bool:
         request = cloud_pb2.ReportRunProgressRequest(
-            lease=self._lease, rows_extracted=extracted, rows_loaded=loaded
+            lease=self._lease,
+            rows_extracted=extracted,
+            rows_loaded=loaded,
+            stored_parts=[stored_part_message(p) for p in stored],
         )
         answer: cloud_pb2.ReportRunProgressResponse = await self._call(
             self._stub.ReportRunProgress, request

@@ -26,10 +26,11 @@ from setu_agent.engine import dry_run, incremental, transfer
 from setu_agent.engine.blob import BlobSettings, BlobStore
 from setu_agent.engine.markers import LoadIdentity
 from setu_agent.engine.operators import SpecError, parse_spec
-from setu_agent.engine.providers.base import ConfigError, Connector, Egress
+from setu_agent.engine.providers.base import ConfigError, Connector, CountsRows, Egress
 from setu_agent.engine.resumable import DEFAULT_POLICY, ResumePolicy
 from setu_agent.engine.secrets import SecretStore
-from setu_agent.engine.staging import Manifest, read_manifest
+from setu_agent.engine.staging import Manifest, StoredPart, read_manifest
+from setu_agent.engine.transfer import read_said
 from setu_agent.handlers import ConnectPolicy, open_connector
 from setu_agent.results import (
     Artifact,
@@ -78,6 +79,26 @@ class RunReporter:
         # Until the extract is staged whole: a load beside it (overlapped)
         # leaves the run at the extract, for the checkpoint.
         self.extracting = run.phase != "load"
+        # Parts stored since the last progress report: the next one records
+        # them in the run's books (transfer.Booking).
+        self._unsent: list[StoredPart] = []
+        # The source's own count of rows read (CountsRows), from where this
+        # attempt began.
+        self._source: CountsRows | None = None
+        self._read_before = 0
+
+    def reads_from(self, source: Connector) -> None:
+        """Counts what this attempt reads of `source`, where it counts."""
+        if isinstance(source, CountsRows):
+            self._source, self._read_before = source, source.rows_read
+
+    @property
+    def source_rows_read(self) -> int | None:
+        """Rows this attempt read from the source, by the source's count."""
+        return None if self._source is None else self._source.rows_read - self._read_before
+
+    def stored(self, part: StoredPart) -> None:
+        self._unsent.append(part)
 
     async def extracted(self, stream: str, rows: int) -> None:
         self.rows_extracted += rows
@@ -101,6 +122,8 @@ class RunReporter:
             where = f"extract of {stream}, {self.rows_extracted:,} rows read"
             if self.rows_loaded:
                 where += f" ({self.rows_loaded:,} loaded beside it)"
+            if self.source_rows_read is not None:
+                where += f"; {read_said(self.source_rows_read)}"
         else:
             where = f"load of {stream}, {self.rows_loaded:,} rows written"
         self._ctx.checkpoint = where
@@ -112,7 +135,12 @@ class RunReporter:
         self._ctx.report(
             rows_read=self.rows_extracted, rows_written=self.rows_loaded, stream=stream
         )
-        cancel = await self._book.progress(self.rows_extracted, self.rows_loaded)
+        unsent, self._unsent = self._unsent, []
+        try:
+            cancel = await self._book.progress(self.rows_extracted, self.rows_loaded, unsent)
+        except BaseException:
+            self._unsent[:0] = unsent  # the next report records them
+            raise
         if cancel or self._ctx.cancel_requested.is_set():
             raise TaskCancelled("cancelled by request")
 
@@ -220,6 +248,7 @@ class _Run:
             manifest = await read_manifest(self._blob, run.blob_prefix)
         else:
             source = await self._migrate.connect(self._ctx, run, run.source)
+            self._reporter.reads_from(source)
             try:
                 offered = await source.discover()
                 chosen = transfer.select_streams(offered, run.streams)
@@ -257,6 +286,7 @@ class _Run:
                     run.blob_prefix,
                     self._reporter,
                     self._settings.batch_rows,
+                    earlier=run.stored_parts,
                 )
             finally:
                 await self._migrate.release(source)
@@ -288,6 +318,7 @@ class _Run:
                 staged=self._staged,
                 batch_rows=self._settings.batch_rows,
                 resume=self._settings.resume,
+                earlier=self._run.stored_parts,
             )
             # The overlapped stream loads first; it is the last only when alone.
             alone = len(manifest.streams) == len(totals)
@@ -300,6 +331,9 @@ class _Run:
     async def _staged(self, manifest: Manifest) -> None:
         self._reporter.extracting = False
         await self._book.staged(Artifact.of(self._run.blob_prefix, manifest))
+        read = self._reporter.source_rows_read
+        if read is not None:
+            await self._book.event(f"Extract staged: {read_said(read)}")
 
     async def _load(
         self, manifest: Manifest, loaded: frozenset[str] = frozenset()

@@ -32,14 +32,14 @@ import contextlib
 import hashlib
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import zstandard
 
 from setu_agent.engine import testpoints
-from setu_agent.engine.blob import BlobStore
+from setu_agent.engine.blob import BlobNotFound, BlobStore
 from setu_agent.engine.closing import closing
 from setu_agent.engine.incremental import CursorMark
 from setu_agent.engine.providers.base import CopyBatch, qualified
@@ -82,6 +82,20 @@ class Part:
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "rows": self.rows, "bytes": self.size, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class StoredPart:
+    """A part as the run's books record it once it is stored whole: which
+    stream (its place in the run and its name), its number there, the part,
+    and where the source's read stood after it (`position`, the provider's
+    own spelling; "" when the read cannot resume after it)."""
+
+    stream_index: int
+    stream: str
+    number: int
+    part: Part
+    position: str = ""
 
 
 @dataclass
@@ -184,6 +198,7 @@ async def write_stream(
     batches: AsyncIterator[CopyBatch],
     on_batch: Callable[[int], Awaitable[None]],
     on_part: Callable[[Part, CopyBatch], None] | None = None,
+    resumed: Sequence[Part] = (),
 ) -> StagedStream:
     """Stages every batch as one part. The next batch is read while the last
     one is compressed and uploaded (one in flight), so the source never
@@ -191,8 +206,10 @@ async def write_stream(
 
     `on_part` hears of each part once it is stored whole (the put returned),
     in order, with the batch it holds: a load beside the extract
-    (engine/transfer.py) reads only complete parts."""
-    staged = StagedStream(stream)
+    (engine/transfer.py) reads only complete parts. `resumed`: the parts
+    an earlier attempt stored (verified), which the stream starts with;
+    `batches` then holds only the rows after them."""
+    staged = StagedStream(stream, list(resumed))
     folder = _slug(index, stream)
     pending: asyncio.Task[Part] | None = None
 
@@ -207,12 +224,12 @@ async def write_stream(
         return part
 
     try:
-        number = 0
+        number = len(resumed)
         # Closed here however the loop ends (a cancel raised by on_batch):
         # the source's read is not left open (engine/closing.py).
         async with closing(batches):
             async for batch in batches:
-                if batch.rows == 0 and number > 0:
+                if batch.rows == 0 and (number > 0 or resumed):
                     continue
                 if pending is not None:
                     staged.parts.append(await pending)
@@ -220,6 +237,8 @@ async def write_stream(
                 number += 1
                 await on_batch(batch.rows)
                 await testpoints.reached(testpoints.EXTRACTED_PART.format(index=number - 1))
+                read = number - len(resumed)
+                await testpoints.reached(testpoints.READ_PART.format(count=read))
         if pending is not None:
             staged.parts.append(await pending)
             pending = None
@@ -229,6 +248,21 @@ async def write_stream(
             with contextlib.suppress(BaseException):
                 await pending
     return staged
+
+
+async def verify_part(blob: BlobStore, prefix: str, part: Part) -> str | None:
+    """None when `part` is in blob with its recorded size and SHA-256; else
+    what is wrong with it, for the timeline."""
+    try:
+        packed = await blob.get(prefix + part.path)
+    except BlobNotFound:
+        return "not found"
+    if len(packed) != part.size:
+        return f"{len(packed)} bytes, recorded {part.size}"
+    digest = await asyncio.to_thread(lambda: hashlib.sha256(packed).hexdigest())
+    if digest != part.sha256:
+        return "its SHA-256 differs from the recorded one"
+    return None
 
 
 async def write_manifest(blob: BlobStore, prefix: str, manifest: Manifest) -> None:

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import dataclasses
 import difflib
+import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeGuard, TypeVar, runtime_checkable
@@ -34,6 +35,7 @@ from setu_agent.engine.providers.base import (
     CopyDestination,
     CopySource,
     PermanentError,
+    ResumableSource,
     RowChanges,
     SchemaChanges,
     WriteMode,
@@ -49,6 +51,12 @@ DEFAULT_BATCH_ROWS = 100_000
 T = TypeVar("T")
 
 
+def read_said(rows: int) -> str:
+    """How a timeline says what one attempt read from its source, by the
+    source's own count (CountsRows); tests sum these over a run."""
+    return f"source rows read in this attempt: {rows:,}"
+
+
 class Reporter(Protocol):
     async def extracted(self, stream: str, rows: int) -> None: ...
 
@@ -61,6 +69,14 @@ class Noting(Protocol):
     the destination (a schema created, columns added)."""
 
     async def note(self, stream: str, message: str) -> None: ...
+
+
+@runtime_checkable
+class Booking(Protocol):
+    """A reporter that records each part in the run's books once it is
+    stored whole, so a retry or a hand-back resumes after it."""
+
+    def stored(self, part: staging.StoredPart) -> None: ...
 
 
 @runtime_checkable
@@ -195,11 +211,18 @@ async def stage(
     prefix: str,
     reporter: Reporter,
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    *,
+    earlier: Sequence[staging.StoredPart] = (),
 ) -> staging.Manifest:
     """Extracts every stream into parts under prefix and writes the manifest
-    last, so a manifest always describes complete data."""
+    last, so a manifest always describes complete data. `earlier`: the
+    parts an earlier attempt stored, as the run's books hold them; a stream
+    whose read can resume keeps the ones found in blob as recorded and reads
+    the source only after them (_stage_stream)."""
     staged = [
-        await _stage_stream(source, blob, prefix, index, stream, reporter, batch_rows)
+        await _stage_stream(
+            source, blob, prefix, index, stream, reporter, batch_rows, earlier=earlier
+        )
         for index, stream in enumerate(streams)
     ]
     manifest = staging.Manifest(staged)
@@ -255,7 +278,9 @@ class _Feed:
         self.stepped_aside = False
         self.reported = 0  # rows the load reported loaded (rolled back if it steps aside)
 
-    def put(self, part: staging.Part, batch: CopyBatch) -> None:
+    def put(self, part: staging.Part, batch: CopyBatch | None) -> None:
+        """A part stored whole: with its bytes, or None for one an earlier
+        attempt stored (read back from the blob store)."""
         if self.stepped_aside:
             return
         self._staged.append(part)
@@ -263,7 +288,7 @@ class _Feed:
             self.stepped_aside = True
             self.end(StepAside("the stream loads part by part after its extract"))
             return
-        keep = self._held < self.HELD
+        keep = batch is not None and self._held < self.HELD
         self._held += keep
         self._queue.put_nowait((part, batch if keep else None))
 
@@ -298,6 +323,7 @@ async def stage_and_load(
     staged: StagedHook,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     resume: resumable.ResumePolicy = resumable.DEFAULT_POLICY,
+    earlier: Sequence[staging.StoredPart] = (),
 ) -> tuple[staging.Manifest, list[StreamTotals]]:
     """`stage`, with the last stream loaded while it is extracted: both ends
     of a cloud → cloud run in one worker (docs/flows.md, "Overlapped stages").
@@ -323,10 +349,10 @@ async def stage_and_load(
         manifest = await stage(source, streams, blob, prefix, reporter, batch_rows)
         await staged(manifest)
         return manifest, []
-    *earlier, last = streams
+    *before, last = streams
     written = [
-        await _stage_stream(source, blob, prefix, i, s, reporter, batch_rows)
-        for i, s in enumerate(earlier)
+        await _stage_stream(source, blob, prefix, i, s, reporter, batch_rows, earlier=earlier)
+        for i, s in enumerate(before)
     ]
     name = qualified(last)
     landing = plan_stream(spec, last, mode)  # a spec it cannot take fails before any work
@@ -336,9 +362,11 @@ async def stage_and_load(
         _load_beside(destination, last, landing, feed, spec, mode, reporter, identity)
     )
     try:
-        index = len(earlier)
+        index = len(before)
         written.append(
-            await _stage_stream(source, blob, prefix, index, last, reporter, batch_rows, feed.put)
+            await _stage_stream(
+                source, blob, prefix, index, last, reporter, batch_rows, feed.put, earlier=earlier
+            )
         )
         manifest = staging.Manifest(written)
         await staging.write_manifest(blob, prefix, manifest)
@@ -433,18 +461,81 @@ async def _stage_stream(
     stream: Stream,
     reporter: Reporter,
     batch_rows: int,
-    on_part: Callable[[staging.Part, CopyBatch], None] | None = None,
+    on_part: Callable[[staging.Part, CopyBatch | None], None] | None = None,
+    *,
+    earlier: Sequence[staging.StoredPart] = (),
 ) -> staging.StagedStream:
     name = qualified(stream)
+    positioned = isinstance(source, ResumableSource) and await source.resumes(stream)
+    kept: list[staging.StoredPart] = []
+    if positioned:
+        kept = await _resumed(blob, prefix, index, name, earlier, reporter)
+    after = kept[-1].position if kept else None
 
     async def counted(rows: int) -> None:
         await reporter.extracted(name, rows)
 
-    batches = _copy_batches(source, stream, batch_rows)
+    numbers = itertools.count(len(kept))
+
+    def stored(part: staging.Part, batch: CopyBatch | None) -> None:
+        # Parts are stored one at a time, in order (staging.write_stream).
+        if isinstance(reporter, Booking) and batch is not None:
+            number = next(numbers)
+            reporter.stored(staging.StoredPart(index, name, number, part, batch.position))
+        if on_part is not None:
+            on_part(part, batch)
+
+    for resumed in kept:
+        stored(resumed.part, None)
+    if kept:
+        await reporter.extracted(name, sum(p.part.rows for p in kept))
+    batches = _copy_batches(source, stream, batch_rows, after if positioned else None, positioned)
     with _naming(name):
-        written = await staging.write_stream(blob, prefix, index, stream, batches, counted, on_part)
+        written = await staging.write_stream(
+            blob, prefix, index, stream, batches, counted, stored, [p.part for p in kept]
+        )
     written.cursor = stream.since.mark if stream.since else None
     return written
+
+
+async def _resumed(
+    blob: BlobStore,
+    prefix: str,
+    index: int,
+    name: str,
+    earlier: Sequence[staging.StoredPart],
+    reporter: Reporter,
+) -> list[staging.StoredPart]:
+    """The parts of this stream an earlier attempt stored that the extract
+    can build on: numbered from 0 without a gap, each with a position, and
+    found in blob with the recorded size and SHA-256; from the first that is
+    not, the stream is read again (the timeline says why)."""
+    mine = sorted(
+        (p for p in earlier if p.stream_index == index and p.stream == name), key=lambda p: p.number
+    )
+    kept: list[staging.StoredPart] = []
+    for stored in mine:
+        if stored.number != len(kept) or not stored.position:
+            break
+        fault = await staging.verify_part(blob, prefix, stored.part)
+        if fault is not None:
+            if isinstance(reporter, Noting):
+                await reporter.note(
+                    name,
+                    f"{name}: part {stored.number} is not as recorded ({fault}): "
+                    "the extract reads the source again from there",
+                )
+            break
+        kept.append(stored)
+    if kept and isinstance(reporter, Noting):
+        rows = sum(p.part.rows for p in kept)
+        await reporter.note(
+            name,
+            f"{name}: resuming the extract at part {len(kept)}: parts 0 to {len(kept) - 1} "
+            f"({rows:,} rows) stored by an earlier attempt, verified in blob; the source "
+            "is read only after them",
+        )
+    return kept
 
 
 async def load(
@@ -706,8 +797,25 @@ async def _write(
 
 
 async def _copy_batches(
-    source: Connector, stream: Stream, batch_rows: int
+    source: Connector,
+    stream: Stream,
+    batch_rows: int,
+    after: str | None = None,
+    positioned: bool = False,
 ) -> AsyncIterator[CopyBatch]:
+    """The stream as COPY batches; a positioned read (ResumableSource) from
+    after `after`, each batch with the position after its rows."""
+    if positioned and isinstance(source, ResumableSource):
+        before = 0
+        async with closing(source.read_after(stream, batch_rows, after)) as reads:
+            async for rows, position in reads:
+                try:
+                    data = pgcopy.encode(stream.columns, rows)
+                except ValueFault as fault:
+                    raise fault.located(None, before) from fault
+                before += len(rows)
+                yield CopyBatch(data, len(rows), position)
+        return
     if isinstance(source, CopySource):
         async with closing(source.copy_batches(stream, batch_rows)) as copies:
             async for batch in copies:

@@ -11,6 +11,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 
 from setu_agent.engine.blob import BlobSettings
 from setu_agent.engine.providers.base import RowChanges, WriteMode
+from setu_agent.engine.staging import Part, StoredPart
 from setu_agent.engine.types import Column, Stream
 from setu_agent.results import (
     Artifact,
@@ -144,6 +145,7 @@ class GrpcTaskSource:
             spec=struct_to_dict(spec.spec),
             write_mode=WRITE_MODES[spec.write_mode],
             cursors=dict(spec.cursors),
+            stored_parts=[stored_part_of(p) for p in spec.stored_parts],
         )
 
     async def load_spec(self, task: LeasedTask) -> LoadSpec:
@@ -325,6 +327,30 @@ def planned_message(p: PlannedStream) -> pb.PlannedStream:
             for m in p.mapping
         ],
     )
+
+
+def stored_part_message(stored: StoredPart) -> pb.StoredPart:
+    part = stored.part
+    return pb.StoredPart(
+        stream_index=stored.stream_index,
+        stream=stored.stream,
+        number=stored.number,
+        path=part.path,
+        rows=part.rows,
+        bytes=part.size,
+        sha256=part.sha256,
+        position=stored.position,
+    )
+
+
+def stored_part_progress(stored: StoredPart) -> dict[str, Any]:
+    """A stored part as a heartbeat's progress carries it (TaskProgress)."""
+    return MessageToDict(stored_part_message(stored), preserving_proto_field_name=True)
+
+
+def stored_part_of(message: pb.StoredPart) -> StoredPart:
+    part = Part(message.path, message.rows, message.bytes, message.sha256)
+    return StoredPart(message.stream_index, message.stream, message.number, part, message.position)
 
 
 def artifact_message(artifact: Artifact) -> pb.Artifact:

@@ -15,7 +15,8 @@ from setu_agent.results import TaskResult
 # Shorter values (a port, "on") would blank out unrelated text.
 MIN_REDACTED = 3
 # What a heartbeat carries (TaskProgress in protos/setu/v1/agents.proto).
-PROGRESS_FIELDS = frozenset({"rows_read", "rows_written", "stream", "message"})
+# stored_parts: an extract's parts stored whole (grpc_source.stored_part_progress).
+PROGRESS_FIELDS = frozenset({"rows_read", "rows_written", "stream", "message", "stored_parts"})
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from setu_agent.results import (
     TaskResult,
     TestResult,
 )
+from setu_agent.runtime.grpc_source import stored_part_message, stored_part_of
 from setu_agent.specs import ConnectionSpec
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
@@ -263,6 +264,7 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
             blob=blob_message(spec.blob),
             write_mode=WRITE_MODES[spec.write_mode],
             cursors=spec.cursors,
+            stored_parts=[stored_part_message(p) for p in spec.stored_parts],
         )
         answer.spec.update(spec.spec)
         return answer
@@ -336,8 +338,12 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
             if request.HasField("progress")
             else None
         )
+        # An extract's stored parts go in the run's books, not in the task's progress.
+        stored = [stored_part_of(p) for p in request.progress.stored_parts]
+        if progress is not None:
+            progress.pop("stored_parts", None)
         expires, cancel = await self._tasks.heartbeat(
-            _runtime(), uid(request.task_id), uid(request.lease_token), progress
+            _runtime(), uid(request.task_id), uid(request.lease_token), progress, stored
         )
         return pb.HeartbeatResponse(lease_expires_at=convert.ts(expires), cancel_requested=cancel)
 

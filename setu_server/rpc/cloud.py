@@ -5,6 +5,7 @@ from __future__ import annotations
 from uuid import UUID
 
 from setu_agent.results import check_changes
+from setu_agent.runtime.grpc_source import stored_part_message, stored_part_of
 from setu_client._proto.setu.v1 import cloud_pb2 as pb
 from setu_client._proto.setu.v1 import cloud_pb2_grpc, common_pb2
 from setu_client.errors import InvalidArgument
@@ -57,6 +58,7 @@ class CloudRunServicer(cloud_pb2_grpc.CloudRunServiceServicer):
             cancel_requested=spec.cancel_requested,
             ended=spec.ended,
             cursors=spec.cursors,
+            stored_parts=[stored_part_message(p) for p in spec.stored_parts],
         )
         answer.spec.update(spec.spec)
         return answer
@@ -93,7 +95,10 @@ class CloudRunServicer(cloud_pb2_grpc.CloudRunServiceServicer):
         self, request: pb.ReportRunProgressRequest, context: Ctx
     ) -> pb.ReportRunProgressResponse:
         cancel = await self._runs.progress(
-            *_lease(request.lease), request.rows_extracted, request.rows_loaded
+            *_lease(request.lease),
+            request.rows_extracted,
+            request.rows_loaded,
+            [stored_part_of(p) for p in request.stored_parts],
         )
         return pb.ReportRunProgressResponse(cancel_requested=cancel)
 

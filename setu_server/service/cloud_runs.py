@@ -10,11 +10,12 @@ worker touches nothing but the runs it is working on.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from uuid import UUID
 
 from setu_agent.engine.blob import BlobSettings
 from setu_agent.engine.incremental import CursorMark
-from setu_agent.engine.staging import run_prefix
+from setu_agent.engine.staging import StoredPart, run_prefix
 from setu_agent.results import Artifact
 from setu_agent.specs import MigrateSpec
 from setu_client.clock import Clock
@@ -66,10 +67,11 @@ class CloudRuns:
             raise FailedPrecondition(pipeline_gone(job))
         # Three independent reads, on three pooled connections at once: a
         # small run waits for this answer before it can start.
-        source, destination, cursors = await asyncio.gather(
+        source, destination, cursors, stored = await asyncio.gather(
             connection_spec(self._pool, taken.source_connection_id),
             connection_spec(self._pool, taken.destination_connection_id),
             stream_state.stream_cursors(self._pool, job.pipeline_id),
+            self._book.stored_parts(job.id),
         )
         return MigrateSpec(
             job_id=str(job.id),
@@ -89,6 +91,7 @@ class CloudRuns:
             cancel_requested=job.cancel_requested,
             ended=job.state.terminal,
             cursors=cursors,
+            stored_parts=stored,
         )
 
     async def plan(
@@ -115,9 +118,16 @@ class CloudRuns:
         job = await self._run(task_id, token)
         await self._book.enter_phase(job.id, phase, message)
 
-    async def progress(self, task_id: UUID, token: UUID, extracted: int, loaded: int) -> bool:
+    async def progress(
+        self,
+        task_id: UUID,
+        token: UUID,
+        extracted: int,
+        loaded: int,
+        stored: Sequence[StoredPart] = (),
+    ) -> bool:
         job = await self._run(task_id, token)
-        return await self._book.progress(job.id, extracted, loaded)
+        return await self._book.progress(job.id, extracted, loaded, stored)
 
     async def staged(self, task_id: UUID, token: UUID, artifact: Artifact) -> None:
         job = await self._run(task_id, token)

@@ -5,10 +5,12 @@ describes goes on."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
 from setu_agent.engine.incremental import CursorMark
+from setu_agent.engine.staging import StoredPart
 from setu_agent.results import Artifact
 from setu_client.clock import Clock
 from setu_server.models import EventLevel, Job, JobOutput, Phase, RowChanges
@@ -61,11 +63,25 @@ class RunBook:
         if moved is not None:
             self._lifecycle.published([moved])
 
-    async def progress(self, job_id: UUID, extracted: int, loaded: int) -> bool:
-        """Writes the counts; True when the run was asked to cancel."""
-        return await runs.set_run_progress(
-            self._pool, job_id, extracted, loaded, self._clock.sql_now()
-        )
+    async def progress(
+        self, job_id: UUID, extracted: int, loaded: int, stored: Sequence[StoredPart] = ()
+    ) -> bool:
+        """Writes the counts, and the parts `stored` since the last call (one
+        transaction when there are any); True when the run was asked to cancel."""
+        now = self._clock.sql_now()
+        if not stored:
+            return await runs.set_run_progress(self._pool, job_id, extracted, loaded, now)
+        async with transaction(self._pool) as conn:
+            await runs.record_run_parts(conn, job_id, stored, now)
+            return await runs.set_run_progress(conn, job_id, extracted, loaded, now)
+
+    async def record_parts(self, job_id: UUID, stored: Sequence[StoredPart]) -> None:
+        """Parts an extract stored whole (an agent's, told in its heartbeat)."""
+        await runs.record_run_parts(self._pool, job_id, stored, self._clock.sql_now())
+
+    async def stored_parts(self, job_id: UUID) -> list[StoredPart]:
+        """The parts the run's extract stored so far: where a retry resumes."""
+        return await runs.run_parts(self._pool, job_id)
 
     async def staged(self, job_id: UUID, task_id: UUID | None, artifact: Artifact) -> None:
         """Records what the extract staged and moves the run to `load`, in one

@@ -300,6 +300,7 @@ class RunService:
             spec=taken.spec,
             write_mode=taken.write_mode,
             cursors=await stream_state.stream_cursors(self._pool, job.pipeline_id),
+            stored_parts=await runs.run_parts(self._pool, job.id),
         )
 
     async def load_spec(self, runtime: str, task_id: UUID, token: UUID) -> LoadSpec:

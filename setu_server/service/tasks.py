@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from setu_agent.engine.staging import StoredPart
 from setu_agent.results import TaskResult
 from setu_client.clock import Clock
 from setu_client.errors import InvalidArgument, LeaseLost, NotFound, ServerClosing
@@ -25,6 +26,7 @@ from setu_server.models import (
     EventLevel,
     Job,
     Task,
+    TaskKind,
     TaskState,
     runtime_name,
 )
@@ -34,7 +36,7 @@ from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.outcomes import TaskOutcomes
 from setu_server.service.signals import TaskSignals
 from setu_server.service.watch import CLOCK_SLACK
-from setu_server.store import jobs, tasks
+from setu_server.store import jobs, runs, tasks
 from setu_server.store.db import Connection, Database, Executor, transaction
 
 # A leased task, and its job if this lease moved it to running (once per job).
@@ -155,8 +157,16 @@ class TaskService:
     # -- reports
 
     async def heartbeat(
-        self, runtime: str, task_id: UUID, token: UUID, progress: dict[str, Any] | None
+        self,
+        runtime: str,
+        task_id: UUID,
+        token: UUID,
+        progress: dict[str, Any] | None,
+        stored: Sequence[StoredPart] = (),
     ) -> tuple[datetime, bool]:
+        """Extends the lease; an extract's `stored` parts (metadata only: the
+        agent keeps its secrets) go in its run's books, so a retry or a
+        hand-back resumes after them."""
         beat = await tasks.heartbeat_task(
             self._pool,
             task_id,
@@ -168,6 +178,10 @@ class TaskService:
         )
         if beat is None:
             raise await self._lost(runtime, task_id)
+        if stored:
+            task = await tasks.get_agent_task(self._pool, task_id, runtime)
+            if task is not None and task.kind is TaskKind.EXTRACT:
+                await runs.record_run_parts(self._pool, task.job_id, stored, self._clock.sql_now())
         return beat
 
     async def complete(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 import asyncpg
 
+from setu_agent.engine.staging import Part, StoredPart
 from setu_server.models import (
     Endpoint,
     Job,
@@ -192,3 +194,41 @@ async def runs_to_purge(
 async def mark_staged_purged(db: Executor, ids: list[UUID], now: datetime | None) -> None:
     with translate_errors():
         await db.execute(QUERIES.mark_staged_purged, ids, now)
+
+
+async def record_run_parts(
+    db: Executor, job_id: UUID, parts: Sequence[StoredPart], now: datetime | None
+) -> None:
+    """Parts an extract stored whole (engine/staging.py), in one statement."""
+    if not parts:
+        return
+    with translate_errors():
+        await db.execute(
+            QUERIES.record_run_parts,
+            job_id,
+            [p.stream_index for p in parts],
+            [p.number for p in parts],
+            [p.stream for p in parts],
+            [p.part.path for p in parts],
+            [p.part.rows for p in parts],
+            [p.part.size for p in parts],
+            [p.part.sha256 for p in parts],
+            [p.position for p in parts],
+            now,
+        )
+
+
+async def run_parts(db: Executor, job_id: UUID) -> list[StoredPart]:
+    """The parts the run's extract stored so far, in order."""
+    with translate_errors():
+        rows = await db.fetch(QUERIES.run_parts, job_id)
+    return [
+        StoredPart(
+            r["stream_index"],
+            r["stream"],
+            r["number"],
+            Part(r["path"], r["rows"], r["bytes"], r["sha256"]),
+            r["position"],
+        )
+        for r in rows
+    ]

@@ -236,6 +236,22 @@ CREATE TABLE artifact (
     UNIQUE (job_id, stream)
 );
 
+-- Each part a staged extract stored whole, as it is stored: a retry resumes
+-- after the ones it finds in blob as recorded.
+CREATE TABLE run_part (
+    job_id        uuid NOT NULL REFERENCES job (id) ON DELETE CASCADE,
+    stream_index  integer NOT NULL,
+    number        integer NOT NULL,
+    stream        text NOT NULL,
+    path          text NOT NULL,
+    rows          bigint NOT NULL,
+    bytes         bigint NOT NULL,
+    sha256        text NOT NULL,
+    position      text NOT NULL DEFAULT '',
+    stored_at     timestamptz NOT NULL,
+    PRIMARY KEY (job_id, stream_index, number)
+);
+
 -- The one job transition path -----------------------------------------------
 
 -- The payload of a `setu_job` notification for one job row: {job_id,

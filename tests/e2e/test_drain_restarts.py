@@ -61,13 +61,14 @@ async def restarted_mid_extract(
     submit: Callable[[], Awaitable[str]],
     stop_the_runtime: Callable[[], Awaitable[None]],
     next_runtime: Callable[[], Awaitable[None]] | None = None,
+    point: str = HELD,
 ) -> str:
     """Submits the run, then RESTARTS times: waits for the runtime to hold
-    the extract at HELD, stops it with SIGTERM, waits for its hand-back,
+    the extract at `point`, stops it with SIGTERM, waits for its hand-back,
     arms the point for the next runtime, and lets the stopped one go (its
     held read) so it exits; then `next_runtime` starts the next one (a cloud
     worker's supervisor does that itself). Answers the run's id."""
-    pauses = [PausePoint(folder, HELD)]
+    pauses = [PausePoint(folder, point)]
     await pauses[0].arm()
     try:
         job_id = await submit()
@@ -79,7 +80,7 @@ async def restarted_mid_extract(
             assert (free, again) == (True, True), f"hand-back {restart + 1}"
             held.disarm()
             if restart < RESTARTS - 1:
-                pauses.append(PausePoint(folder, HELD))
+                pauses.append(PausePoint(folder, point))
                 await pauses[-1].arm()
             held.resume()
             if next_runtime is not None:

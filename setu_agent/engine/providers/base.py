@@ -190,6 +190,9 @@ class CopyBatch:
 
     data: bytes
     rows: int
+    # Where the source's read stood after these rows, for a read that can
+    # resume there (ResumableSource); "" otherwise.
+    position: str = ""
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,33 @@ class Written(int):
 
 def changes_of(written: int) -> RowChanges | None:
     return written.changes if isinstance(written, Written) else None
+
+
+@runtime_checkable
+class ResumableSource(Protocol):
+    """A source whose read of a stream can resume after a position it gave
+    with an earlier batch (SQLite: the rowid), so a retried extract reads
+    only the rows after the parts it had stored (engine/transfer.py).
+    A resumed read sees the source as it is then (a new snapshot)."""
+
+    async def resumes(self, stream: Stream) -> bool:
+        """Whether this stream's read gives positions to resume after."""
+        ...
+
+    def read_after(
+        self, stream: Stream, batch_rows: int, after: str | None
+    ) -> AsyncIterator[tuple[Batch, str]]:
+        """The stream's rows after `after` (all when None), in batches of at
+        most batch_rows, each with the position after its last row."""
+        ...
+
+
+@runtime_checkable
+class CountsRows(Protocol):
+    """A source that counts the rows it read from its system (every read,
+    since it was opened): what a resumed extract saves is measured by it."""
+
+    rows_read: int
 
 
 @runtime_checkable

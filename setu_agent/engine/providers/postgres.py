@@ -307,6 +307,8 @@ class PostgresConnector:
         self._conn = conn
         self._schema = schema
         self._where = where
+        # Rows read from the database by read/copy_batches (CountsRows).
+        self.rows_read = 0
 
     async def close(self) -> None:
         await self._conn.close()
@@ -408,6 +410,7 @@ class PostgresConnector:
         try:
             async with self._conn.transaction(isolation="repeatable_read", readonly=True):
                 async for batch in self._cursor_batches(self._query(stream), batch_rows):
+                    self.rows_read += len(batch)
                     yield batch
         except DRIVER_ERRORS as exc:
             raise postgres_error(exc, f"postgres: reading {stream.name}") from exc
@@ -423,6 +426,7 @@ class PostgresConnector:
                     # partitioned parents have no ctid ranges): one COPY,
                     # cut into batches as it streams, keeps memory bounded.
                     async for batch in self._copy_split(query, batch_rows):
+                        self.rows_read += batch.rows
                         yield batch
                     return
                 per_page = float(shape["rows_per_page"]) or FALLBACK_ROWS_PER_PAGE
@@ -434,7 +438,9 @@ class PostgresConnector:
                     where = f"ctid >= '({first},0)'::tid"
                     if first + step < pages:
                         where += f" AND ctid < '({first + step},0)'::tid"
-                    yield await self._copy_out(f"{query} WHERE {where}")
+                    copied = await self._copy_out(f"{query} WHERE {where}")
+                    self.rows_read += copied.rows
+                    yield copied
         except DRIVER_ERRORS as exc:
             raise postgres_error(exc, f"postgres: reading {stream.name}") from exc
 

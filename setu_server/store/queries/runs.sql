@@ -107,3 +107,27 @@ GROUP BY j.id, j.workspace_id, j.pipeline_id;
 -- name: mark_staged_purged
 -- $1 ids uuid[], $2 now
 UPDATE job SET staged_purged_at = coalesce($2, now()) WHERE id = ANY($1::uuid[]);
+
+-- name: record_run_parts
+-- Parts an extract stored whole; a part stored again (a re-read) replaces it.
+-- $1 job_id, $2 stream_index int[], $3 number int[], $4 stream text[],
+-- $5 path text[], $6 rows bigint[], $7 bytes bigint[], $8 sha256 text[],
+-- $9 position text[], $10 now
+INSERT INTO run_part (job_id, stream_index, number, stream, path, rows, bytes, sha256,
+                      position, stored_at)
+SELECT $1, p.stream_index, p.number, p.stream, p.path, p.rows, p.bytes, p.sha256,
+       p.position, coalesce($10, now())
+FROM unnest($2::int[], $3::int[], $4::text[], $5::text[], $6::bigint[], $7::bigint[],
+            $8::text[], $9::text[])
+     AS p (stream_index, number, stream, path, rows, bytes, sha256, position)
+ON CONFLICT (job_id, stream_index, number) DO UPDATE
+SET stream = EXCLUDED.stream, path = EXCLUDED.path, rows = EXCLUDED.rows,
+    bytes = EXCLUDED.bytes, sha256 = EXCLUDED.sha256, position = EXCLUDED.position,
+    stored_at = EXCLUDED.stored_at;
+
+-- name: run_parts
+-- The parts a run's extract stored, in order. $1 job_id
+SELECT stream_index, number, stream, path, rows, bytes, sha256, position
+FROM run_part
+WHERE job_id = $1
+ORDER BY stream_index, number;

@@ -276,10 +276,17 @@ class TaskProgress(_message.Message):
     ROWS_WRITTEN_FIELD_NUMBER: _builtins.int
     STREAM_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
+    STORED_PARTS_FIELD_NUMBER: _builtins.int
     rows_read: _builtins.int
     rows_written: _builtins.int
     stream: _builtins.str
     message: _builtins.str
+    @_builtins.property
+    def stored_parts(self) -> _containers.RepeatedCompositeFieldContainer[Global___StoredPart]:
+        """An extract's parts stored whole since the last heartbeat: the run's
+        books record them, so a retry or a hand-back resumes after them.
+        """
+
     def __init__(
         self,
         *,
@@ -287,10 +294,11 @@ class TaskProgress(_message.Message):
         rows_written: _builtins.int = ...,
         stream: _builtins.str = ...,
         message: _builtins.str = ...,
+        stored_parts: _abc.Iterable[Global___StoredPart] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "rows_read", b"rows_read", "rows_written", b"rows_written", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "rows_read", b"rows_read", "rows_written", b"rows_written", "stored_parts", b"stored_parts", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -483,6 +491,7 @@ class ExtractSpec(_message.Message):
     SPEC_FIELD_NUMBER: _builtins.int
     WRITE_MODE_FIELD_NUMBER: _builtins.int
     CURSORS_FIELD_NUMBER: _builtins.int
+    STORED_PARTS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     pipeline_id: _builtins.str
     blob_prefix: _builtins.str
@@ -504,6 +513,12 @@ class ExtractSpec(_message.Message):
 
     @_builtins.property
     def cursors(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def stored_parts(self) -> _containers.RepeatedCompositeFieldContainer[Global___StoredPart]:
+        """Parts an earlier attempt stored, as the run's books hold them: the
+        extract verifies them in blob and resumes at the first part not stored.
+        """
+
     def __init__(
         self,
         *,
@@ -516,10 +531,11 @@ class ExtractSpec(_message.Message):
         spec: _struct_pb2.Struct | None = ...,
         write_mode: _common_pb2.WriteMode.ValueType = ...,
         cursors: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        stored_parts: _abc.Iterable[Global___StoredPart] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "source", b"source", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "blob_prefix", b"blob_prefix", "cursors", b"cursors", "job_id", b"job_id", "pipeline_id", b"pipeline_id", "source", b"source", "spec", b"spec", "streams", b"streams", "write_mode", b"write_mode"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "blob_prefix", b"blob_prefix", "cursors", b"cursors", "job_id", b"job_id", "pipeline_id", b"pipeline_id", "source", b"source", "spec", b"spec", "stored_parts", b"stored_parts", "streams", b"streams", "write_mode", b"write_mode"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -582,6 +598,57 @@ class StagedStream(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StagedStream: _TypeAlias = StagedStream  # noqa: Y015
+
+@_typing.final
+class StoredPart(_message.Message):
+    """One part an extract stored whole in blob, as the run's books hold it. A
+    retry or a hand-back trusts it only once it finds it in blob with this size
+    and SHA-256, and reads the source only after `position`.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_INDEX_FIELD_NUMBER: _builtins.int
+    STREAM_FIELD_NUMBER: _builtins.int
+    NUMBER_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    ROWS_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    stream_index: _builtins.int
+    """The stream's place in the run (from 0) and its qualified name."""
+    stream: _builtins.str
+    number: _builtins.int
+    """The part's number in its stream (from 0)."""
+    path: _builtins.str
+    """Relative to the run's blob prefix."""
+    rows: _builtins.int
+    bytes: _builtins.int
+    sha256: _builtins.str
+    position: _builtins.str
+    """Where the source's read stood after this part (the provider's own
+    spelling: a SQLite rowid); empty when the read cannot resume after it.
+    """
+    def __init__(
+        self,
+        *,
+        stream_index: _builtins.int = ...,
+        stream: _builtins.str = ...,
+        number: _builtins.int = ...,
+        path: _builtins.str = ...,
+        rows: _builtins.int = ...,
+        bytes: _builtins.int = ...,
+        sha256: _builtins.str = ...,
+        position: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "number", b"number", "path", b"path", "position", b"position", "rows", b"rows", "sha256", b"sha256", "stream", b"stream", "stream_index", b"stream_index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StoredPart: _TypeAlias = StoredPart  # noqa: Y015
 
 @_typing.final
 class LoadSpec(_message.Message):

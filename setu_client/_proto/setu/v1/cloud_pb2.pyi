@@ -106,6 +106,7 @@ class MigrateSpec(_message.Message):
     CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
     ENDED_FIELD_NUMBER: _builtins.int
     CURSORS_FIELD_NUMBER: _builtins.int
+    STORED_PARTS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     workspace_id: _builtins.str
     pipeline_id: _builtins.str
@@ -142,6 +143,12 @@ class MigrateSpec(_message.Message):
         pipeline's state held it when the task asked; absent: read in full.
         """
 
+    @_builtins.property
+    def stored_parts(self) -> _containers.RepeatedCompositeFieldContainer[_agents_pb2.StoredPart]:
+        """Parts an earlier attempt stored, as the run's books hold them: the
+        extract verifies them in blob and resumes at the first part not stored.
+        """
+
     def __init__(
         self,
         *,
@@ -162,10 +169,11 @@ class MigrateSpec(_message.Message):
         cancel_requested: _builtins.bool = ...,
         ended: _builtins.bool = ...,
         cursors: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        stored_parts: _abc.Iterable[_agents_pb2.StoredPart] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "destination", b"destination", "source", b"source", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "blob_prefix", b"blob_prefix", "cancel_requested", b"cancel_requested", "cursors", b"cursors", "destination", b"destination", "dry_run", b"dry_run", "ended", b"ended", "job_id", b"job_id", "load_on_agent", b"load_on_agent", "phase", b"phase", "pipeline_id", b"pipeline_id", "rows_extracted", b"rows_extracted", "source", b"source", "spec", b"spec", "streams", b"streams", "workspace_id", b"workspace_id", "write_mode", b"write_mode"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blob", b"blob", "blob_prefix", b"blob_prefix", "cancel_requested", b"cancel_requested", "cursors", b"cursors", "destination", b"destination", "dry_run", b"dry_run", "ended", b"ended", "job_id", b"job_id", "load_on_agent", b"load_on_agent", "phase", b"phase", "pipeline_id", b"pipeline_id", "rows_extracted", b"rows_extracted", "source", b"source", "spec", b"spec", "stored_parts", b"stored_parts", "streams", b"streams", "workspace_id", b"workspace_id", "write_mode", b"write_mode"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -279,20 +287,28 @@ class ReportRunProgressRequest(_message.Message):
     LEASE_FIELD_NUMBER: _builtins.int
     ROWS_EXTRACTED_FIELD_NUMBER: _builtins.int
     ROWS_LOADED_FIELD_NUMBER: _builtins.int
+    STORED_PARTS_FIELD_NUMBER: _builtins.int
     rows_extracted: _builtins.int
     rows_loaded: _builtins.int
     @_builtins.property
     def lease(self) -> Global___TaskLease: ...
+    @_builtins.property
+    def stored_parts(self) -> _containers.RepeatedCompositeFieldContainer[_agents_pb2.StoredPart]:
+        """Parts the extract stored whole since the last report: the run's books
+        record them, so a retry or a hand-back resumes after them.
+        """
+
     def __init__(
         self,
         *,
         lease: Global___TaskLease | None = ...,
         rows_extracted: _builtins.int = ...,
         rows_loaded: _builtins.int = ...,
+        stored_parts: _abc.Iterable[_agents_pb2.StoredPart] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "rows_extracted", b"rows_extracted", "rows_loaded", b"rows_loaded"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "rows_extracted", b"rows_extracted", "rows_loaded", b"rows_loaded", "stored_parts", b"stored_parts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

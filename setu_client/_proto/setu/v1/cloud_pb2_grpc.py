@@ -124,8 +124,10 @@ class CloudRunServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReportRunProgress(self, request, context):
-        """The run's counts after a batch; answers whether the run asked to cancel.
-        Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+        """The run's counts after a batch, and the parts stored since the last
+        report; answers whether the run asked to cancel.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT (a part
+        field out of bounds).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

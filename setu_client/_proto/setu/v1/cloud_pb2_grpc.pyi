@@ -57,8 +57,10 @@ class CloudRunServiceStub:
     Codes: OK, NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT (no phase).
     """
     ReportRunProgress: _grpc.UnaryUnaryMultiCallable[_cloud_pb2.ReportRunProgressRequest, _cloud_pb2.ReportRunProgressResponse]
-    """The run's counts after a batch; answers whether the run asked to cancel.
-    Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+    """The run's counts after a batch, and the parts stored since the last
+    report; answers whether the run asked to cancel.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT (a part
+    field out of bounds).
     """
     RecordStaged: _grpc.UnaryUnaryMultiCallable[_cloud_pb2.RecordStagedRequest, _cloud_pb2.RecordStagedResponse]
     """What the extract staged, and the phase set to load, in one transaction:
@@ -109,8 +111,10 @@ class CloudRunServiceAsyncStub(CloudRunServiceStub):
     Codes: OK, NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT (no phase).
     """
     ReportRunProgress: _aio.UnaryUnaryMultiCallable[_cloud_pb2.ReportRunProgressRequest, _cloud_pb2.ReportRunProgressResponse]  # type: ignore[assignment]
-    """The run's counts after a batch; answers whether the run asked to cancel.
-    Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+    """The run's counts after a batch, and the parts stored since the last
+    report; answers whether the run asked to cancel.
+    Codes: OK, NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT (a part
+    field out of bounds).
     """
     RecordStaged: _aio.UnaryUnaryMultiCallable[_cloud_pb2.RecordStagedRequest, _cloud_pb2.RecordStagedResponse]  # type: ignore[assignment]
     """What the extract staged, and the phase set to load, in one transaction:
@@ -182,8 +186,10 @@ class CloudRunServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cloud_pb2.ReportRunProgressRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cloud_pb2.ReportRunProgressResponse, _abc.Awaitable[_cloud_pb2.ReportRunProgressResponse]]:
-        """The run's counts after a batch; answers whether the run asked to cancel.
-        Codes: OK, NOT_FOUND, FAILED_PRECONDITION.
+        """The run's counts after a batch, and the parts stored since the last
+        report; answers whether the run asked to cancel.
+        Codes: OK, NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT (a part
+        field out of bounds).
         """
 
     @_abc_1.abstractmethod

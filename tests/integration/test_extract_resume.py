@@ -1,0 +1,116 @@
+"""A staged extract resumes after the parts an earlier attempt stored
+(engine/transfer.py, docs/flows.md "An extract resumes at the first part not
+stored"): a SQLite table (a real file) staged into a local blob folder, then
+staged again from the books the first attempt kept. The provider's own
+count says what each attempt read of the source."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from setu_agent.engine import staging, transfer
+from setu_agent.engine.blob import LocalBlobStore
+from setu_agent.engine.providers import get_provider
+from setu_agent.engine.providers.base import Connector, CountsRows
+from setu_agent.engine.staging import StoredPart
+
+ROWS = 1_000
+PART_ROWS = 100  # 10 parts
+
+
+@dataclass
+class Books:
+    """A reporter that keeps the run's books as a runtime would."""
+
+    stored_parts: list[StoredPart] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    extracted_rows: int = 0
+
+    async def extracted(self, stream: str, rows: int) -> None:
+        self.extracted_rows += rows
+
+    async def loaded(self, stream: str, rows: int) -> None:
+        pass
+
+    def stored(self, part: StoredPart) -> None:
+        self.stored_parts.append(part)
+
+    async def note(self, stream: str, message: str) -> None:
+        self.notes.append(message)
+
+
+async def sqlite_table(folder: Path) -> Connector:
+    path = folder / "events.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, body TEXT)")
+        conn.execute(
+            "WITH RECURSIVE i(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM i WHERE v < ?) "
+            "INSERT INTO events SELECT v, 'r' || v FROM i",
+            (ROWS,),
+        )
+    conn.close()
+    return await get_provider("sqlite").connect({"path": str(path)})
+
+
+def read_so_far(source: Connector) -> int:
+    assert isinstance(source, CountsRows)
+    return source.rows_read
+
+
+async def staged_ids(blob: LocalBlobStore, manifest: staging.Manifest) -> list[int]:
+    from setu_agent.engine import pgcopy
+
+    ids: list[int] = []
+    stream = manifest.streams[0]
+    async for part in staging.read_parts(blob, "run/", stream):
+        ids += [row[0] for row in pgcopy.decode(stream.stream.columns, part.data)]
+    return ids
+
+
+async def test_a_second_attempt_reads_only_the_rows_after_the_parts_the_first_stored(
+    tmp_path: Path,
+) -> None:
+    source = await sqlite_table(tmp_path)
+    blob = LocalBlobStore(tmp_path / "blob")
+    streams = await source.discover()
+    first = Books()
+    await transfer.stage(source, streams, blob, "run/", first, PART_ROWS)
+    assert read_so_far(source) == ROWS
+    assert [p.number for p in first.stored_parts] == list(range(10))
+    assert first.stored_parts[5].position == "600"
+
+    # The first attempt stopped after storing 6 parts; the next builds on them.
+    again = Books()
+    before = read_so_far(source)
+    manifest = await transfer.stage(
+        source, streams, blob, "run/", again, PART_ROWS, earlier=first.stored_parts[:6]
+    )
+    print(f"rows read by the resumed attempt: {read_so_far(source) - before} of {ROWS}")
+    assert read_so_far(source) - before == 400
+    assert [p.number for p in again.stored_parts] == [6, 7, 8, 9]
+    assert again.extracted_rows == ROWS  # the run's count includes the stored parts
+    assert any("resuming the extract at part 6" in n for n in again.notes), again.notes
+    assert manifest.rows == ROWS
+    assert await staged_ids(blob, manifest) == list(range(1, ROWS + 1))
+    await source.close()
+
+
+async def test_a_recorded_part_not_in_blob_as_recorded_is_read_again(tmp_path: Path) -> None:
+    source = await sqlite_table(tmp_path)
+    blob = LocalBlobStore(tmp_path / "blob")
+    streams = await source.discover()
+    first = Books()
+    await transfer.stage(source, streams, blob, "run/", first, PART_ROWS)
+    # Part 3 changed after it was recorded: parts 0-2 are kept, the rest read again.
+    await blob.put("run/" + first.stored_parts[3].part.path, b"not the part")
+    again = Books()
+    before = read_so_far(source)
+    manifest = await transfer.stage(
+        source, streams, blob, "run/", again, PART_ROWS, earlier=first.stored_parts[:6]
+    )
+    assert read_so_far(source) - before == 700
+    assert any("part 3 is not as recorded" in n for n in again.notes), again.notes
+    assert await staged_ids(blob, manifest) == list(range(1, ROWS + 1))
+    await source.close()

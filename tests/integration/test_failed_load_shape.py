@@ -18,8 +18,9 @@ import pytest
 
 from setu_agent.engine.markers import LoadIdentity
 from setu_agent.engine.providers import get_provider
-from setu_agent.engine.providers.base import PermanentError
+from setu_agent.engine.providers.base import Connector, PermanentError
 from setu_agent.engine.resumable import ResumePolicy
+from setu_agent.engine.staging import Manifest
 from tests.databases import postgres_config
 from tests.integration import test_resumable_loads
 from tests.integration.test_resumable_loads import (
@@ -57,6 +58,23 @@ async def columns_of(url: str, schema: str, table: str) -> list[str]:
     return [r[0] for r in rows]
 
 
+async def failed_after_a_part(
+    dst: Connector, manifest: Manifest, tmp_path: Path, resume: ResumePolicy
+) -> Reporter:
+    """Loads `manifest` into `dst` (closed after), which CHECKED fails after
+    its first part; what the load reported."""
+    reporter = Reporter()
+    try:
+        with pytest.raises(PermanentError, match="constraint"):
+            await load(
+                dst, manifest, tmp_path, LoadIdentity(str(uuid.uuid4())), reporter, resume=resume
+            )
+    finally:
+        await dst.close()
+    assert reporter.parts >= 1, "the load failed after its first part"
+    return reporter
+
+
 def sqlite_columns(path: Path, table: str) -> list[str]:
     return [r[0] for r in sqlite_rows(path, f"SELECT name FROM pragma_table_info('{table}')")]
 
@@ -71,15 +89,7 @@ async def test_postgres_a_load_failing_after_its_first_part_adds_no_column(
     manifest = await staged(source, tmp_path)
     assert len(manifest.streams[0].parts) > 2
     dst = await get_provider("postgres").connect(postgres_config(destination))
-    reporter = Reporter()
-    try:
-        with pytest.raises(PermanentError, match="constraint"):
-            await load(
-                dst, manifest, tmp_path, LoadIdentity(str(uuid.uuid4())), reporter, resume=resume
-            )
-    finally:
-        await dst.close()
-    assert reporter.parts >= 1, "the load failed after its first part"
+    reporter = await failed_after_a_part(dst, manifest, tmp_path, resume)
     assert await columns_of(destination, "public", "events") == ["id"]
     assert await fetch(destination, "SELECT count(*) FROM events") == [(0,)]
     assert not any("Added column" in n for n in reporter.notes), reporter.notes
@@ -123,15 +133,7 @@ async def test_sqlite_a_load_failing_after_its_first_part_adds_no_column(
     conn.close()
     manifest = await staged(source, tmp_path)
     dst = await sqlite_destination(path)
-    reporter = Reporter()
-    try:
-        with pytest.raises(PermanentError, match="constraint"):
-            await load(
-                dst, manifest, tmp_path, LoadIdentity(str(uuid.uuid4())), reporter, resume=resume
-            )
-    finally:
-        await dst.close()
-    assert reporter.parts >= 1, "the load failed after its first part"
+    reporter = await failed_after_a_part(dst, manifest, tmp_path, resume)
     assert sqlite_columns(path, "events") == ["id"]
     assert sqlite_rows(path, "SELECT count(*) FROM events") == [(0,)]
     assert not any("Added column" in n for n in reporter.notes), reporter.notes

@@ -35,6 +35,8 @@ from setu_agent.engine.providers.base import (
     CopyDestination,
     CopySource,
     PermanentError,
+    ResumableCopies,
+    ResumableRows,
     ResumableSource,
     RowChanges,
     SchemaChanges,
@@ -805,7 +807,12 @@ async def _copy_batches(
 ) -> AsyncIterator[CopyBatch]:
     """The stream as COPY batches; a positioned read (ResumableSource) from
     after `after`, each batch with the position after its rows."""
-    if positioned and isinstance(source, ResumableSource):
+    if positioned and isinstance(source, ResumableCopies):
+        async with closing(source.copy_batches_after(stream, batch_rows, after)) as copies:
+            async for batch in copies:
+                yield batch
+        return
+    if positioned and isinstance(source, ResumableRows):
         before = 0
         async with closing(source.read_after(stream, batch_rows, after)) as reads:
             async for rows, position in reads:

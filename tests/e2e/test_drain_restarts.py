@@ -1,6 +1,7 @@
 """A drain is not a failure (docs/jobs-and-tasks.md), with real processes:
 the runtime extracting a run is stopped with SIGTERM three times, mid-read
-(a pause point holds it after its third part is read, never a sleep): the
+(a pause point holds each attempt after its third part is read, never a
+sleep): the
 cloud worker of a cloud → cloud run (its supervisor starts another), and
 the setu-agent of an agent → cloud run (the test starts another). Each
 stop hands the task back (ReleaseTask) where it stood; the run ends
@@ -35,8 +36,9 @@ from tests.servers import checked_in_agent
 pytestmark = pytest.mark.slow
 
 RESTARTS = 3
-# Part 2 (from 0) of the extract read: the source's read is open, mid-stream.
-HELD = testpoints.EXTRACTED_PART.format(index=2)
+# The third part each attempt reads (wherever it resumed: a PostgreSQL
+# table's read resumes after the parts stored): the read is open, mid-stream.
+HELD = testpoints.READ_PART.format(count=3)
 # The runtime's grace on SIGTERM: the held task outlasts it and is handed back.
 GRACE = {"grace_seconds": 0.5}
 

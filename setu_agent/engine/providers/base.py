@@ -234,12 +234,27 @@ class ResumableSource(Protocol):
         """Whether this stream's read gives positions to resume after."""
         ...
 
+
+@runtime_checkable
+class ResumableRows(ResumableSource, Protocol):
+    """A resumable source that reads Python rows (SQLite)."""
+
     def read_after(
         self, stream: Stream, batch_rows: int, after: str | None
     ) -> AsyncIterator[tuple[Batch, str]]:
         """The stream's rows after `after` (all when None), in batches of at
         most batch_rows, each with the position after its last row."""
         ...
+
+
+@runtime_checkable
+class ResumableCopies(ResumableSource, Protocol):
+    """A resumable source that gives binary COPY batches (PostgreSQL: ctid
+    ranges), each CopyBatch with its position."""
+
+    def copy_batches_after(
+        self, stream: Stream, batch_rows: int, after: str | None
+    ) -> AsyncIterator[CopyBatch]: ...
 
 
 @runtime_checkable

@@ -415,7 +415,27 @@ class PostgresConnector:
         except DRIVER_ERRORS as exc:
             raise postgres_error(exc, f"postgres: reading {stream.name}") from exc
 
-    async def copy_batches(self, stream: Stream, batch_rows: int) -> AsyncIterator[CopyBatch]:
+    async def resumes(self, stream: Stream) -> bool:
+        """A full read of a table (or materialized view) goes in ctid ranges,
+        each batch with the page its next range starts at: it resumes there
+        (ResumableCopies), in a new snapshot."""
+        if stream.since is not None:
+            return False
+        relation = (stream.locator or self._locate(stream))["relation"]
+        try:
+            shape = await self._conn.fetchrow(TABLE_PAGES, relation)
+        except DRIVER_ERRORS as exc:
+            raise postgres_error(exc, f"postgres: reading {stream.name}") from exc
+        return shape is not None and shape["relkind"] in ("r", "m")
+
+    def copy_batches_after(
+        self, stream: Stream, batch_rows: int, after: str | None
+    ) -> AsyncIterator[CopyBatch]:
+        return self.copy_batches(stream, batch_rows, start_page=int(after) if after else 0)
+
+    async def copy_batches(
+        self, stream: Stream, batch_rows: int, *, start_page: int = 0
+    ) -> AsyncIterator[CopyBatch]:
         query = self._query(stream)
         relation = (stream.locator or self._locate(stream))["relation"]
         try:
@@ -432,7 +452,7 @@ class PostgresConnector:
                 per_page = float(shape["rows_per_page"]) or FALLBACK_ROWS_PER_PAGE
                 step = max(1, int(batch_rows / per_page))
                 pages = int(shape["pages"])
-                for first in range(0, max(pages, 1), step):
+                for first in range(start_page, max(pages, 1), step):
                     # The last range is open-ended: nothing visible to this
                     # snapshot lies beyond it, but a bound costs nothing.
                     where = f"ctid >= '({first},0)'::tid"
@@ -440,7 +460,8 @@ class PostgresConnector:
                         where += f" AND ctid < '({first + step},0)'::tid"
                     copied = await self._copy_out(f"{query} WHERE {where}")
                     self.rows_read += copied.rows
-                    yield copied
+                    # Where a resumed read starts: the next range's first page.
+                    yield CopyBatch(copied.data, copied.rows, str(first + step))
         except DRIVER_ERRORS as exc:
             raise postgres_error(exc, f"postgres: reading {stream.name}") from exc
 

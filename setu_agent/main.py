@@ -150,7 +150,10 @@ async def run(args: argparse.Namespace) -> None:
             report_grace_seconds=args.report_grace_seconds,
             server_outage=Outage(args.server, tls=args.tls_config is not None),
         )
-        await serve(runtime, source, sorted(handlers), args.grace_seconds, args.server)
+        try:
+            await serve(runtime, source, sorted(handlers), args.grace_seconds, args.server)
+        finally:
+            await source.close()  # the channels it opened moving off closing replicas
 
 
 async def serve(

@@ -431,10 +431,15 @@ class PostgresConnector:
     def copy_batches_after(
         self, stream: Stream, batch_rows: int, after: str | None
     ) -> AsyncIterator[CopyBatch]:
-        return self.copy_batches(stream, batch_rows, start_page=int(after) if after else 0)
+        if not after:  # a read from the start is the plain one
+            return self.copy_batches(stream, batch_rows)
+        return self._copy_ranges(stream, batch_rows, int(after))
 
-    async def copy_batches(
-        self, stream: Stream, batch_rows: int, *, start_page: int = 0
+    def copy_batches(self, stream: Stream, batch_rows: int) -> AsyncIterator[CopyBatch]:
+        return self._copy_ranges(stream, batch_rows, 0)
+
+    async def _copy_ranges(
+        self, stream: Stream, batch_rows: int, start_page: int
     ) -> AsyncIterator[CopyBatch]:
         query = self._query(stream)
         relation = (stream.locator or self._locate(stream))["relation"]

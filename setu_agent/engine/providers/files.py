@@ -288,6 +288,8 @@ class FileConnector(Connector):
         self.config = config
         self.storage = storage
         self.ext = "." + config.format
+        # Rows read from the files by read (CountsRows).
+        self.rows_read = 0
 
     def _ref(self, stream: str) -> str:
         return self.storage.target(stream, self.ext)
@@ -343,6 +345,7 @@ class FileConnector(Connector):
         batch: Batch = []
         async with aclosing(self._rows(ref, source, stream.columns, rewrite=False)) as chunks:
             async for rows in chunks:
+                self.rows_read += len(rows)
                 for row in rows:
                     batch.append(row)
                     if len(batch) >= batch_rows:

@@ -54,6 +54,7 @@ from setu_agent.runtime import Handler, TaskContext
 from setu_agent.runtime.grpc_source import stored_part_progress
 from setu_agent.runtime.task import NonRetryable
 from setu_agent.specs import ConnectionSpec, LoadSpec, SpecSource
+from setu_client.errors import DeadlineExceeded, LeaseLost, Unavailable
 
 PREVIEW_LIMIT = 20
 
@@ -131,7 +132,12 @@ class ContextReporter:
             # A part was stored: its record goes now (a heartbeat), not at
             # the next beat, so a stop right after it resumes after it.
             self._unsent = False
-            await self._ctx.confirm_not_cancelled()
+            try:
+                await self._ctx.confirm_not_cancelled()
+            except LeaseLost:
+                raise
+            except (Unavailable, DeadlineExceeded):
+                pass  # the server is away: the next heartbeat carries the parts
         self._ctx.check_cancelled()
 
     async def loaded(self, stream: str, rows: int) -> None:

@@ -1,5 +1,5 @@
 """A staged extract resumes after the parts an earlier attempt stored
-(engine/transfer.py, docs/flows.md "An extract resumes at the first part not
+(setu_agent/engine/transfer.py, docs/flows.md "An extract resumes at the first part not
 stored"): a SQLite table (a real file) staged into a local blob folder, then
 staged again from the books the first attempt kept. The provider's own
 count says what each attempt read of the source."""

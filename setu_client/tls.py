@@ -125,9 +125,14 @@ def tls_defaults(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The TLS options' values when no flag gives them: the environment's."""
     env = os.environ if env is None else env
     return {
-        name: (bool(env.get(variable)) if name == "tls" else env.get(variable, ""))
+        name: (_truthy(env.get(variable, "")) if name == "tls" else env.get(variable, ""))
         for name, variable in TLS_ENVIRONMENT.items()
     }
+
+
+def _truthy(value: str) -> bool:
+    # SETU_TLS=0 (or false, no, off) means plaintext, as an operator reads it.
+    return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
 def tls_from_options(args: argparse.Namespace) -> TlsConfig | None:

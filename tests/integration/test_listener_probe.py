@@ -99,8 +99,12 @@ async def test_the_fallback_warns_once_runs_while_unhealthy_and_stops_after(
     fallback.listen_health(False, "no probe came back")
     fallback.listen_health(False, "no probe came back")
     await three.wait()
+    loop = fallback._task
     fallback.listen_health(True, "")
     assert not fallback.active
+    assert loop is not None and fallback._last is not None
+    await fallback._last  # the one re-check after healthy again
+    assert loop.done()  # and the loop of re-checks is over
     await fallback.stop()
     messages = [(r.levelno, r.getMessage()) for r in caplog.records]
     warnings = [m for level, m in messages if level == logging.WARNING]

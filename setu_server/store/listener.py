@@ -98,6 +98,7 @@ class Listener:
         self.verdicts = 0
         self._probe_arrived = asyncio.Event()
         self._backend: int | None = None
+        self._late_once = False
         # The verdict of the last probe (or, with `pooled`, known at once).
         self.delivering = not pooled
         self.why = POOLED if pooled else ""
@@ -228,6 +229,7 @@ class Listener:
             self._backend = backend
         self._probes += 1
         self._probe_arrived.clear()
+        heard = self._heard
         try:
             async with asyncio.timeout(self._ping_timeout):  # a pool busy to the brim
                 await self._probe(self.probe_channel, str(self._probes))
@@ -239,8 +241,17 @@ class Listener:
             async with asyncio.timeout(self._ping_timeout):
                 await self._probe_arrived.wait()
         except TimeoutError:
-            await self._verdict(False, UNDELIVERED.format(timeout=self._ping_timeout))
+            # A storm of notifications can hold the probe's behind it: a
+            # session that delivered others meanwhile gets one more probe
+            # before it is judged (twice in a row is no storm).
+            storm = self._heard != heard and not self._pooled and not self._late_once
+            self._late_once = storm
+            if storm:
+                await self._verdict(self.delivering, self.why)
+            else:
+                await self._verdict(False, UNDELIVERED.format(timeout=self._ping_timeout))
             return
+        self._late_once = False
         if moved:
             self._backend = backend
             await self._verdict(False, MOVED)

@@ -57,6 +57,30 @@ async def test_a_listener_through_a_transaction_pooler_hears_no_probe(
         await listener.close()
 
 
+async def test_a_probe_late_behind_a_storm_of_notifications_is_not_judged_at_once(
+    database_url: str, pool: asyncpg.Pool
+) -> None:
+    verdicts: list[tuple[bool, str]] = []
+    storms = 1  # the first probe is lost while other notifications arrive
+
+    async def probe(channel: str, payload: str) -> None:
+        nonlocal storms
+        if storms:
+            storms -= 1
+            await pool.execute("SELECT pg_notify('setu_job', 'storm')")
+            channel = "setu_probe_nobody"
+        await send_probe(pool, channel, payload)
+
+    listener = probed(database_url, probe, verdicts)
+    await listener.start()
+    try:
+        await listener.wait_for_verdicts(2)
+        assert listener.healthy
+        assert verdicts == [], "a session busy delivering is not called undelivering"
+    finally:
+        await listener.close()
+
+
 async def test_probes_that_arrive_again_make_the_listener_healthy_again(
     database_url: str, pool: asyncpg.Pool
 ) -> None:

@@ -30,7 +30,7 @@ from setu_agent.results import (
     TaskResult,
     TestResult,
 )
-from setu_agent.runtime.grpc_source import stored_part_message, stored_part_of
+from setu_agent.runtime.grpc_source import stored_part_message
 from setu_agent.specs import ConnectionSpec
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
@@ -339,7 +339,7 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
             else None
         )
         # An extract's stored parts go in the run's books, not in the task's progress.
-        stored = [stored_part_of(p) for p in request.progress.stored_parts]
+        stored = convert.stored_parts_of(request.progress.stored_parts, "progress.stored_parts")
         if progress is not None:
             progress.pop("stored_parts", None)
         expires, cancel = await self._tasks.heartbeat(

@@ -5,11 +5,12 @@ from __future__ import annotations
 from uuid import UUID
 
 from setu_agent.results import check_changes
-from setu_agent.runtime.grpc_source import stored_part_message, stored_part_of
+from setu_agent.runtime.grpc_source import stored_part_message
 from setu_client._proto.setu.v1 import cloud_pb2 as pb
 from setu_client._proto.setu.v1 import cloud_pb2_grpc, common_pb2
 from setu_client.errors import InvalidArgument
 from setu_server.models import EventLevel, JobOutput, Phase
+from setu_server.rpc import convert
 from setu_server.rpc.agents import artifact_of, blob_message, changes_of, connection_message
 from setu_server.rpc.convert import LEVELS, PHASES, WRITE_MODES, uid
 from setu_server.rpc.cursors import cursor_of
@@ -98,7 +99,7 @@ class CloudRunServicer(cloud_pb2_grpc.CloudRunServiceServicer):
             *_lease(request.lease),
             request.rows_extracted,
             request.rows_loaded,
-            [stored_part_of(p) for p in request.stored_parts],
+            convert.stored_parts_of(request.stored_parts, "stored_parts"),
         )
         return pb.ReportRunProgressResponse(cancel_requested=cancel)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -9,8 +10,12 @@ from uuid import UUID
 from google.protobuf import struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from setu_agent.engine.blob import BlobError, check_key
+from setu_agent.engine.staging import StoredPart
+from setu_agent.runtime.grpc_source import stored_part_of
 from setu_client import struct_to_dict
 from setu_client._proto.setu.v1 import admin_pb2, common_pb2
+from setu_client._proto.setu.v1.agents_pb2 import StoredPart as StoredPartMessage
 from setu_client.errors import InvalidArgument
 from setu_server.models import (
     Agent,
@@ -163,3 +168,18 @@ def struct_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
     whole ones come back as ints (a port is 5432, not 5432.0), by the same
     rule the SDK applies to what it receives."""
     return struct_to_dict(struct)
+
+
+def stored_parts_of(messages: Iterable[StoredPartMessage], field: str) -> list[StoredPart]:
+    """The parts a runtime says it stored, as the run's books keep them; a
+    path that would leave the run's blob prefix (absolute, `..`, empty or
+    backslashed segments) is refused, naming the field, before anything is
+    recorded."""
+    parts = []
+    for index, message in enumerate(messages):
+        try:
+            check_key(message.path)
+        except BlobError as exc:
+            raise InvalidArgument(f"{field}[{index}].path: {exc}") from exc
+        parts.append(stored_part_of(message))
+    return parts

@@ -93,7 +93,11 @@ def test_a_refused_reset_or_dropped_connection_is_an_outage_and_a_timeout_is_not
         asyncpg.exceptions.InterfaceError("connection is closed"),
     ):
         assert isinstance(postgres_error(lost, "x"), OutageError), lost
-    for other in (TimeoutError(), asyncpg.exceptions.SerializationError("retry")):
+    for other in (
+        TimeoutError(),
+        asyncpg.exceptions.SerializationError("retry"),
+        asyncpg.exceptions.ProtocolViolationError("bad message"),  # 08P01: a peer's fault
+    ):
         error = postgres_error(other, "x")
         assert isinstance(error, TransientError) and not isinstance(error, OutageError)
 

@@ -59,6 +59,8 @@ _PG_TRANSIENT = ("08", "40001", "40P01", "53", "55P03", "57014", "57P", "58")
 # 57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now (a
 # restart: `pg_ctl restart -m fast`, a failover).
 _PG_OUTAGE = ("08", "57P01", "57P02", "57P03")
+# ... but a protocol violation is a fault of a peer, not a database away.
+_PG_NOT_OUTAGE = ("08P01",)
 
 
 def postgres_error(exc: BaseException, what: str) -> ProviderError:
@@ -69,7 +71,7 @@ def postgres_error(exc: BaseException, what: str) -> ProviderError:
     message = f"{what}: {exc}"
     state = str(getattr(exc, "sqlstate", None) or "")
     if state:
-        if any(state.startswith(prefix) for prefix in _PG_OUTAGE):
+        if state not in _PG_NOT_OUTAGE and any(state.startswith(p) for p in _PG_OUTAGE):
             return OutageError(message)
         if any(state.startswith(prefix) for prefix in _PG_TRANSIENT):
             return TransientError(message)

@@ -275,19 +275,14 @@ class EngineHandlers:
                 self._batch_rows,
                 earlier=spec.stored_parts,
             )
-        # One note per staged stream: its window, where it resumed, and (on
-        # the last) what this attempt read of the source.
-        said: dict[str, list[str]] = {}
+        # The timeline's lines of this extract, as a cloud extract says them:
+        # each stream's window, where it resumed, and what this attempt read.
         windows = (incremental.window_note(s) for s in streams)
-        for stream, message in [*(n for n in windows if n is not None), *reporter.notes]:
-            said.setdefault(stream, []).append(message)
+        notes = [*(n for n in windows if n is not None), *reporter.notes]
         read = reporter.source_rows_read
         if read is not None and manifest.streams:
-            said.setdefault(manifest.streams[-1].name, []).append(
-                f"Extract staged: {read_said(read)}"
-            )
-        notes = tuple((stream, "; ".join(messages)) for stream, messages in said.items())
-        return ExtractResult(Artifact.of(spec.blob_prefix, manifest), manifest.rows, notes)
+            notes.append((manifest.streams[-1].name, f"Extract staged: {read_said(read)}"))
+        return ExtractResult(Artifact.of(spec.blob_prefix, manifest), manifest.rows, tuple(notes))
 
     async def load(self, ctx: TaskContext) -> LoadResult:
         assert self._specs is not None

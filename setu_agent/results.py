@@ -64,6 +64,10 @@ class Artifact:
         return sum(s.rows for s in self.streams)
 
 
+# Timeline lines an extract result may carry for one stream.
+NOTES_PER_STREAM = 3
+
+
 @dataclass(frozen=True)
 class ExtractResult:
     kind: ClassVar[str] = "extract"
@@ -103,13 +107,16 @@ class ExtractResult:
             _present(staged.stream, "extract result: a staged stream's name")
             _counted(staged.rows, f"extract result: rows of {staged.stream}")
         _counted(self.rows_extracted, "extract result: rows_extracted")
-        names = {s.stream for s in artifact.streams}
-        for stream, _ in self.notes:  # one per staged stream: a result cannot flood a timeline
-            if stream not in names:
+        # A few per staged stream (its window, where it resumed, what it
+        # read): a result cannot flood a timeline.
+        room = dict.fromkeys((s.stream for s in artifact.streams), NOTES_PER_STREAM)
+        for stream, _ in self.notes:
+            if not room.get(stream):
                 raise MalformedResult(
-                    f"extract result: a note on {stream!r}, which it did not stage or noted twice"
+                    f"extract result: a note on {stream!r}, which it did not stage"
+                    f" or noted more than {NOTES_PER_STREAM} times"
                 )
-            names.remove(stream)
+            room[stream] -= 1
 
     @classmethod
     def from_json(cls, data: Any) -> ExtractResult:

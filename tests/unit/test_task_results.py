@@ -11,6 +11,7 @@ import pytest
 from setu_agent.engine.providers.base import RowChanges
 from setu_agent.engine.types import Column, Stream
 from setu_agent.results import (
+    NOTES_PER_STREAM,
     Artifact,
     ArtifactStream,
     DiscoverResult,
@@ -161,10 +162,11 @@ def test_an_extract_note_on_a_stream_it_did_not_stage_is_refused() -> None:
     stray = replace(EXTRACT, notes=(("public.other", "stream public.other: …"),))
     with pytest.raises(MalformedResult, match=r"a note on 'public\.other', which it did not stage"):
         stray.validate()
-    twice = replace(EXTRACT, notes=(("public.items", "…"), ("public.items", "…")))
+    flood = replace(EXTRACT, notes=(("public.items", "…"),) * (NOTES_PER_STREAM + 1))
     with pytest.raises(MalformedResult, match=r"a note on 'public\.items', which it did not"):
-        twice.validate()
+        flood.validate()
     replace(EXTRACT, notes=(("public.items", "stream public.items: …"),)).validate()
+    replace(EXTRACT, notes=(("public.items", "…"),) * NOTES_PER_STREAM).validate()
 
 
 def test_an_extract_without_its_artifact_is_refused() -> None:

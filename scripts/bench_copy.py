@@ -19,7 +19,7 @@ destination table of the same shape. Three ways to move every row:
 - direct: Setu's engine, one pass with no blob (engine.transfer.direct).
 
 - jsonl: Setu's engine, PostgreSQL → a JSON Lines file (direct, overwrite:
-  PostgreSQL renders the lines: setu_agent/engine/providers/postgres_json.py).
+  PostgreSQL renders the lines: setu_engine/providers/postgres_json.py).
 - jsonl-upsert: the same file upserted again with every row (the written
   rows spill to a temporary SQLite by key, then merge with the old file):
   its peak RSS, at both sizes, shows memory flat in the table's size.
@@ -59,14 +59,14 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from setu_agent.engine import transfer
-from setu_agent.engine.blob import LocalBlobStore
-from setu_agent.engine.markers import LoadIdentity
-from setu_agent.engine.operators import parse_spec
-from setu_agent.engine.providers import get_provider
-from setu_agent.engine.providers.base import WriteMode
-from setu_agent.engine.providers.postgres import PROVIDER
-from setu_agent.engine.staging import Manifest
+from setu_engine import transfer
+from setu_engine.blob import LocalBlobStore
+from setu_engine.markers import LoadIdentity
+from setu_engine.operators import parse_spec
+from setu_engine.providers import get_provider
+from setu_engine.providers.base import WriteMode
+from setu_engine.providers.postgres import PROVIDER
+from setu_engine.staging import Manifest
 
 TABLE = """
 CREATE TABLE payments (

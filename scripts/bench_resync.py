@@ -29,11 +29,11 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from setu_agent.engine import transfer
-from setu_agent.engine.markers import LoadIdentity
-from setu_agent.engine.operators import parse_spec
-from setu_agent.engine.providers.base import WriteMode
-from setu_agent.engine.providers.postgres import PROVIDER
+from setu_engine import transfer
+from setu_engine.markers import LoadIdentity
+from setu_engine.operators import parse_spec
+from setu_engine.providers.base import WriteMode
+from setu_engine.providers.postgres import PROVIDER
 
 FLIGHTS = """
 CREATE TABLE flights (

@@ -21,26 +21,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
-from setu_agent.engine import dry_run, incremental, transfer
-from setu_agent.engine.blob import BlobSettings, BlobStore, open_blob
-from setu_agent.engine.markers import LoadIdentity
-from setu_agent.engine.operators import PipelineSpec, SpecError, parse_spec
-from setu_agent.engine.providers import get_provider
-from setu_agent.engine.providers.base import (
-    ConfigError,
-    Connector,
-    CountsRows,
-    Egress,
-    PermanentError,
-    ProviderError,
-)
-from setu_agent.engine.resumable import DEFAULT_POLICY, ResumePolicy
-from setu_agent.engine.s3 import S3Settings
-from setu_agent.engine.secrets import SecretStore, references
-from setu_agent.engine.staging import Manifest, StoredPart, read_manifest
-from setu_agent.engine.transfer import read_said
-from setu_agent.engine.types import Column, Row
-from setu_agent.engine.values import JSON_NULL, Infinite, nonfinite_text, shortest_real
 from setu_agent.results import (
     Artifact,
     DiscoverResult,
@@ -55,6 +35,26 @@ from setu_agent.runtime.grpc_source import stored_part_progress
 from setu_agent.runtime.task import NonRetryable
 from setu_agent.specs import ConnectionSpec, LoadSpec, SpecSource
 from setu_client.errors import DeadlineExceeded, LeaseLost, Unavailable
+from setu_engine import dry_run, incremental, transfer
+from setu_engine.blob import BlobSettings, BlobStore, open_blob
+from setu_engine.markers import LoadIdentity
+from setu_engine.operators import PipelineSpec, SpecError, parse_spec
+from setu_engine.providers import get_provider
+from setu_engine.providers.base import (
+    ConfigError,
+    Connector,
+    CountsRows,
+    Egress,
+    PermanentError,
+    ProviderError,
+)
+from setu_engine.resumable import DEFAULT_POLICY, ResumePolicy
+from setu_engine.s3 import S3Settings
+from setu_engine.secrets import SecretStore, references
+from setu_engine.staging import Manifest, StoredPart, read_manifest
+from setu_engine.transfer import read_said
+from setu_engine.types import Column, Row
+from setu_engine.values import JSON_NULL, Infinite, nonfinite_text, shortest_real
 
 PREVIEW_LIMIT = 20
 
@@ -148,7 +148,7 @@ class ContextReporter:
 
     async def committing(self, stream: str) -> None:
         """The last word before a resumable load's apply commits
-        (setu_agent/engine/resumable.py): the server is asked, not the
+        (setu_engine/resumable.py): the server is asked, not the
         latest heartbeat's answer."""
         self._ctx.report(rows_written=self.rows_written, stream=stream)
         await self._ctx.confirm_not_cancelled()

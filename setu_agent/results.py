@@ -19,12 +19,12 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from setu_agent.engine import sqltypes
-from setu_agent.engine.incremental import MARK_TYPES, CursorMark
-from setu_agent.engine.providers.base import RowChanges
-from setu_agent.engine.staging import MANIFEST, Manifest
-from setu_agent.engine.types import Column, Stream
 from setu_client.errors import InvalidArgument
+from setu_engine import sqltypes
+from setu_engine.incremental import MARK_TYPES, CursorMark
+from setu_engine.providers.base import RowChanges
+from setu_engine.staging import MANIFEST, Manifest
+from setu_engine.types import Column, Stream
 
 
 class MalformedResult(InvalidArgument):
@@ -74,7 +74,7 @@ class ExtractResult:
     artifact: Artifact
     rows_extracted: int
     # (stream, message): what the extract read of each incremental stream
-    # (engine/incremental.py `window_note`), one job event each.
+    # (setu_engine/incremental.py `window_note`), one job event each.
     notes: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
@@ -153,7 +153,7 @@ class LoadResult:
     # (stream, message): what the load changed ahead of its rows.
     notes: tuple[tuple[str, str], ...] = ()
     # Per incremental stream, the highest cursor value loaded: its saved
-    # state advances to it with this result (engine/incremental.py).
+    # state advances to it with this result (setu_engine/incremental.py).
     cursors_by_stream: Mapping[str, CursorMark] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -372,7 +372,7 @@ class PlannedColumn:
 @dataclass(frozen=True)
 class PlannedStream:
     """A dry run's plan for one stream: where it would land, and how
-    (engine/dry_run.py). `actions` stay empty until the destination was
+    (setu_engine/dry_run.py). `actions` stay empty until the destination was
     inspected; any `incompatibilities` fail the dry run."""
 
     stream: str

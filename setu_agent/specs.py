@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from setu_agent.engine.blob import BlobSettings
-from setu_agent.engine.providers.base import WriteMode
-from setu_agent.engine.staging import MANIFEST, StoredPart
 from setu_agent.runtime.task import LeasedTask
+from setu_engine.blob import BlobSettings
+from setu_engine.providers.base import WriteMode
+from setu_engine.staging import MANIFEST, StoredPart
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class ExtractSpec:
     streams: list[str]
     blob_prefix: str
     blob: BlobSettings
-    # For incremental streams (engine/incremental.py): the pipeline spec, the
+    # For incremental streams (setu_engine/incremental.py): the pipeline spec, the
     # write mode and each stream's saved cursor (qualified name → value).
     spec: dict[str, Any] = field(default_factory=dict)
     write_mode: WriteMode = WriteMode.APPEND

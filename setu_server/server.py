@@ -17,9 +17,6 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from setu_agent.engine import testpoints
-from setu_agent.engine.blob import BlobSettings, BlobStore, open_blob
-from setu_agent.engine.s3 import S3Settings
 from setu_client._proto.setu.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -35,6 +32,9 @@ from setu_client._proto.setu.v1 import (
     pipelines_pb2_grpc,
 )
 from setu_client.clock import Clock, SystemClock
+from setu_engine import testpoints
+from setu_engine.blob import BlobSettings, BlobStore, open_blob
+from setu_engine.s3 import S3Settings
 from setu_server.config import Settings
 from setu_server.maintenance.gauges import GaugeRefresh, GaugeSettings
 from setu_server.maintenance.janitor import Janitor, JanitorSettings

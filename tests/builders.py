@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from setu_agent.engine.blob import BlobSettings
 from setu_client.clock import FakeClock
+from setu_engine.blob import BlobSettings
 from setu_server.service.jobs import JobService
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.outcomes import TaskOutcomes

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from setu_agent.engine.providers.base import Connector, Egress
 from setu_agent.handlers import open_provider
+from setu_engine.providers.base import Connector, Egress
 
 log = logging.getLogger("setu.worker.connections")
 

@@ -22,15 +22,6 @@ from typing import Any
 
 from setu_agent.cloud.book import RunBook, RunOutput
 from setu_agent.cloud.connections import ConnectionCache
-from setu_agent.engine import dry_run, incremental, transfer
-from setu_agent.engine.blob import BlobSettings, BlobStore
-from setu_agent.engine.markers import LoadIdentity
-from setu_agent.engine.operators import SpecError, parse_spec
-from setu_agent.engine.providers.base import ConfigError, Connector, CountsRows, Egress
-from setu_agent.engine.resumable import DEFAULT_POLICY, ResumePolicy
-from setu_agent.engine.secrets import SecretStore
-from setu_agent.engine.staging import Manifest, StoredPart, read_manifest
-from setu_agent.engine.transfer import read_said
 from setu_agent.handlers import ConnectPolicy, open_connector
 from setu_agent.results import (
     Artifact,
@@ -45,6 +36,15 @@ from setu_agent.runtime import TaskContext
 from setu_agent.runtime.task import LeasedTask, NonRetryable, TaskCancelled
 from setu_agent.specs import ConnectionSpec, MigrateSpec
 from setu_client.errors import FailedPrecondition, LeaseLost
+from setu_engine import dry_run, incremental, transfer
+from setu_engine.blob import BlobSettings, BlobStore
+from setu_engine.markers import LoadIdentity
+from setu_engine.operators import SpecError, parse_spec
+from setu_engine.providers.base import ConfigError, Connector, CountsRows, Egress
+from setu_engine.resumable import DEFAULT_POLICY, ResumePolicy
+from setu_engine.secrets import SecretStore
+from setu_engine.staging import Manifest, StoredPart, read_manifest
+from setu_engine.transfer import read_said
 
 # Runs whose source holds at most this many rows (the providers' estimate)
 # go direct when fresh. A named setting: SETU_DIRECT_MAX_ROWS.
@@ -55,9 +55,9 @@ DIRECT_MAX_ROWS = 50_000
 class MigrateSettings:
     batch_rows: int = transfer.DEFAULT_BATCH_ROWS
     direct_max_rows: int = DIRECT_MAX_ROWS
-    # Which staged streams load part by part (engine/resumable.py).
+    # Which staged streams load part by part (setu_engine/resumable.py).
     resume: ResumePolicy = DEFAULT_POLICY
-    # cloud → cloud: load the last stream while it is extracted (engine/transfer.py).
+    # cloud → cloud: load the last stream while it is extracted (setu_engine/transfer.py).
     overlap: bool = True
 
 

@@ -17,7 +17,7 @@ on loopback or on the private network, another workspace's files.
 - Whatever the root, `/` included, a PostgreSQL socket is never one of the
   control plane's own database: its socket folders (the server names them
   at check-in), reached by any path or link, and links to its sockets.
-- Every socket goes to an address vetted by `egress` (setu_agent/engine/
+- Every socket goes to an address vetted by `egress` (setu_engine/
   egress.py): no loopback, private, link-local or metadata address unless
   the operator allows its network, and never Setu's own database.
 - An `s3://` file connection brings its own credentials, else botocore would
@@ -33,8 +33,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from setu_agent.engine.egress import AddressPolicy, IPNetwork, parse_networks, protect_database
-from setu_agent.engine.providers.base import ConfigError
+from setu_engine.egress import AddressPolicy, IPNetwork, parse_networks, protect_database
+from setu_engine.providers.base import ConfigError
 
 
 class CloudPolicy:

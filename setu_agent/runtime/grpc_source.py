@@ -9,10 +9,6 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from setu_agent.engine.blob import BlobSettings
-from setu_agent.engine.providers.base import RowChanges, WriteMode
-from setu_agent.engine.staging import Part, StoredPart
-from setu_agent.engine.types import Column, Stream
 from setu_agent.results import (
     Artifact,
     DiscoverResult,
@@ -33,6 +29,10 @@ from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
 from setu_client.errors import ServerClosing, SetuError, Unimplemented, from_rpc_error
 from setu_client.long_poll import LongPollWindow
 from setu_client.replicas import Replicas
+from setu_engine.blob import BlobSettings
+from setu_engine.providers.base import RowChanges, WriteMode
+from setu_engine.staging import Part, StoredPart
+from setu_engine.types import Column, Stream
 
 # Room above the server's wait that a lease's window should leave, so the
 # server's empty answer wins the race (docs/jobs-and-tasks.md); the window

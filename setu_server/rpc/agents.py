@@ -10,10 +10,6 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from setu_agent.engine import sqltypes
-from setu_agent.engine.blob import BlobSettings
-from setu_agent.engine.providers.base import RowChanges
-from setu_agent.engine.types import Column, Stream
 from setu_agent.results import (
     Artifact,
     ArtifactStream,
@@ -34,6 +30,10 @@ from setu_agent.runtime.grpc_source import stored_part_message
 from setu_agent.specs import ConnectionSpec
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
+from setu_engine import sqltypes
+from setu_engine.blob import BlobSettings
+from setu_engine.providers.base import RowChanges
+from setu_engine.types import Column, Stream
 from setu_server.config import Settings
 from setu_server.models import CLOUD, Role, Task, TaskKind
 from setu_server.rpc import convert

@@ -34,10 +34,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from setu_agent.engine import transfer
-from setu_agent.engine.operators import SpecError
-from setu_agent.engine.providers.base import ConfigError, ProviderError
-from setu_agent.engine.staging import run_prefix
 from setu_agent.results import (
     DiscoverResult,
     ExtractResult,
@@ -50,6 +46,10 @@ from setu_agent.results import (
     changes_said,
 )
 from setu_client.errors import InvalidArgument
+from setu_engine import transfer
+from setu_engine.operators import SpecError
+from setu_engine.providers.base import ConfigError, ProviderError
+from setu_engine.staging import run_prefix
 from setu_server.models import EventLevel, Job, JobKind, JobState, Task, TaskKind, runtime_name
 from setu_server.service.dry_runs import DryRunPlans
 from setu_server.service.lifecycle import JobLifecycle

@@ -2,8 +2,8 @@
 
 When the source connection was discovered (its catalog is known), the
 pipeline's streams, its operator chain's columns and its keys are checked
-with the engine's own code (setu_agent/engine/transfer.py `select_streams`,
-setu_agent/engine/dry_run.py `plan`), so the message is the one a run or a dry run
+with the engine's own code (setu_engine/transfer.py `select_streams`,
+setu_engine/dry_run.py `plan`), so the message is the one a run or a dry run
 would give. A source never discovered is not checked: nothing is known yet.
 """
 
@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from setu_agent.engine import dry_run, incremental, transfer
-from setu_agent.engine.operators import SpecError, parse_spec
-from setu_agent.engine.providers.base import ConfigError, ProviderError, WriteMode
-from setu_agent.engine.types import Column, Stream, TypeNameError
 from setu_agent.results import incompatibilities
 from setu_client.errors import InvalidArgument
+from setu_engine import dry_run, incremental, transfer
+from setu_engine.operators import SpecError, parse_spec
+from setu_engine.providers.base import ConfigError, ProviderError, WriteMode
+from setu_engine.types import Column, Stream, TypeNameError
 from setu_server.store import catalog
 from setu_server.store.db import Executor
 

@@ -14,10 +14,6 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from setu_agent.engine import dry_run
-from setu_agent.engine.blob import BlobSettings
-from setu_agent.engine.operators import SpecError, parse_spec
-from setu_agent.engine.staging import run_prefix
 from setu_agent.specs import ConnectionSpec, ExtractSpec, LoadSpec
 from setu_client.clock import Clock
 from setu_client.errors import (
@@ -26,6 +22,10 @@ from setu_client.errors import (
     LeaseLost,
     NotFound,
 )
+from setu_engine import dry_run
+from setu_engine.blob import BlobSettings
+from setu_engine.operators import SpecError, parse_spec
+from setu_engine.staging import run_prefix
 from setu_server.models import (
     EventLevel,
     Job,

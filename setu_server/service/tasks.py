@@ -17,10 +17,10 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from setu_agent.engine.staging import StoredPart
 from setu_agent.results import TaskResult
 from setu_client.clock import Clock
 from setu_client.errors import InvalidArgument, LeaseLost, NotFound, ServerClosing
+from setu_engine.staging import StoredPart
 from setu_server.metrics import Metrics
 from setu_server.models import (
     EventLevel,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from setu_agent.engine.providers import files, postgres, sqlite
 from setu_cli import commands
+from setu_engine.providers import files, postgres, sqlite
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -1,6 +1,6 @@
 """A tenant's cloud connection reaches only what the egress policy allows,
 checked by resolved address, and takes no credential from the server's
-environment (setu_agent/engine/egress.py, setu_agent/cloud/policy.py)."""
+environment (setu_engine/egress.py, setu_agent/cloud/policy.py)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from urllib.parse import parse_qs, urlsplit
 import asyncpg
 import pytest
 
-from setu_agent.engine.providers.base import ProviderError
-from setu_agent.engine.providers.postgres import PROVIDER as POSTGRES
 from setu_client import SetuClient
+from setu_engine.providers.base import ProviderError
+from setu_engine.providers.postgres import PROVIDER as POSTGRES
 from tests.factories import Tenant, make_tenant
 from tests.s3server import S3Endpoint
 from tests.servers import in_process

@@ -19,9 +19,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_agent.engine.s3 import s3_client
 from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2
+from setu_engine.s3 import s3_client
 from tests.databases import postgres_config, scratch_database
 from tests.s3server import S3Endpoint
 

@@ -10,8 +10,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_agent.engine.s3 import s3_client
 from setu_client import JobState
+from setu_engine.s3 import s3_client
 from tests.databases import postgres_config
 from tests.e2e import test_edge_runs
 from tests.e2e.test_edge_runs import Edge, events

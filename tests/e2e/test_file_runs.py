@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from setu_agent.engine.s3 import s3_client
 from setu_client import InvalidArgument, SetuClient
 from setu_client._proto.setu.v1 import common_pb2
+from setu_engine.s3 import s3_client
 from tests import flights_csv
 from tests.databases import postgres_config, scratch_database
 from tests.s3server import S3Endpoint

@@ -37,7 +37,6 @@ from google.protobuf.message import Message
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from setu_agent.engine.operators import OPS
 from setu_client._proto.setu.v1 import (
     agents_pb2,
     connections_pb2,
@@ -45,6 +44,7 @@ from setu_client._proto.setu.v1 import (
     options_pb2,
     pipelines_pb2,
 )
+from setu_engine.operators import OPS
 from setu_server.server import SERVICE_NAMES
 from tests.e2e import test_rpc_validation
 from tests.e2e.test_rpc_validation import Api, ServerLog

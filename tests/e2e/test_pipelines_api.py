@@ -12,7 +12,6 @@ import grpc
 import pytest
 from google.protobuf import field_mask_pb2, json_format
 
-from setu_agent.engine.operators import SpecError, parse_spec
 from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2, pipelines_pb2, pipelines_pb2_grpc
 from setu_client.channel import open_channel
@@ -24,6 +23,7 @@ from setu_client.errors import (
     NotFound,
     from_rpc_error,
 )
+from setu_engine.operators import SpecError, parse_spec
 from setu_server.models import Connection, JobKind, JobState
 from setu_server.server import Running
 from setu_server.store import jobs

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from setu_agent.engine.blob import (
+from setu_engine.blob import (
     BlobError,
     BlobNotFound,
     BlobSettings,

@@ -1,5 +1,5 @@
 """What PostgreSQL and SQLite destinations say of a target, and the two
-changes a load makes ahead of its rows (setu_agent/engine/providers/
+changes a load makes ahead of its rows (setu_engine/providers/
 postgres_shape.py, sqlite_shape.py), on real databases."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from setu_agent.engine.destination_plan import DestinationColumn, InspectableDestination
-from setu_agent.engine.providers.postgres import PROVIDER as POSTGRES
-from setu_agent.engine.providers.sqlite import PROVIDER as SQLITE
-from setu_agent.engine.types import Column
+from setu_engine.destination_plan import DestinationColumn, InspectableDestination
+from setu_engine.providers.postgres import PROVIDER as POSTGRES
+from setu_engine.providers.sqlite import PROVIDER as SQLITE
+from setu_engine.types import Column
 from tests.databases import postgres_config, scratch_database
 
 

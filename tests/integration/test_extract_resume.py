@@ -1,5 +1,5 @@
 """A staged extract resumes after the parts an earlier attempt stored
-(setu_agent/engine/transfer.py, docs/flows.md "An extract resumes at the first part not
+(setu_engine/transfer.py, docs/flows.md "An extract resumes at the first part not
 stored"): a SQLite table (a real file) staged into a local blob folder, then
 staged again from the books the first attempt kept. The provider's own
 count says what each attempt read of the source."""
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import asyncpg
 
-from setu_agent.engine import staging, transfer
-from setu_agent.engine.blob import LocalBlobStore
-from setu_agent.engine.providers import get_provider
-from setu_agent.engine.providers.base import Connector, CountsRows
-from setu_agent.engine.staging import StoredPart
+from setu_engine import staging, transfer
+from setu_engine.blob import LocalBlobStore
+from setu_engine.providers import get_provider
+from setu_engine.providers.base import Connector, CountsRows
+from setu_engine.staging import StoredPart
 from tests.databases import postgres_config, scratch_database
 
 ROWS = 1_000
@@ -63,7 +63,7 @@ def read_so_far(source: Connector) -> int:
 
 
 async def staged_ids(blob: LocalBlobStore, manifest: staging.Manifest) -> list[int]:
-    from setu_agent.engine import pgcopy
+    from setu_engine import pgcopy
 
     ids: list[int] = []
     stream = manifest.streams[0]

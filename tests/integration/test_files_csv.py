@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from setu_agent.engine.providers.base import ConfigError, Connector, PermanentError
-from setu_agent.engine.providers.files import PROVIDER
-from setu_agent.engine.providers.files_codec import _Source
-from setu_agent.engine.providers.files_csv import CsvOptions, csv_records
-from setu_agent.engine.types import Column, Row, Stream
-from setu_agent.engine.values import ValueFault
+from setu_engine.providers.base import ConfigError, Connector, PermanentError
+from setu_engine.providers.files import PROVIDER
+from setu_engine.providers.files_codec import _Source
+from setu_engine.providers.files_csv import CsvOptions, csv_records
+from setu_engine.types import Column, Row, Stream
+from setu_engine.values import ValueFault
 from tests import flights_csv
 from tests.integration.test_files_provider import Place, read_all
 from tests.s3server import S3Endpoint

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from setu_agent.engine.providers import files_encode, files_merge
-from setu_agent.engine.providers.base import CopyBatch
-from setu_agent.engine.types import Batch, Column, Row
-from setu_agent.engine.values import ValueFault
+from setu_engine.providers import files_encode, files_merge
+from setu_engine.providers.base import CopyBatch
+from setu_engine.types import Batch, Column, Row
+from setu_engine.values import ValueFault
 
 
 async def batches(*parts: Batch) -> AsyncGenerator[Batch, None]:

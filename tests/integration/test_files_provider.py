@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from setu_agent.engine import s3
-from setu_agent.engine.providers import get_provider
-from setu_agent.engine.providers.base import (
+from setu_engine import s3
+from setu_engine.providers import get_provider
+from setu_engine.providers.base import (
     ConfigError,
     Connector,
     PermanentError,
@@ -26,11 +26,11 @@ from setu_agent.engine.providers.base import (
     TransientError,
     WriteMode,
 )
-from setu_agent.engine.providers.files import PROVIDER
-from setu_agent.engine.providers.files_storage import _LocalFiles
-from setu_agent.engine.s3 import s3_client
-from setu_agent.engine.secrets import SecretStore
-from setu_agent.engine.types import Batch, Column, Stream
+from setu_engine.providers.files import PROVIDER
+from setu_engine.providers.files_storage import _LocalFiles
+from setu_engine.s3 import s3_client
+from setu_engine.secrets import SecretStore
+from setu_engine.types import Batch, Column, Stream
 from tests.s3server import S3Endpoint
 
 

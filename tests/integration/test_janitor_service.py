@@ -9,9 +9,9 @@ from pathlib import Path
 
 import asyncpg
 
-from setu_agent.engine.blob import LocalBlobStore
-from setu_agent.engine.staging import run_prefix
 from setu_client.clock import FakeClock
+from setu_engine.blob import LocalBlobStore
+from setu_engine.staging import run_prefix
 from setu_server.maintenance.janitor import Janitor, JanitorSettings
 from setu_server.models import Job, JobKind, JobState
 from setu_server.store import jobs, runs

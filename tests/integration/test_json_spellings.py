@@ -1,6 +1,6 @@
-"""The two JSON Lines writers (Python's, setu_agent/engine/providers/files_encode.py,
-and the SQL PostgreSQL runs, setu_agent/engine/providers/postgres_json.py)
-spell the special values from one source, setu_agent/engine/spellings.py:
+"""The two JSON Lines writers (Python's, setu_engine/providers/files_encode.py,
+and the SQL PostgreSQL runs, setu_engine/providers/postgres_json.py)
+spell the special values from one source, setu_engine/spellings.py:
 change a spelling there and both lines change alike, on real PostgreSQL."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_agent.engine import spellings
-from setu_agent.engine.providers.files_encode import csv_encoder, jsonl_encoder
-from setu_agent.engine.providers.postgres_json import line_sql
-from setu_agent.engine.types import Column
-from setu_agent.engine.values import INFINITY, MINUS_INFINITY
+from setu_engine import spellings
+from setu_engine.providers.files_encode import csv_encoder, jsonl_encoder
+from setu_engine.providers.postgres_json import line_sql
+from setu_engine.types import Column
+from setu_engine.values import INFINITY, MINUS_INFINITY
 
 # (neutral type, SQL literal, the engine's value)
 SPECIAL: list[tuple[str, str, Any]] = [

@@ -1,4 +1,4 @@
-"""Load markers (setu_agent/engine/markers.py) in each destination: a load
+"""Load markers (setu_engine/markers.py) in each destination: a load
 that finds its marker writes nothing and answers the rows the marker
 recorded, whatever the write mode; a load that failed left no marker; two
 attempts at once write once; discovery never offers the markers."""
@@ -14,15 +14,15 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from setu_agent.engine import pgcopy
-from setu_agent.engine.markers import LoadIdentity, LoadMarker
-from setu_agent.engine.operators import parse_spec
-from setu_agent.engine.providers.base import Connector, CopyBatch, WriteMode
-from setu_agent.engine.providers.postgres import PROVIDER as POSTGRES
-from setu_agent.engine.providers.postgres import PostgresConnector
-from setu_agent.engine.providers.sqlite import PROVIDER as SQLITE
-from setu_agent.engine.resumable import part_marker, stage_marker, stage_table
-from setu_agent.engine.types import Batch, Column
+from setu_engine import pgcopy
+from setu_engine.markers import LoadIdentity, LoadMarker
+from setu_engine.operators import parse_spec
+from setu_engine.providers.base import Connector, CopyBatch, WriteMode
+from setu_engine.providers.postgres import PROVIDER as POSTGRES
+from setu_engine.providers.postgres import PostgresConnector
+from setu_engine.providers.sqlite import PROVIDER as SQLITE
+from setu_engine.resumable import part_marker, stage_marker, stage_table
+from setu_engine.types import Batch, Column
 from tests.databases import postgres_config, scratch_database
 from tests.integration.test_files_provider import Place, place  # noqa: F401 (a fixture)
 

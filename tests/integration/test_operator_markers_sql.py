@@ -11,11 +11,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_agent.engine.casts import TEXT_OUT
-from setu_agent.engine.expr_compile import RowFault, quote_ident
-from setu_agent.engine.operators import Plan, parse_spec
-from setu_agent.engine.types import PG_TYPES, Column, Row
-from setu_agent.engine.values import INFINITY, MINUS_INFINITY
+from setu_engine.casts import TEXT_OUT
+from setu_engine.expr_compile import RowFault, quote_ident
+from setu_engine.operators import Plan, parse_spec
+from setu_engine.types import PG_TYPES, Column, Row
+from setu_engine.values import INFINITY, MINUS_INFINITY
 
 COLUMNS = [
     Column("id", "bigint"),

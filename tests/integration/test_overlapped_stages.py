@@ -1,11 +1,11 @@
-"""Overlapped stages (setu_agent/engine/transfer.py, stage_and_load): a
+"""Overlapped stages (setu_engine/transfer.py, stage_and_load): a
 cloud → cloud run loads its last stream while extracting it, into real
 PostgreSQL databases through a real blob folder. The load reads a part only
 once it is stored whole; it commits only after the manifest is recorded; an
 extract that fails midway leaves the destination unchanged; a retry after a
 crash lands each row once, as the manifest describes it. A stream that
 proves large while it is extracted is not loaded beside it: it loads part
-by part afterwards, resumably (setu_agent/engine/resumable.py)."""
+by part afterwards, resumably (setu_engine/resumable.py)."""
 
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_agent.engine import staging, transfer
-from setu_agent.engine.blob import LocalBlobStore
-from setu_agent.engine.markers import MARKERS, LoadIdentity
-from setu_agent.engine.operators import parse_spec
-from setu_agent.engine.providers import get_provider
-from setu_agent.engine.providers.base import Connector, CopyBatch, PermanentError, WriteMode
-from setu_agent.engine.resumable import DEFAULT_POLICY, ResumePolicy, stage_table
-from setu_agent.engine.staging import Manifest
+from setu_engine import staging, transfer
+from setu_engine.blob import LocalBlobStore
+from setu_engine.markers import MARKERS, LoadIdentity
+from setu_engine.operators import parse_spec
+from setu_engine.providers import get_provider
+from setu_engine.providers.base import Connector, CopyBatch, PermanentError, WriteMode
+from setu_engine.resumable import DEFAULT_POLICY, ResumePolicy, stage_table
+from setu_engine.staging import Manifest
 from tests.databases import postgres_config, scratch_database
 
 ROWS = 1_000

@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from setu_agent.engine.providers.base import ConfigError, PermanentError, ProviderError, WriteMode
-from setu_agent.engine.providers.files import PROVIDER
-from setu_agent.engine.providers.files_parquet import ParquetOptions, ParquetWriter
-from setu_agent.engine.types import Batch, Column, Row
-from setu_agent.engine.values import JSON_NULL, ValueFault
+from setu_engine.providers.base import ConfigError, PermanentError, ProviderError, WriteMode
+from setu_engine.providers.files import PROVIDER
+from setu_engine.providers.files_parquet import ParquetOptions, ParquetWriter
+from setu_engine.types import Batch, Column, Row
+from setu_engine.values import JSON_NULL, ValueFault
 from tests.integration.test_files_provider import Place, read_all
 from tests.s3server import S3Endpoint
 

@@ -16,9 +16,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_agent.engine import pgcopy
-from setu_agent.engine.types import PG_TYPES, TYPES, Column, Row
-from setu_agent.engine.values import INFINITY, MINUS_INFINITY
+from setu_engine import pgcopy
+from setu_engine.types import PG_TYPES, TYPES, Column, Row
+from setu_engine.values import INFINITY, MINUS_INFINITY
 
 # One column per neutral type (json is jsonb, as Setu creates it).
 COLUMNS = [Column(f"c_{t}", t) for t in TYPES]

@@ -1,6 +1,6 @@
 """The incremental read of a PostgreSQL source: one COPY in cursor order,
 cut into batches, bounded by literals a hostile cursor value cannot escape
-(setu_agent/engine/providers/postgres.py, setu_agent/engine/pgcopy_split.py)."""
+(setu_engine/providers/postgres.py, setu_engine/pgcopy_split.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from setu_agent.engine.incremental import Since
-from setu_agent.engine.types import Row, Stream
+from setu_engine.incremental import Since
+from setu_engine.types import Row, Stream
 from tests.databases import postgres_config, scratch_database
 from tests.integration.test_postgres_provider import collect, connected, decoded, stream_named
 

@@ -18,10 +18,12 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_agent.engine import pgcopy
-from setu_agent.engine.operators import Plan, parse_spec
-from setu_agent.engine.providers import get_provider
-from setu_agent.engine.providers.base import (
+from setu_agent.handlers import open_connector
+from setu_agent.runtime.task import LeasedTask, TaskContext
+from setu_engine import pgcopy
+from setu_engine.operators import Plan, parse_spec
+from setu_engine.providers import get_provider
+from setu_engine.providers.base import (
     ConfigError,
     CopyBatch,
     PermanentError,
@@ -29,15 +31,13 @@ from setu_agent.engine.providers.base import (
     TransientError,
     WriteMode,
 )
-from setu_agent.engine.providers.postgres import (
+from setu_engine.providers.postgres import (
     FALLBACK_ROWS_PER_PAGE,
     PROVIDER,
     PostgresConnector,
 )
-from setu_agent.engine.secrets import SecretStore
-from setu_agent.engine.types import Batch, Column, Row, Stream
-from setu_agent.handlers import open_connector
-from setu_agent.runtime.task import LeasedTask, TaskContext
+from setu_engine.secrets import SecretStore
+from setu_engine.types import Batch, Column, Row, Stream
 from tests.databases import postgres_config, scratch_database
 
 # -- plumbing -----------------------------------------------------------------

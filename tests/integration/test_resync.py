@@ -12,9 +12,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from setu_agent.engine.providers.base import RowChanges, WriteMode
-from setu_agent.engine.providers.postgres import PROVIDER as POSTGRES
-from setu_agent.engine.providers.sqlite import PROVIDER as SQLITE
+from setu_engine.providers.base import RowChanges, WriteMode
+from setu_engine.providers.postgres import PROVIDER as POSTGRES
+from setu_engine.providers.sqlite import PROVIDER as SQLITE
 from tests.databases import postgres_config, scratch_database
 from tests.integration.test_type_fidelity import PATHS, move, opened
 

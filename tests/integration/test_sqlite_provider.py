@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from setu_agent.engine.providers import get_provider
-from setu_agent.engine.providers.base import (
+from setu_engine.providers import get_provider
+from setu_engine.providers.base import (
     ConfigError,
     Connector,
     PermanentError,
@@ -23,8 +23,8 @@ from setu_agent.engine.providers.base import (
     TransientError,
     WriteMode,
 )
-from setu_agent.engine.providers.sqlite import PROVIDER, SqliteConnector
-from setu_agent.engine.types import Batch, Column, Stream
+from setu_engine.providers.sqlite import PROVIDER, SqliteConnector
+from setu_engine.types import Batch, Column, Stream
 
 ALL_TYPES_DDL = """
 CREATE TABLE everything (

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from setu_agent.engine.operators import SpecError, parse_spec
-from setu_agent.engine.types import Column
+from setu_engine.operators import SpecError, parse_spec
+from setu_engine.types import Column
 
 COLUMNS = [Column("id", "integer"), Column("name", "text", True, "character varying(20)")]
 DEDUPE = {"op": "dedupe", "keys": ["id"], "order_by": "name", "order": "asc"}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from setu_agent.engine.expr import (
+from setu_engine.expr import (
     Between,
     Binary,
     ExprError,
@@ -22,8 +22,8 @@ from setu_agent.engine.expr import (
     parse,
     tokenize,
 )
-from setu_agent.engine.expr_compile import OperatorError, column_refs, compile_filter
-from setu_agent.engine.operators import cast_literal
+from setu_engine.expr_compile import OperatorError, column_refs, compile_filter
+from setu_engine.operators import cast_literal
 
 
 def run(text: str, columns: list[tuple[str, str]], row: tuple[Any, ...]) -> Any:

@@ -17,14 +17,14 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
     ReadTimeoutError,
 )
 
-from setu_agent.engine.providers.base import (
+from setu_engine.providers.base import (
     ConnectionClosed,
     OutageError,
     PermanentError,
     ProviderError,
     TransientError,
 )
-from setu_agent.engine.providers.failures import (
+from setu_engine.providers.failures import (
     file_error,
     postgres_error,
     s3_error,

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from setu_agent.engine.providers.files_codec import MISSING, from_json, from_text, infer_json
-from setu_agent.engine.providers.files_encode import csv_encoder, jsonl_encoder
-from setu_agent.engine.types import Column
-from setu_agent.engine.values import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault
+from setu_engine.providers.files_codec import MISSING, from_json, from_text, infer_json
+from setu_engine.providers.files_encode import csv_encoder, jsonl_encoder
+from setu_engine.types import Column
+from setu_engine.values import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault
 
 
 def float4(value: float) -> float:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from setu_agent.engine.operators import OperatorError, SpecError, parse_spec
-from setu_agent.engine.types import Column, Row
+from setu_engine.operators import OperatorError, SpecError, parse_spec
+from setu_engine.types import Column, Row
 
 USERS = [Column("id", "bigint", False), Column("name", "text"), Column("email", "text")]
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from setu_agent.engine import pgcopy
-from setu_agent.engine.types import TYPES, Column
-from setu_agent.engine.values import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault
+from setu_engine import pgcopy
+from setu_engine.types import TYPES, Column
+from setu_engine.values import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault
 
 ALL_TYPES = [Column(f"c_{t}", t) for t in TYPES]
 

@@ -1,4 +1,4 @@
-"""Where a stream lands (setu_agent/engine/transfer.py `plan_stream`): its own
+"""Where a stream lands (setu_engine/transfer.py `plan_stream`): its own
 name as one identifier, whatever it holds; another schema only where the
 pipeline's spec.destination names one."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from setu_agent.engine.operators import parse_spec
-from setu_agent.engine.providers.base import WriteMode
-from setu_agent.engine.transfer import plan_stream
-from setu_agent.engine.types import Column, Stream
+from setu_engine.operators import parse_spec
+from setu_engine.providers.base import WriteMode
+from setu_engine.transfer import plan_stream
+from setu_engine.types import Column, Stream
 
 COLUMNS = (Column("id", "bigint", False),)
 

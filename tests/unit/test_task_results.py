@@ -8,8 +8,6 @@ from dataclasses import replace
 
 import pytest
 
-from setu_agent.engine.providers.base import RowChanges
-from setu_agent.engine.types import Column, Stream
 from setu_agent.results import (
     NOTES_PER_STREAM,
     Artifact,
@@ -31,6 +29,8 @@ from setu_agent.results import (
 from setu_agent.runtime.grpc_source import completion
 from setu_agent.runtime.task import LeasedTask
 from setu_client._proto.setu.v1 import agents_pb2 as pb
+from setu_engine.providers.base import RowChanges
+from setu_engine.types import Column, Stream
 from setu_server.rpc.agents import task_result
 
 ID = Column("id", "bigint", nullable=False)

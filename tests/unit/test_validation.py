@@ -11,15 +11,6 @@ import pytest
 from google.protobuf import field_mask_pb2, struct_pb2
 from google.protobuf.message import Message
 
-from setu_agent.engine.expr import (
-    MAX_FILTER_DEPTH,
-    MAX_IN_ITEMS,
-    MAX_NUMBER_LENGTH,
-    ExprError,
-    parse,
-)
-from setu_agent.engine.expr_compile import column_refs, compile_filter
-from setu_agent.engine.operators import cast_literal
 from setu_client._proto.setu.v1 import (
     admin_pb2,
     agents_pb2,
@@ -28,6 +19,15 @@ from setu_client._proto.setu.v1 import (
     pipelines_pb2,
 )
 from setu_client.errors import InvalidArgument
+from setu_engine.expr import (
+    MAX_FILTER_DEPTH,
+    MAX_IN_ITEMS,
+    MAX_NUMBER_LENGTH,
+    ExprError,
+    parse,
+)
+from setu_engine.expr_compile import column_refs, compile_filter
+from setu_engine.operators import cast_literal
 from setu_server.rpc.validation import (
     LIMITS,
     MAX_REPEATED_ITEMS,

@@ -47,7 +47,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from setu_agent.results import TestResult  # noqa: E402
 from setu_client._proto.setu.v1 import agents_pb2 as pb  # noqa: E402
 from setu_client._proto.setu.v1 import agents_pb2_grpc  # noqa: E402
 from setu_client.channel import open_channel  # noqa: E402
@@ -62,6 +61,7 @@ from setu_server.service.tasks import LeasePolicy, TaskService  # noqa: E402
 from setu_server.service.watch import WatchHub  # noqa: E402
 from setu_server.store import db, jobs, tasks  # noqa: E402
 from setu_server.store.migrate import migrate  # noqa: E402
+from setu_tasks.results import TestResult  # noqa: E402
 
 
 def _free_port() -> int:

@@ -21,19 +21,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
-from setu_agent.results import (
-    Artifact,
-    DiscoverResult,
-    ExtractResult,
-    LoadResult,
-    PlannedStream,
-    PreviewResult,
-    TestResult,
-)
 from setu_agent.runtime import Handler, TaskContext
 from setu_agent.runtime.grpc_source import stored_part_progress
 from setu_agent.runtime.task import NonRetryable
-from setu_agent.specs import ConnectionSpec, LoadSpec, SpecSource
 from setu_client.errors import DeadlineExceeded, LeaseLost, Unavailable
 from setu_engine import dry_run, incremental, transfer
 from setu_engine.blob import BlobSettings, BlobStore, open_blob
@@ -55,6 +45,16 @@ from setu_engine.staging import Manifest, StoredPart, read_manifest
 from setu_engine.transfer import read_said
 from setu_engine.types import Column, Row
 from setu_engine.values import JSON_NULL, Infinite, nonfinite_text, shortest_real
+from setu_tasks.results import (
+    Artifact,
+    DiscoverResult,
+    ExtractResult,
+    LoadResult,
+    PlannedStream,
+    PreviewResult,
+    TestResult,
+)
+from setu_tasks.specs import ConnectionSpec, LoadSpec, SpecSource
 
 PREVIEW_LIMIT = 20
 

@@ -12,7 +12,6 @@ import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -33,13 +32,12 @@ from setu_client._proto.setu.v1 import (
 )
 from setu_client.clock import Clock, SystemClock
 from setu_engine import testpoints
-from setu_engine.blob import BlobSettings, BlobStore, open_blob
+from setu_engine.blob import BlobSettings, open_blob
 from setu_engine.s3 import S3Settings
 from setu_server.config import Settings
 from setu_server.maintenance.gauges import GaugeRefresh, GaugeSettings
 from setu_server.maintenance.janitor import Janitor, JanitorSettings
 from setu_server.maintenance.listen_fallback import FallbackSettings, ListenFallback
-from setu_server.maintenance.periodic import PeriodicService
 from setu_server.maintenance.reaper import Reaper, ReaperSettings
 from setu_server.maintenance.scheduler import Scheduler, SchedulerSettings
 from setu_server.metrics import Metrics
@@ -70,6 +68,7 @@ from setu_server.service.secrets import digest
 from setu_server.service.signals import TaskSignals
 from setu_server.service.tasks import LeasePolicy, TaskService
 from setu_server.service.watch import WatchHub
+from setu_server.services import Services
 from setu_server.store import databases, db, jobs
 from setu_server.store.db import Database
 from setu_server.store.embedded import EmbeddedPostgres
@@ -126,46 +125,6 @@ GRPC_OPTIONS = (
     # ...and let them wait long enough to be picked up (default 30 s).
     ("grpc.server_max_unrequested_time_in_server", 300),
 )
-
-
-@dataclass
-class Services:
-    """The domain services of one server process, and its background work."""
-
-    pool: Database
-    hub: WatchHub
-    signals: TaskSignals
-    listener: Listener
-    lifecycle: JobLifecycle
-    jobs: JobService
-    tasks: TaskService
-    admin: AdminService
-    presence: AgentPresence
-    reaper: Reaper
-    scheduler: Scheduler
-    janitor: Janitor
-    cloud_runs: CloudRuns
-    # Present once the server listens and starts its own cloud workers.
-    workers: WorkerSupervisor | None
-    worker_token: str
-    background: list[asyncio.Task[None]]
-    auth: Authenticator
-    connections: ConnectionService
-    pipelines: PipelineService
-    runs: RunService
-    blob: BlobStore
-    connection_ops: ConnectionOps
-    # Prometheus: this server's figures (its own registry), and their refresh.
-    metrics: Metrics
-    gauges: GaugeRefresh
-    # Short re-checks while the LISTEN session does not deliver.
-    fallback: ListenFallback
-
-    @property
-    def maintenance(self) -> tuple[PeriodicService[Any], ...]:
-        """The background loops: started together when the services are
-        built, stopped together when the server stops."""
-        return (self.reaper, self.scheduler, self.janitor, self.gauges)
 
 
 @dataclass

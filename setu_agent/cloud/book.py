@@ -11,7 +11,6 @@ from typing import Any, Protocol
 
 import grpc
 
-from setu_agent.results import Artifact
 from setu_agent.runtime.grpc_source import (
     CALL_TIMEOUT_SECONDS,
     WRITE_MODES,
@@ -22,7 +21,6 @@ from setu_agent.runtime.grpc_source import (
     stored_part_of,
 )
 from setu_agent.runtime.task import LeasedTask
-from setu_agent.specs import MigrateSpec
 from setu_client import struct_to_dict
 from setu_client._proto.setu.v1 import cloud_pb2, cloud_pb2_grpc, common_pb2
 from setu_client.errors import from_rpc_error
@@ -30,6 +28,8 @@ from setu_engine.blob import BlobSettings
 from setu_engine.incremental import CursorMark
 from setu_engine.providers.base import RowChanges
 from setu_engine.staging import StoredPart
+from setu_tasks.results import Artifact
+from setu_tasks.specs import MigrateSpec
 
 PHASES = {
     common_pb2.PHASE_UNSPECIFIED: None,

@@ -23,18 +23,8 @@ from typing import Any
 from setu_agent.cloud.book import RunBook, RunOutput
 from setu_agent.cloud.connections import ConnectionCache
 from setu_agent.handlers import ConnectPolicy, open_connector
-from setu_agent.results import (
-    Artifact,
-    MigrateMode,
-    MigrateResult,
-    PlannedStream,
-    StreamCounts,
-    changes_said,
-    incompatibilities,
-)
 from setu_agent.runtime import TaskContext
 from setu_agent.runtime.task import LeasedTask, NonRetryable, TaskCancelled
-from setu_agent.specs import ConnectionSpec, MigrateSpec
 from setu_client.errors import FailedPrecondition, LeaseLost
 from setu_engine import dry_run, incremental, transfer
 from setu_engine.blob import BlobSettings, BlobStore
@@ -45,6 +35,16 @@ from setu_engine.resumable import DEFAULT_POLICY, ResumePolicy
 from setu_engine.secrets import SecretStore
 from setu_engine.staging import Manifest, StoredPart, read_manifest
 from setu_engine.transfer import read_said
+from setu_tasks.results import (
+    Artifact,
+    MigrateMode,
+    MigrateResult,
+    PlannedStream,
+    StreamCounts,
+    changes_said,
+    incompatibilities,
+)
+from setu_tasks.specs import ConnectionSpec, MigrateSpec
 
 # Runs whose source holds at most this many rows (the providers' estimate)
 # go direct when fresh. A named setting: SETU_DIRECT_MAX_ROWS.

@@ -44,7 +44,6 @@ from typing import Any, NoReturn
 
 from tenacity import AsyncRetrying, RetryCallState, wait_random_exponential
 
-from setu_agent.results import MalformedResult, TaskResult, check_result, redacted
 from setu_agent.runtime.task import (
     Handler,
     LeasedTask,
@@ -62,6 +61,7 @@ from setu_client.errors import (
     ResourceExhausted,
     Unavailable,
 )
+from setu_tasks.results import MalformedResult, TaskResult, check_result, redacted
 
 log = logging.getLogger("setu.runtime")
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import quote, quote_plus
 
-from setu_agent.results import TaskResult
+from setu_tasks.results import TaskResult
 
 # Shorter values (a port, "on") would blank out unrelated text.
 MIN_REDACTED = 3
@@ -112,7 +112,7 @@ class TaskContext:
         self.check_cancelled()
 
 
-# A handler ends with its kind's typed result (setu_agent/results.py).
+# A handler ends with its kind's typed result (setu_tasks/results.py).
 Handler = Callable[[TaskContext], Coroutine[Any, Any, TaskResult]]
 
 

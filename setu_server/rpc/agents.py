@@ -10,24 +10,7 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from setu_agent.results import (
-    Artifact,
-    ArtifactStream,
-    DiscoverResult,
-    ExtractResult,
-    LoadResult,
-    MalformedResult,
-    MigrateMode,
-    MigrateResult,
-    PlannedColumn,
-    PlannedStream,
-    PreviewResult,
-    StreamCounts,
-    TaskResult,
-    TestResult,
-)
 from setu_agent.runtime.grpc_source import stored_part_message
-from setu_agent.specs import ConnectionSpec
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
 from setu_engine import sqltypes
@@ -45,6 +28,23 @@ from setu_server.service.agents import AgentPresence
 from setu_server.service.runs import RunService
 from setu_server.service.tasks import TaskService
 from setu_server.worker.endpoints import OwnDatabase
+from setu_tasks.results import (
+    Artifact,
+    ArtifactStream,
+    DiscoverResult,
+    ExtractResult,
+    LoadResult,
+    MalformedResult,
+    MigrateMode,
+    MigrateResult,
+    PlannedColumn,
+    PlannedStream,
+    PreviewResult,
+    StreamCounts,
+    TaskResult,
+    TestResult,
+)
+from setu_tasks.specs import ConnectionSpec
 
 TASK_KINDS = {k: getattr(pb, f"TASK_KIND_{k.name}") for k in TaskKind}
 # Answer a long-poll this long before the caller's deadline.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from setu_agent.results import PreviewResult, TestResult
 from setu_client._proto.setu.v1 import common_pb2, connections_pb2_grpc
 from setu_client._proto.setu.v1 import connections_pb2 as pb
 from setu_client.errors import Aborted, InvalidArgument
@@ -15,6 +14,7 @@ from setu_server.rpc.interceptor import caller_workspace
 from setu_server.rpc.types import Ctx
 from setu_server.service.connection_ops import ConnectionOps
 from setu_server.service.connections import ConnectionDraft, ConnectionService
+from setu_tasks.results import PreviewResult, TestResult
 
 PLACEMENTS = {
     Placement.CLOUD: common_pb2.PLACEMENT_CLOUD,

@@ -13,8 +13,6 @@ import asyncio
 from collections.abc import Sequence
 from uuid import UUID
 
-from setu_agent.results import Artifact
-from setu_agent.specs import MigrateSpec
 from setu_client.clock import Clock
 from setu_client.errors import FailedPrecondition, InvalidArgument, LeaseLost, NotFound
 from setu_engine.blob import BlobSettings
@@ -34,6 +32,8 @@ from setu_server.service.runbook import RunBook
 from setu_server.service.runs import connection_spec, pipeline_gone, snapshot_of
 from setu_server.store import jobs, stream_state, tasks
 from setu_server.store.db import Database
+from setu_tasks.results import Artifact
+from setu_tasks.specs import MigrateSpec
 
 
 class CloudRuns:

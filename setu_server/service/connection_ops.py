@@ -14,7 +14,6 @@ import uuid
 from typing import Any
 from uuid import UUID
 
-from setu_agent.specs import ConnectionSpec
 from setu_client.clock import Clock
 from setu_client.errors import DeadlineExceeded, NotFound
 from setu_server.models import CLOUD, Job, JobKind, JobState, Placement, TaskKind, runtime_name
@@ -22,6 +21,7 @@ from setu_server.service.agents import AgentPresence
 from setu_server.service.jobs import JobService
 from setu_server.store import connections, jobs, tasks
 from setu_server.store.db import Database, transaction
+from setu_tasks.specs import ConnectionSpec
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from setu_agent.results import MigrateMode, MigrateResult, PlannedStream, incompatibilities
 from setu_engine import dry_run
 from setu_engine.operators import parse_spec
 from setu_engine.types import Stream
@@ -21,6 +20,7 @@ from setu_server.models import EventLevel, Job, JobState, Task, TaskKind, runtim
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.runs import RunService, snapshot_of
 from setu_server.store.db import Executor
+from setu_tasks.results import MigrateMode, MigrateResult, PlannedStream, incompatibilities
 
 
 class DryRunPlans:

@@ -34,17 +34,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from setu_agent.results import (
-    DiscoverResult,
-    ExtractResult,
-    LoadResult,
-    MalformedResult,
-    MigrateMode,
-    MigrateResult,
-    TaskResult,
-    TestResult,
-    changes_said,
-)
 from setu_client.errors import InvalidArgument
 from setu_engine import transfer
 from setu_engine.operators import SpecError
@@ -58,6 +47,17 @@ from setu_server.service.runs import RunService, snapshot_of
 from setu_server.store import jobs, runs, stream_state, tasks
 from setu_server.store.catalog import record_discovery
 from setu_server.store.db import Executor
+from setu_tasks.results import (
+    DiscoverResult,
+    ExtractResult,
+    LoadResult,
+    MalformedResult,
+    MigrateMode,
+    MigrateResult,
+    TaskResult,
+    TestResult,
+    changes_said,
+)
 
 Now = Callable[[], datetime | None]
 R = TypeVar("R")

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from setu_agent.results import incompatibilities
 from setu_client.errors import InvalidArgument
 from setu_engine import dry_run, incremental, transfer
 from setu_engine.operators import SpecError, parse_spec
@@ -20,6 +19,7 @@ from setu_engine.providers.base import ConfigError, ProviderError, WriteMode
 from setu_engine.types import Column, Stream, TypeNameError
 from setu_server.store import catalog
 from setu_server.store.db import Executor
+from setu_tasks.results import incompatibilities
 
 # Where the message says the check came from.
 FROM_CATALOG = "checked against the source connection's discovered catalog"

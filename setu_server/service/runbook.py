@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
-from setu_agent.results import Artifact
 from setu_client.clock import Clock
 from setu_engine.incremental import CursorMark
 from setu_engine.staging import StoredPart
@@ -17,6 +16,7 @@ from setu_server.models import EventLevel, Job, JobOutput, Phase, RowChanges
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.store import jobs, runs, stream_state
 from setu_server.store.db import Database, Executor, transaction
+from setu_tasks.results import Artifact
 
 
 class RunBook:

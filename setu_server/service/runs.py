@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from setu_agent.specs import ConnectionSpec, ExtractSpec, LoadSpec
 from setu_client.clock import Clock
 from setu_client.errors import (
     AlreadyExists,
@@ -43,6 +42,7 @@ from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.placement import placement
 from setu_server.store import jobs, runs, stream_state, tasks
 from setu_server.store.db import Database, Executor, transaction
+from setu_tasks.specs import ConnectionSpec, ExtractSpec, LoadSpec
 
 # Attempts of a run's tasks: a retry resumes where the last one stopped.
 RUN_TASK_ATTEMPTS = 3

@@ -17,7 +17,6 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from setu_agent.results import TaskResult
 from setu_client.clock import Clock
 from setu_client.errors import InvalidArgument, LeaseLost, NotFound, ServerClosing
 from setu_engine.staging import StoredPart
@@ -38,6 +37,7 @@ from setu_server.service.signals import TaskSignals
 from setu_server.service.watch import CLOCK_SLACK
 from setu_server.store import jobs, runs, tasks
 from setu_server.store.db import Connection, Database, Executor, transaction
+from setu_tasks.results import TaskResult
 
 # A leased task, and its job if this lease moved it to running (once per job).
 _Row = tuple[Task, Job | None]

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from setu_client.clock import Clock
 from setu_server.config import Settings
+from setu_server.services import Services
 from setu_server.web.app import MonitorDeps, build_app
 from setu_server.web.listener import HttpListener, start_http
-
-if TYPE_CHECKING:
-    from setu_server.server import Services
 
 __all__ = ["HttpListener", "MonitorDeps", "build_app", "serve_monitor", "start_http"]
 

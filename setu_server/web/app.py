@@ -7,7 +7,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import quote, urlsplit
 
 from aiohttp import web
@@ -32,11 +31,9 @@ from setu_server.service.connections import ConnectionService
 from setu_server.service.jobs import JobService
 from setu_server.service.pipelines import PipelineService
 from setu_server.service.runs import RunService
+from setu_server.services import Services
 from setu_server.web.render import render
 from setu_server.web.session import COOKIE, Session, SessionSigner
-
-if TYPE_CHECKING:
-    from setu_server.server import Services
 
 log = logging.getLogger("setu.http")
 

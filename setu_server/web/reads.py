@@ -10,7 +10,6 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from setu_agent.results import TestResult
 from setu_server.models import (
     CLOUD,
     Agent,
@@ -26,6 +25,7 @@ from setu_server.models import (
     Placement,
 )
 from setu_server.web.app import MonitorDeps
+from setu_tasks.results import TestResult
 
 # How many of each thing a page names at most (pickers, name look-ups).
 NAMES_LIMIT = 500

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 
-from setu_agent.results import TestResult
 from setu_agent.runtime import TaskContext
+from setu_tasks.results import TestResult
 
 
 async def test_kind(ctx: TaskContext) -> TestResult:

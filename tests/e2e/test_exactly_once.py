@@ -23,12 +23,12 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_agent.results import LoadResult, TaskResult
 from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2
 from setu_client.errors import Unavailable
 from setu_server.service.cloud_runs import CloudRuns
 from setu_server.service.tasks import TaskService
+from setu_tasks.results import LoadResult, TaskResult
 from tests.databases import postgres_config, scratch_database
 from tests.e2e.test_cloud_run_lifecycle import fetch, row_in_flight
 from tests.factories import Tenant, make_tenant

@@ -15,13 +15,13 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_agent.results import TestResult
 from setu_client.errors import FailedPrecondition, InvalidArgument, LeaseLost
 from setu_server.models import JobKind, JobState, Task, TaskKind, TaskState
 from setu_server.service.group_commit import GroupCommit, Merge
 from setu_server.service.tasks import TaskService
 from setu_server.store import jobs, tasks
 from setu_server.store.db import Executor
+from setu_tasks.results import TestResult
 from tests.builders import build_domain
 from tests.factories import Tenant, make_job, make_task, make_tenant
 

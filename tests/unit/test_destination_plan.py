@@ -3,14 +3,6 @@
 
 from __future__ import annotations
 
-from setu_agent.results import (
-    LoadResult,
-    MigrateMode,
-    MigrateResult,
-    PlannedColumn,
-    PlannedStream,
-    result_from_json,
-)
 from setu_agent.runtime.grpc_source import completion
 from setu_agent.runtime.task import LeasedTask
 from setu_client import Job, JobKind, JobState
@@ -25,6 +17,14 @@ from setu_engine.operators import SchemaEvolution
 from setu_engine.providers.base import WriteMode
 from setu_engine.types import Column
 from setu_server.rpc.agents import RESULT_READERS
+from setu_tasks.results import (
+    LoadResult,
+    MigrateMode,
+    MigrateResult,
+    PlannedColumn,
+    PlannedStream,
+    result_from_json,
+)
 
 LANDING = Landing(
     "public.orders",

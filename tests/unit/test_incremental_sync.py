@@ -1,15 +1,15 @@
 """spec.sync parsing, the window a saved cursor gives, and the cursor's trip
-through the typed load result (setu_engine/incremental.py, setu_agent/results.py)."""
+through the typed load result (setu_engine/incremental.py, setu_tasks/results.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from setu_agent.results import LoadResult, MalformedResult
 from setu_engine import incremental
 from setu_engine.incremental import CursorMark, SyncError, SyncRule, parse_sync, since
 from setu_engine.providers.base import ConfigError
 from setu_engine.types import Column, Stream
+from setu_tasks.results import LoadResult, MalformedResult
 
 ORDERS = Stream("orders", (Column("id", "bigint"), Column("at", "timestamptz")), "public")
 

@@ -12,12 +12,12 @@ from typing import Any, NoReturn
 import pytest
 
 from setu_agent.cloud.migrate import Migrate, MigrateSettings
-from setu_agent.results import MigrateMode
 from setu_agent.runtime.task import LeasedTask, TaskContext
-from setu_agent.specs import ConnectionSpec, MigrateSpec
 from setu_engine.blob import BlobSettings
 from setu_engine.providers.base import WriteMode
 from setu_engine.secrets import SecretStore
+from setu_tasks.results import MigrateMode
+from setu_tasks.specs import ConnectionSpec, MigrateSpec
 
 SOURCE = ConnectionSpec("c-src", "sqlite", {"path": "/nonexistent/source.db"})
 DESTINATION = ConnectionSpec("c-dst", "sqlite", {"path": "/nonexistent/destination.db"})

@@ -8,10 +8,10 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from setu_agent.results import TaskResult
 from setu_agent.runtime.loop import Runtime
 from setu_agent.runtime.task import TaskContext
 from setu_client.errors import Unavailable
+from setu_tasks.results import TaskResult
 from tests.unit.test_runtime_slots import Source, _task
 
 

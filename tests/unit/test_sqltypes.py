@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from setu_agent.results import LoadResult, MalformedResult, result_from_json
 from setu_engine import sqltypes
 from setu_engine.operators import parse_spec
 from setu_engine.providers.base import RowChanges
 from setu_engine.types import Column
+from setu_tasks.results import LoadResult, MalformedResult, result_from_json
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,13 @@ from dataclasses import replace
 
 import pytest
 
-from setu_agent.results import (
+from setu_agent.runtime.grpc_source import completion
+from setu_agent.runtime.task import LeasedTask
+from setu_client._proto.setu.v1 import agents_pb2 as pb
+from setu_engine.providers.base import RowChanges
+from setu_engine.types import Column, Stream
+from setu_server.rpc.agents import task_result
+from setu_tasks.results import (
     NOTES_PER_STREAM,
     Artifact,
     ArtifactStream,
@@ -26,12 +32,6 @@ from setu_agent.results import (
     check_result,
     result_from_json,
 )
-from setu_agent.runtime.grpc_source import completion
-from setu_agent.runtime.task import LeasedTask
-from setu_client._proto.setu.v1 import agents_pb2 as pb
-from setu_engine.providers.base import RowChanges
-from setu_engine.types import Column, Stream
-from setu_server.rpc.agents import task_result
 
 ID = Column("id", "bigint", nullable=False)
 ITEMS = Stream("items", (ID, Column("name", "text")), "public", ("id",), 8000)

@@ -35,6 +35,7 @@ from setu_engine import testpoints
 from setu_engine.blob import BlobSettings, open_blob
 from setu_engine.s3 import S3Settings
 from setu_server.config import Settings
+from setu_server.hooks import Hooks
 from setu_server.maintenance.gauges import GaugeRefresh, GaugeSettings
 from setu_server.maintenance.janitor import Janitor, JanitorSettings
 from setu_server.maintenance.listen_fallback import FallbackSettings, ListenFallback
@@ -57,7 +58,6 @@ from setu_server.service.auth import Authenticator
 from setu_server.service.cloud_runs import CloudRuns
 from setu_server.service.connection_ops import ConnectionOps
 from setu_server.service.connections import ConnectionService
-from setu_server.service.hooks import Hooks
 from setu_server.service.jobs import JobService
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.outcomes import TaskOutcomes

@@ -14,7 +14,7 @@ import asyncio
 import logging
 from typing import ClassVar, Generic, TypeVar
 
-from setu_server.service.hooks import Hooks
+from setu_server.hooks import Hooks
 
 log = logging.getLogger(__name__)
 

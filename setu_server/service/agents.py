@@ -29,9 +29,9 @@ from uuid import UUID
 
 from setu_client.clock import Clock
 from setu_client.errors import AgentOffline
+from setu_server.hooks import Hooks
 from setu_server.models import DEFAULT_PRESENCE_WINDOW, Agent, AgentWork, EventLevel, JobKind
 from setu_server.service import paging
-from setu_server.service.hooks import Hooks
 from setu_server.store import agent_waits, jobs, tenancy
 from setu_server.store.agent_waits import WaitingJob
 from setu_server.store.db import Database, Executor, transaction

@@ -43,7 +43,7 @@ from typing import Any, Generic, TypeVar
 
 import asyncpg
 
-from setu_server.service.hooks import Hooks
+from setu_server.hooks import Hooks
 from setu_server.store.db import Connection, Database, Executor, transaction
 
 T = TypeVar("T")

@@ -10,6 +10,7 @@ from uuid import UUID
 
 from setu_client.clock import Clock
 from setu_client.errors import FailedPrecondition, JobNotFound, JobNotStarted, ServerClosing
+from setu_server.hooks import Hooks
 from setu_server.models import (
     EventLevel,
     Job,
@@ -20,7 +21,6 @@ from setu_server.models import (
     JobState,
 )
 from setu_server.service import paging
-from setu_server.service.hooks import Hooks
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.watch import CLOCK_SLACK, WatchHub
 from setu_server.store import jobs, tasks

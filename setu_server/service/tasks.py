@@ -20,6 +20,7 @@ from uuid import UUID
 from setu_client.clock import Clock
 from setu_client.errors import InvalidArgument, LeaseLost, NotFound, ServerClosing
 from setu_engine.staging import StoredPart
+from setu_server.hooks import Hooks
 from setu_server.metrics import Metrics
 from setu_server.models import (
     EventLevel,
@@ -30,7 +31,6 @@ from setu_server.models import (
     runtime_name,
 )
 from setu_server.service.group_commit import GroupCommit, Merge
-from setu_server.service.hooks import Hooks
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.outcomes import TaskOutcomes
 from setu_server.service.signals import TaskSignals

@@ -30,13 +30,13 @@ from setu_server.models import (
     TaskState,
     runtime_name,
 )
-from setu_server.service.group_commit import GroupCommit, Merge
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.outcomes import TaskOutcomes
 from setu_server.service.signals import TaskSignals
 from setu_server.service.watch import CLOCK_SLACK
 from setu_server.store import jobs, runs, tasks
 from setu_server.store.db import Connection, Database, Executor, transaction
+from setu_server.store.group_commit import GroupCommit, Merge
 from setu_tasks.results import TaskResult
 
 # A leased task, and its job if this lease moved it to running (once per job).
@@ -202,7 +202,7 @@ class TaskService:
         None from a closing server.
 
         Completions and leases arriving together share one transaction
-        (setu_server/service/group_commit.py); each completion rolls back
+        (setu_server/store/group_commit.py); each completion rolls back
         alone if refused."""
         eager = lease_next and not self._signals.closing.is_set()
         ends_job = result is not None and self.outcomes.success_ends_job(result)

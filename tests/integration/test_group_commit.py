@@ -1,4 +1,4 @@
-"""Group commit (setu_server/service/group_commit.py): concurrent leases and
+"""Group commit (setu_server/store/group_commit.py): concurrent leases and
 completions of one server process share one transaction, yet each caller
 gets its own tasks, and its own error. Batches are formed with the group's
 test hooks (the drain waits until the callers have queued), never by luck."""
@@ -17,10 +17,10 @@ import pytest
 
 from setu_client.errors import FailedPrecondition, InvalidArgument, LeaseLost
 from setu_server.models import JobKind, JobState, Task, TaskKind, TaskState
-from setu_server.service.group_commit import GroupCommit, Merge
 from setu_server.service.tasks import TaskService
 from setu_server.store import jobs, tasks
 from setu_server.store.db import Executor
+from setu_server.store.group_commit import GroupCommit, Merge
 from setu_tasks.results import TestResult
 from tests.builders import build_domain
 from tests.factories import Tenant, make_job, make_task, make_tenant

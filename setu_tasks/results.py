@@ -19,16 +19,23 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from setu_client.errors import InvalidArgument
-from setu_engine import sqltypes
 from setu_engine.incremental import MARK_TYPES, CursorMark
+
+# A result carries a dry run's plan (setu_engine/plans.py) and is refused with
+# the engine's strict reader's error: both re-exported for the callers of results.
+from setu_engine.plans import PlannedColumn as PlannedColumn
+from setu_engine.plans import PlannedStream as PlannedStream
+from setu_engine.plans import incompatibilities as incompatibilities
+from setu_engine.plans import plans_from_json as plans_from_json
 from setu_engine.providers.base import RowChanges
 from setu_engine.staging import MANIFEST, Manifest
+from setu_engine.strict_json import MalformedResult as MalformedResult
+from setu_engine.strict_json import an_object as _fields_any
+from setu_engine.strict_json import check as _check
+from setu_engine.strict_json import columns as _columns
+from setu_engine.strict_json import fields as _fields
+from setu_engine.strict_json import strings as _strings
 from setu_engine.types import Column, Stream
-
-
-class MalformedResult(InvalidArgument):
-    """A result that does not have its kind's shape."""
 
 
 @dataclass(frozen=True)
@@ -358,105 +365,6 @@ class StreamCounts:
 
 
 @dataclass(frozen=True)
-class PlannedColumn:
-    """One column of a planned stream after the operator chain."""
-
-    column: str
-    type: str
-    # The source column it carries ("" where an operator computed it).
-    source: str = ""
-    # The existing destination column's type ("" where the load creates it).
-    destination_type: str = ""
-
-
-@dataclass(frozen=True)
-class PlannedStream:
-    """A dry run's plan for one stream: where it would land, and how
-    (setu_engine/dry_run.py). `actions` stay empty until the destination was
-    inspected; any `incompatibilities` fail the dry run."""
-
-    stream: str
-    destination: str
-    rows_estimate: int
-    columns: tuple[Column, ...]
-    key: tuple[str, ...]
-    schema: str = ""
-    table: str = ""
-    actions: tuple[str, ...] = ()
-    incompatibilities: tuple[str, ...] = ()
-    mapping: tuple[PlannedColumn, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "stream": self.stream,
-            "destination": self.destination,
-            "rows_estimate": self.rows_estimate,
-            "columns": [c.to_dict() for c in self.columns],
-            "key": list(self.key),
-            "schema": self.schema,
-            "table": self.table,
-            "actions": list(self.actions),
-            "incompatibilities": list(self.incompatibilities),
-            "mapping": [
-                {
-                    "column": m.column,
-                    "type": m.type,
-                    "source": m.source,
-                    "destination_type": m.destination_type,
-                }
-                for m in self.mapping
-            ],
-        }
-
-    @classmethod
-    def from_json(cls, data: Any) -> PlannedStream:
-        # The fields a plan gained with destination inspection are optional,
-        # so plans recorded before them still read.
-        optional = dict(schema=str, table=str, actions=list, incompatibilities=list, mapping=list)
-        p = _fields(
-            data,
-            "planned stream",
-            optional,
-            stream=str,
-            destination=str,
-            rows_estimate=int,
-            columns=list,
-            key=list,
-        )
-        mapping = []
-        for item in p.get("mapping", []):
-            m = _fields(
-                item, "planned column", column=str, type=str, source=str, destination_type=str
-            )
-            mapping.append(
-                PlannedColumn(m["column"], m["type"], m["source"], m["destination_type"])
-            )
-        return cls(
-            p["stream"],
-            p["destination"],
-            p["rows_estimate"],
-            _columns(p["columns"]),
-            _strings(p["key"], "key"),
-            p.get("schema", ""),
-            p.get("table", ""),
-            _strings(p.get("actions", []), "actions"),
-            _strings(p.get("incompatibilities", []), "incompatibilities"),
-            tuple(mapping),
-        )
-
-
-def plans_from_json(values: Any, what: str) -> tuple[PlannedStream, ...]:
-    if not isinstance(values, list):
-        raise MalformedResult(f"{what}: expected a list of planned streams")
-    return tuple(PlannedStream.from_json(item) for item in values)
-
-
-def incompatibilities(planned: tuple[PlannedStream, ...]) -> tuple[str, ...]:
-    """Every reason, over all streams, the real run would fail."""
-    return tuple(problem for p in planned for problem in p.incompatibilities)
-
-
-@dataclass(frozen=True)
 class MigrateResult:
     """The cloud's part of a run, reported by a cloud worker."""
 
@@ -590,7 +498,7 @@ def redacted(result: TaskResult, redact: Callable[[str], str]) -> TaskResult:
     return result
 
 
-# -- strict JSON reading
+# -- value checks
 
 
 def _present(value: str, what: str) -> None:
@@ -607,55 +515,3 @@ def _check_columns(columns: tuple[Column, ...], what: str) -> None:
     for column in columns:
         _present(column.name, f"{what}: a column's name")
         _present(column.type, f"{what}: the type of column {column.name}")
-
-
-def _check(value: Any, kind: type, what: str) -> None:
-    # bool is an int to Python, never a count to us.
-    wrong = not isinstance(value, kind) or (kind is int and isinstance(value, bool))
-    if wrong:
-        raise MalformedResult(f"{what}: expected {kind.__name__}, got {type(value).__name__}")
-
-
-def _fields(
-    data: Any, what: str, optional: Mapping[str, type] | None = None, **types: type
-) -> dict[str, Any]:
-    """`data` as an object with exactly these fields (and any of the
-    `optional` ones), each of its type."""
-    body = _fields_any(data, what)
-    optional = optional or {}
-    unknown = sorted(set(body) - set(types) - set(optional))
-    missing = sorted(set(types) - set(body))
-    if unknown or missing:
-        problems = [f"unknown field(s) {', '.join(unknown)}"] if unknown else []
-        problems += [f"missing field(s) {', '.join(missing)}"] if missing else []
-        raise MalformedResult(f"{what}: {'; '.join(problems)}")
-    for name, kind in types.items():
-        _check(body[name], kind, f"{what}.{name}")
-    for name, kind in optional.items():
-        if name in body:
-            _check(body[name], kind, f"{what}.{name}")
-    return body
-
-
-def _fields_any(data: Any, what: str) -> dict[str, Any]:
-    if not isinstance(data, Mapping):
-        raise MalformedResult(f"{what}: expected an object, got {type(data).__name__}")
-    return dict(data)
-
-
-def _strings(values: list[Any], what: str) -> tuple[str, ...]:
-    for value in values:
-        _check(value, str, what)
-    return tuple(values)
-
-
-def _columns(values: list[Any]) -> tuple[Column, ...]:
-    columns = []
-    for item in values:
-        c = _fields(item, "column", {"sql_type": str}, name=str, type=str, nullable=bool)
-        try:
-            sql_type = sqltypes.canonical(c.get("sql_type", ""))
-        except sqltypes.SqlTypeError as exc:
-            raise MalformedResult(f"column {c['name']}: {exc}") from None
-        columns.append(Column(c["name"], c["type"], c["nullable"], sql_type))
-    return tuple(columns)

@@ -19,7 +19,7 @@ destination table of the same shape. Three ways to move every row:
 - direct: Setu's engine, one pass with no blob (engine.transfer.direct).
 
 - jsonl: Setu's engine, PostgreSQL → a JSON Lines file (direct, overwrite:
-  PostgreSQL renders the lines: setu_engine/providers/postgres_json.py).
+  PostgreSQL renders the lines: setu_engine/providers/postgres/json.py).
 - jsonl-upsert: the same file upserted again with every row (the written
   rows spill to a temporary SQLite by key, then merge with the old file):
   its peak RSS, at both sizes, shows memory flat in the table's size.

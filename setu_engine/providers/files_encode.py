@@ -3,7 +3,7 @@ orjson, a batch at a time, and CSV through per-column text converters.
 
 The spellings are those of docs/data-types.md ("Values and spellings per
 format"), read from setu_engine/spellings.py (as the SQL-rendered JSON
-Lines of setu_engine/providers/postgres_json.py reads them), which
+Lines of setu_engine/providers/postgres/json.py reads them), which
 files_codec reads back: NaN and ±Infinity of double, real and
 numeric as `NaN`, `Infinity`, `-Infinity` (JSON strings in JSON Lines);
 ±infinity of dates and timestamps as `infinity`, `-infinity`; numerics as

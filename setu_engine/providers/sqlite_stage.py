@@ -4,7 +4,7 @@ SQLite runs the operator chain in Python, so a staging table holds the
 chain's output, stored as the target stores it (sqlite_values): applying
 it is one INSERT … SELECT inside the write's own transaction.
 
-As in PostgreSQL (setu_engine/providers/postgres_stage.py), a marker
+As in PostgreSQL (setu_engine/providers/postgres/stage.py), a marker
 of part `stage` registers each staging table: written with it, deleted
 with it; the search for abandoned ones and the pruning of markers read
 the markers table only."""

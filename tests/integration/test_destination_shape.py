@@ -1,6 +1,6 @@
 """What PostgreSQL and SQLite destinations say of a target, and the two
-changes a load makes ahead of its rows (setu_engine/providers/
-postgres_shape.py, sqlite_shape.py), on real databases."""
+changes a load makes ahead of its rows (setu_engine/providers/postgres/shape.py,
+setu_engine/providers/sqlite_shape.py), on real databases."""
 
 from __future__ import annotations
 

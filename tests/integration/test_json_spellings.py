@@ -1,5 +1,5 @@
 """The two JSON Lines writers (Python's, setu_engine/providers/files_encode.py,
-and the SQL PostgreSQL runs, setu_engine/providers/postgres_json.py)
+and the SQL PostgreSQL runs, setu_engine/providers/postgres/json.py)
 spell the special values from one source, setu_engine/spellings.py:
 change a spelling there and both lines change alike, on real PostgreSQL."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from setu_engine import spellings
 from setu_engine.providers.files_encode import csv_encoder, jsonl_encoder
-from setu_engine.providers.postgres_json import line_sql
+from setu_engine.providers.postgres.json import line_sql
 from setu_engine.types import Column
 from setu_engine.values import INFINITY, MINUS_INFINITY
 

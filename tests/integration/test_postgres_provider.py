@@ -31,7 +31,7 @@ from setu_engine.providers.base import (
     TransientError,
     WriteMode,
 )
-from setu_engine.providers.postgres import (
+from setu_engine.providers.postgres.connector import (
     FALLBACK_ROWS_PER_PAGE,
     PROVIDER,
     PostgresConnector,

@@ -29,7 +29,6 @@ from setu_engine.destination_plan import TableShape
 from setu_engine.markers import KEEP_MARKERS, MARKERS, LoadMarker
 from setu_engine.operators import Plan, parse_spec
 from setu_engine.pgcopy_split import CopySplitter
-from setu_engine.providers import postgres_json, postgres_shape, postgres_stage
 from setu_engine.providers.base import (
     ConfigError,
     CopyBatch,
@@ -42,6 +41,9 @@ from setu_engine.providers.base import (
     Written,
 )
 from setu_engine.providers.failures import postgres_error
+from setu_engine.providers.postgres import json as postgres_json
+from setu_engine.providers.postgres import shape as postgres_shape
+from setu_engine.providers.postgres import stage as postgres_stage
 from setu_engine.secrets import check_reference, is_reference
 from setu_engine.types import FROM_PG, PG_TYPES, Batch, Column, Stream
 from setu_engine.values import ValueFault
@@ -647,7 +649,7 @@ class PostgresConnector:
         rows: int = await self._conn.fetchval(MARKED_ROWS.format(table=markers), *key)
         return rows
 
-    # -- resumable loads (setu_engine/resumable.py, providers/postgres_stage.py)
+    # -- resumable loads (setu_engine/resumable.py, providers/postgres/stage.py)
 
     # The staging table takes the staged bytes as they are; the chain runs
     # when it is applied.

@@ -1,17 +1,27 @@
-"""What a runtime is told about a stage: the connection (config with secret
-references unresolved), the streams, where the staged data lives and, for a
-load, the write mode and the operator chain (docs/flows.md). The server builds
-these; runtimes receive them over gRPC."""
+"""What a runtime is told: the task it leased, and about a stage the
+connection (config with secret references unresolved), the streams, where the
+staged data lives and, for a load, the write mode and the operator chain
+(docs/flows.md). The server builds these; runtimes receive them over gRPC."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from setu_agent.runtime.task import LeasedTask
 from setu_engine.blob import BlobSettings
 from setu_engine.providers.base import WriteMode
 from setu_engine.staging import MANIFEST, StoredPart
+
+
+@dataclass(frozen=True)
+class LeasedTask:
+    id: str
+    job_id: str
+    kind: str
+    attempt: int
+    max_attempts: int
+    lease_token: str
+    payload: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

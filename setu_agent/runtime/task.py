@@ -6,28 +6,20 @@ import asyncio
 import base64
 import json
 from collections.abc import Callable, Coroutine, Iterator
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import quote, quote_plus
 
 from setu_tasks.results import TaskResult
+
+# The task as leased is part of the task contract (setu_tasks/specs.py); named
+# here too, where handlers and task sources have always found it.
+from setu_tasks.specs import LeasedTask as LeasedTask
 
 # Shorter values (a port, "on") would blank out unrelated text.
 MIN_REDACTED = 3
 # What a heartbeat carries (TaskProgress in protos/setu/v1/agents.proto).
 # stored_parts: an extract's parts stored whole (grpc_source.stored_part_progress).
 PROGRESS_FIELDS = frozenset({"rows_read", "rows_written", "stream", "message", "stored_parts"})
-
-
-@dataclass(frozen=True)
-class LeasedTask:
-    id: str
-    job_id: str
-    kind: str
-    attempt: int
-    max_attempts: int
-    lease_token: str
-    payload: dict[str, Any] = field(default_factory=dict)
 
 
 def describe(exc: BaseException) -> str:

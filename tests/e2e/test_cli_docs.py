@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from setu_cli import commands
-from setu_engine.providers import files, postgres, sqlite
+from setu_engine.providers import files
+from setu_engine.providers.postgres import connector as postgres
+from setu_engine.providers.sqlite import connector as sqlite
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -1,6 +1,6 @@
 """What PostgreSQL and SQLite destinations say of a target, and the two
 changes a load makes ahead of its rows (setu_engine/providers/postgres/shape.py,
-setu_engine/providers/sqlite_shape.py), on real databases."""
+setu_engine/providers/sqlite/shape.py), on real databases."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-
 from setu_engine.destination_plan import DestinationColumn, InspectableDestination
+from setu_engine.types import Column
+
 from setu_engine.providers.postgres import PROVIDER as POSTGRES
 from setu_engine.providers.sqlite import PROVIDER as SQLITE
-from setu_engine.types import Column
 from tests.databases import postgres_config, scratch_database
 
 

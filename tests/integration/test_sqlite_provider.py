@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from setu_engine.types import Batch, Column, Stream
 
 from setu_engine.providers import get_provider
 from setu_engine.providers.base import (
@@ -23,8 +24,7 @@ from setu_engine.providers.base import (
     TransientError,
     WriteMode,
 )
-from setu_engine.providers.sqlite import PROVIDER, SqliteConnector
-from setu_engine.types import Batch, Column, Stream
+from setu_engine.providers.sqlite.connector import PROVIDER, SqliteConnector
 
 ALL_TYPES_DDL = """
 CREATE TABLE everything (

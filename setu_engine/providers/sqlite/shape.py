@@ -9,7 +9,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from setu_engine.destination_plan import DestinationColumn, TableShape
-from setu_engine.providers.sqlite_values import neutral_of
+from setu_engine.providers.sqlite.values import neutral_of
 
 # SQLite stores every integer in up to 8 bytes and every float in 8: a
 # declared width is no limit a value could overflow.

@@ -7,7 +7,7 @@ never opened for writing. Values are stored in SQLite's natural forms (ISO 8601
 text for dates and times, text for numerics and JSON, 0/1 for booleans) and
 converted back to the neutral representation on read.
 
-Type and value conversion lives in sqlite_values.
+Type and value conversion lives in values.py (this package).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from setu_engine.destination_plan import TableShape
 from setu_engine.markers import KEEP_MARKERS, MARKERS, LoadMarker
-from setu_engine.providers import sqlite_shape, sqlite_stage
 from setu_engine.providers.base import (
     ConfigError,
     Connector,
@@ -39,7 +38,9 @@ from setu_engine.providers.base import (
     Written,
 )
 from setu_engine.providers.failures import sqlite_error
-from setu_engine.providers.sqlite_values import DECLARED, neutral_of, row_reader, row_writer
+from setu_engine.providers.sqlite import shape as sqlite_shape
+from setu_engine.providers.sqlite import stage as sqlite_stage
+from setu_engine.providers.sqlite.values import DECLARED, neutral_of, row_reader, row_writer
 from setu_engine.resumable import STAGE_PREFIX
 from setu_engine.sqltypes import kept
 from setu_engine.types import Batch, Column, Stream
@@ -287,7 +288,7 @@ class SqliteConnector:
                 raise
             return Written(written, counted)
 
-    # -- resumable loads (setu_engine/resumable.py, providers/sqlite_stage.py)
+    # -- resumable loads (setu_engine/resumable.py, providers/sqlite/stage.py)
 
     # The chain runs in Python: the staging table takes its output.
     copies = False

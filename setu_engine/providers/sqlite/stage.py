@@ -1,7 +1,7 @@
 """Staging tables of resumable loads in SQLite (setu_engine/resumable.py).
 
 SQLite runs the operator chain in Python, so a staging table holds the
-chain's output, stored as the target stores it (sqlite_values): applying
+chain's output, stored as the target stores it (values.py): applying
 it is one INSERT … SELECT inside the write's own transaction.
 
 As in PostgreSQL (setu_engine/providers/postgres/stage.py), a marker
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from setu_engine.markers import MARKERS, LoadMarker
-from setu_engine.providers.sqlite_values import DECLARED, row_writer
+from setu_engine.providers.sqlite.values import DECLARED, row_writer
 from setu_engine.types import Batch, Column
 
 

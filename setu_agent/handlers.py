@@ -21,13 +21,19 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
+from setu_engine.blob import BlobSettings, BlobStore, open_blob
+from setu_engine.markers import LoadIdentity
+from setu_engine.resumable import DEFAULT_POLICY, ResumePolicy
+from setu_engine.s3 import S3Settings
+from setu_engine.staging import Manifest, StoredPart, read_manifest
+from setu_engine.transfer import read_said
+from setu_engine.types import Column, Row
+
 from setu_agent.runtime import Handler, TaskContext
 from setu_agent.runtime.grpc_source import stored_part_progress
 from setu_agent.runtime.task import NonRetryable
 from setu_client.errors import DeadlineExceeded, LeaseLost, Unavailable
 from setu_engine import dry_run, incremental, transfer
-from setu_engine.blob import BlobSettings, BlobStore, open_blob
-from setu_engine.markers import LoadIdentity
 from setu_engine.operators import PipelineSpec, SpecError, parse_spec
 from setu_engine.providers import get_provider
 from setu_engine.providers.base import (
@@ -38,12 +44,7 @@ from setu_engine.providers.base import (
     PermanentError,
     ProviderError,
 )
-from setu_engine.resumable import DEFAULT_POLICY, ResumePolicy
-from setu_engine.s3 import S3Settings
-from setu_engine.secrets import SecretStore, references
-from setu_engine.staging import Manifest, StoredPart, read_manifest
-from setu_engine.transfer import read_said
-from setu_engine.types import Column, Row
+from setu_engine.support.secrets import SecretStore, references
 from setu_engine.values import JSON_NULL, Infinite, nonfinite_text, shortest_real
 from setu_tasks.results import (
     Artifact,

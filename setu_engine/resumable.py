@@ -51,12 +51,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
-from setu_engine import pgcopy, staging, testpoints
+from setu_engine import pgcopy, staging
 from setu_engine.blob import BlobStore
-from setu_engine.closing import closing
 from setu_engine.markers import LoadIdentity, LoadMarker
 from setu_engine.operators import Chain, Plan
 from setu_engine.providers.base import CopyBatch, SchemaChanges, WriteMode, Written
+from setu_engine.support import testpoints
+from setu_engine.support.closing import closing
 from setu_engine.types import Batch, Column
 from setu_engine.values import ValueFault
 

@@ -38,11 +38,11 @@ from typing import Any
 
 import zstandard
 
-from setu_engine import testpoints
 from setu_engine.blob import BlobNotFound, BlobStore
-from setu_engine.closing import closing
 from setu_engine.incremental import CursorMark
 from setu_engine.providers.base import CopyBatch, qualified
+from setu_engine.support import testpoints
+from setu_engine.support.closing import closing
 from setu_engine.types import Stream
 
 FORMAT = "setu-staged/1"
@@ -226,7 +226,7 @@ async def write_stream(
     try:
         number = len(resumed)
         # Closed here however the loop ends (a cancel raised by on_batch):
-        # the source's read is not left open (setu_engine/closing.py).
+        # the source's read is not left open (setu_engine/support/closing.py).
         async with closing(batches):
             async for batch in batches:
                 if batch.rows == 0 and (number > 0 or resumed):

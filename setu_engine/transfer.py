@@ -24,7 +24,6 @@ from typing import Protocol, TypeGuard, TypeVar, runtime_checkable
 
 from setu_engine import destination_plan, pgcopy, resumable, staging
 from setu_engine.blob import BlobStore
-from setu_engine.closing import closing
 from setu_engine.incremental import OBJECTS, CursorMark
 from setu_engine.markers import LoadIdentity, LoadMarker
 from setu_engine.operators import Chain, PipelineSpec, Plan
@@ -44,6 +43,7 @@ from setu_engine.providers.base import (
     changes_of,
     qualified,
 )
+from setu_engine.support.closing import closing
 from setu_engine.types import Batch, Column, Stream
 from setu_engine.values import ValueFault
 

@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from setu_client import SetuClient
-from setu_engine.secrets_file import set_secret
+from setu_engine.support.secrets_file import set_secret
 from setu_server.store.databases import database_of, ensure_database, with_database
 
 PIPELINE = "demo"

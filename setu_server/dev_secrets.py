@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from setu_engine.secrets_file import (
+from setu_engine.support.secrets_file import (
     InvalidSecretsFile,
     ensure_file,
     ensure_section,

@@ -1,4 +1,4 @@
-"""Holding a loading process at a pause point (setu_engine/testpoints.py)
+"""Holding a loading process at a pause point (setu_engine/support/testpoints.py)
 from a test, without sleeping: the process writes to a FIFO the test reads
 (through the event loop, with a bound so a failure cannot hang the suite),
 then waits for the line the test writes to let it go on.
@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from setu_engine import testpoints
+from setu_engine.support import testpoints
 
 
 class PausePoint:

@@ -20,6 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from setu_engine.blob import BlobSettings, BlobStore
+from setu_engine.markers import LoadIdentity
+from setu_engine.resumable import DEFAULT_POLICY, ResumePolicy
+from setu_engine.staging import Manifest, StoredPart, read_manifest
+from setu_engine.transfer import read_said
+
 from setu_agent.cloud.book import RunBook, RunOutput
 from setu_agent.cloud.connections import ConnectionCache
 from setu_agent.handlers import ConnectPolicy, open_connector
@@ -27,14 +33,9 @@ from setu_agent.runtime import TaskContext
 from setu_agent.runtime.task import LeasedTask, NonRetryable, TaskCancelled
 from setu_client.errors import FailedPrecondition, LeaseLost
 from setu_engine import dry_run, incremental, transfer
-from setu_engine.blob import BlobSettings, BlobStore
-from setu_engine.markers import LoadIdentity
 from setu_engine.operators import SpecError, parse_spec
 from setu_engine.providers.base import ConfigError, Connector, CountsRows, Egress
-from setu_engine.resumable import DEFAULT_POLICY, ResumePolicy
-from setu_engine.secrets import SecretStore
-from setu_engine.staging import Manifest, StoredPart, read_manifest
-from setu_engine.transfer import read_said
+from setu_engine.support.secrets import SecretStore
 from setu_tasks.results import (
     Artifact,
     MigrateMode,

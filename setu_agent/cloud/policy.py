@@ -33,8 +33,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from setu_engine.egress import AddressPolicy, IPNetwork, parse_networks, protect_database
 from setu_engine.providers.base import ConfigError
+from setu_engine.support.egress import AddressPolicy, IPNetwork, parse_networks, protect_database
 
 
 class CloudPolicy:

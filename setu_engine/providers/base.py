@@ -156,7 +156,7 @@ class Connector(Protocol):
 
 class Egress(Protocol):
     """Vets the host a connection is about to open a socket to
-    (setu_engine/egress.py); None where the runtime's own network is the limit."""
+    (setu_engine/support/egress.py); None where the runtime's own network is the limit."""
 
     async def address(self, host: str, port: int, field: str) -> str:
         """The address to connect to for `host`: resolved and allowed.

@@ -61,7 +61,7 @@ from setu_engine.providers.files_encode import (
     line_encoder,
 )
 from setu_engine.providers.files_storage import _LocalFiles, _S3Files, _Storage
-from setu_engine.secrets import check_reference, is_reference
+from setu_engine.support.secrets import check_reference, is_reference
 from setu_engine.types import Batch, Column, Row, Stream, TypeNameError, neutral
 from setu_engine.values import ValueFault
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from setu_engine import this_machine
+from setu_engine.support import this_machine
 
 # Where libpq and asyncpg look for a socket when a URL names no host.
 DEFAULT_SOCKET_FOLDERS = ("/run/postgresql", "/var/run/postgresql", "/tmp")

@@ -22,14 +22,14 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from setu_engine.secrets import ENV_PREFIX
+from setu_engine.support.secrets import ENV_PREFIX
 
 log = logging.getLogger("setu.supervisor")
 
 # What a worker inherits of the server's environment: enough to run Python.
 INHERITED = (
     *("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV"),
-    # A test's pause point (setu_engine/testpoints.py): inert unless set.
+    # A test's pause point (setu_engine/support/testpoints.py): inert unless set.
     "SETU_TEST_PAUSE",
 )
 # A worker that died this soon after starting waits before the next start,

@@ -1,6 +1,6 @@
 """A cancel that meets a resumable load's final apply (docs/flows.md,
 "Resumable loads"): the cloud worker, loading what an agent extracted
-(agent → cloud), is held at a pause point (setu_engine/testpoints.py)
+(agent → cloud), is held at a pause point (setu_engine/support/testpoints.py)
 while the test requests the cancel, never by a sleep.
 
 - Held inside the apply's open transaction: the cancel is heard before the
@@ -18,11 +18,11 @@ from typing import Any
 
 import asyncpg
 import pytest
+from setu_engine.resumable import stage_table
 
 from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2
-from setu_engine import testpoints
-from setu_engine.resumable import stage_table
+from setu_engine.support import testpoints
 from tests.databases import postgres_config
 from tests.e2e.test_cloud_run_lifecycle import fetch
 from tests.e2e.test_exactly_once import FAST, REAL_ENGINE, ROWS, events, source_without_key

@@ -1,7 +1,7 @@
 """A cancel that lands in the middle of a source's read ends cleanly
 (docs/flows.md, "Cancel"): with real processes (setu-server with its cloud
 worker, and a setu-agent), a run whose extract is held mid-read at a pause
-point (setu_engine/testpoints.py: the third part handed to its upload,
+point (setu_engine/support/testpoints.py: the third part handed to its upload,
 the source's cursor open) is cancelled there, for a SQLite, a PostgreSQL
 and a file source, read by the cloud worker and by an agent.
 
@@ -25,7 +25,7 @@ import pytest
 
 from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2
-from setu_engine import testpoints
+from setu_engine.support import testpoints
 from tests.databases import postgres_config, scratch_database
 from tests.e2e.test_exactly_once import REAL_ENGINE, ROWS, events, source_without_key
 from tests.factories import Tenant, make_tenant

@@ -1,6 +1,6 @@
 """A tenant's cloud connection reaches only what the egress policy allows,
 checked by resolved address, and takes no credential from the server's
-environment (setu_engine/egress.py, setu_agent/cloud/policy.py)."""
+environment (setu_engine/support/egress.py, setu_agent/cloud/policy.py)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from setu_client._proto.setu.v1 import common_pb2
-from setu_engine import testpoints
+from setu_engine.support import testpoints
 from tests.databases import own_postgres, scratch_database
 from tests.e2e.test_exactly_once import FAST, each_row_once, events, source_without_key
 from tests.e2e.test_kill_mid_load import cloud_pipeline, destination_table

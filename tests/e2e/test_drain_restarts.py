@@ -19,7 +19,7 @@ import asyncpg
 import pytest
 
 from setu_client._proto.setu.v1 import common_pb2
-from setu_engine import testpoints
+from setu_engine.support import testpoints
 from setu_server.server import Running
 from tests.e2e.test_exactly_once import (
     FAST,

@@ -8,7 +8,7 @@ under `append`, and the target held nothing of the stream until the final
 apply.
 
 The window is opened by a pause point, never a sleep: the loader, run with
-SETU_TEST_PAUSE (setu_engine/testpoints.py), stops once the third
+SETU_TEST_PAUSE (setu_engine/support/testpoints.py), stops once the third
 part is committed with its marker, tells the test through a FIFO, and is
 killed there."""
 
@@ -21,12 +21,12 @@ from typing import Any
 
 import asyncpg
 import pytest
+from setu_engine.markers import MARKERS
+from setu_engine.resumable import stage_table
 
 from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2
-from setu_engine import testpoints
-from setu_engine.markers import MARKERS
-from setu_engine.resumable import stage_table
+from setu_engine.support import testpoints
 from tests.databases import postgres_config
 from tests.e2e.test_cloud_run_lifecycle import fetch
 from tests.e2e.test_exactly_once import (

@@ -3,7 +3,7 @@ item 1): not through its Unix socket folder (or a link to it, or to its
 socket) whatever SETU_LOCAL_FILES_ROOT is, `/` included; and not through any
 address of this machine at its port, when the operator allows the networks
 those addresses are on. A real server, its real cloud worker, the real
-database (setu_engine/egress.py, setu_agent/cloud/policy.py,
+database (setu_engine/support/egress.py, setu_agent/cloud/policy.py,
 setu_server/worker/endpoints.py)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 
 from setu_client import SetuClient
 from setu_client.errors import Aborted
-from setu_engine import this_machine
+from setu_engine.support import this_machine
 from tests.e2e.test_cloud_egress import tcp_front
 from tests.factories import Tenant
 from tests.servers import in_process

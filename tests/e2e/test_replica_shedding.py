@@ -20,7 +20,7 @@ import asyncpg
 from prometheus_client.parser import text_string_to_metric_families
 
 from setu_client import SetuClient
-from setu_engine import testpoints
+from setu_engine.support import testpoints
 from setu_server.models import JobState
 from setu_server.store import jobs
 from tests.factories import make_job, make_tenant

@@ -27,7 +27,7 @@ import asyncpg
 import pytest
 
 from setu_client._proto.setu.v1 import common_pb2
-from setu_engine import testpoints
+from setu_engine.support import testpoints
 from tests.databases import postgres_config
 from tests.e2e.test_drain_restarts import GRACE, RESTARTS, hand_backs, restarted_mid_extract
 from tests.e2e.test_exactly_once import FAST, REAL_ENGINE, events

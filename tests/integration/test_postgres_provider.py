@@ -17,6 +17,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from setu_engine.types import Batch, Column, Row, Stream
 
 from setu_agent.handlers import open_connector
 from setu_agent.runtime.task import LeasedTask, TaskContext
@@ -36,8 +37,7 @@ from setu_engine.providers.postgres.connector import (
     PROVIDER,
     PostgresConnector,
 )
-from setu_engine.secrets import SecretStore
-from setu_engine.types import Batch, Column, Row, Stream
+from setu_engine.support.secrets import SecretStore
 from tests.databases import postgres_config, scratch_database
 
 # -- plumbing -----------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Readers are closed by their consumers (setu_engine/closing.py): a
+"""Readers are closed by their consumers (setu_engine/support/closing.py): a
 consumer that stops midway (a cancel raised at a batch) closes the reader
 it iterates at once, through read_ahead's producer too, so nothing is left
 for the garbage collector or the loop's shutdown to close after the
@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator
 from typing import cast
 
 import pytest
-
-from setu_engine.closing import closing
-from setu_engine.providers.base import Connector
 from setu_engine.transfer import _copy_batches, read_ahead
 from setu_engine.types import Batch, Column, Stream
+
+from setu_engine.providers.base import Connector
+from setu_engine.support.closing import closing
 
 
 class Cancelled(Exception):

@@ -1,5 +1,5 @@
 """Egress by address: every spelling of a denied address is denied, because
-the host is resolved and each answer checked (setu_engine/egress.py).
+the host is resolved and each answer checked (setu_engine/support/egress.py).
 Only numeric hosts and this machine's own names are resolved here: no
 network is needed."""
 
@@ -10,8 +10,8 @@ import socket
 
 import pytest
 
-from setu_engine.egress import AddressPolicy, parse_networks, protect_database, why_denied
 from setu_engine.providers.base import ConfigError
+from setu_engine.support.egress import AddressPolicy, parse_networks, protect_database, why_denied
 
 LOOPBACK_SPELLINGS = [
     "127.0.0.1",

@@ -1,6 +1,6 @@
 """DNS rebinding: a name that resolves to a public address when the egress
 policy checks it, and to loopback a moment later, is reached at the address
-that was checked (setu_engine/egress.py). The resolver is the seam:
+that was checked (setu_engine/support/egress.py). The resolver is the seam:
 socket.getaddrinfo, answering as the test says."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from setu_engine.egress import AddressPolicy
+from setu_engine.support.egress import AddressPolicy
 
 HOST = "rebind.example"
 

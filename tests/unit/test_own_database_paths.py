@@ -1,8 +1,8 @@
 """Setu's own database is refused by every path a cloud connection could
 take to it: its port at every address of this machine (both families, as
 the machine's addresses are now), its Unix socket folders by whatever path,
-link or hard link, whatever the files root (setu_engine/egress.py,
-setu_engine/this_machine.py, setu_agent/cloud/policy.py), and the
+link or hard link, whatever the files root (setu_engine/support/egress.py,
+setu_engine/support/this_machine.py, setu_agent/cloud/policy.py), and the
 server names all of it from its database URL (setu_server/worker/endpoints.py)."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from setu_agent.cloud.policy import CloudPolicy, cloud_egress
-from setu_engine import this_machine
-from setu_engine.egress import AddressPolicy, parse_networks
 from setu_engine.providers.base import ConfigError, ProviderError
 from setu_engine.providers.postgres import PROVIDER as POSTGRES
+from setu_engine.support import this_machine
+from setu_engine.support.egress import AddressPolicy, parse_networks
 from setu_server.worker.endpoints import DEFAULT_SOCKET_FOLDERS, own_database
 
 EVERYWHERE = parse_networks("0.0.0.0/0, ::/0", "test")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from setu_engine.providers.base import ConfigError
-from setu_engine.secrets import SecretStore, references
-from setu_engine.secrets_file import ensure_file, ensure_section, set_secret
+from setu_engine.support.secrets import SecretStore, references
+from setu_engine.support.secrets_file import ensure_file, ensure_section, set_secret
 
 WS_A = "0b6f3a1e-0000-4000-8000-00000000000a"
 WS_B = "0b6f3a1e-0000-4000-8000-00000000000b"

@@ -14,7 +14,7 @@ import pytest
 from setu_agent.handlers import jsonable
 from setu_agent.runtime.task import PROGRESS_FIELDS, LeasedTask, TaskContext
 from setu_client._proto.setu.v1 import agents_pb2 as pb
-from setu_engine.secrets import SecretStore
+from setu_engine.support.secrets import SecretStore
 
 
 def context() -> TaskContext:

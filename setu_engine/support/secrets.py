@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from setu_engine.providers.base import ConfigError
-from setu_engine.secrets_file import InvalidSecretsFile, SecretsContent, SecretsFile
+from setu_engine.support.secrets_file import InvalidSecretsFile, SecretsContent, SecretsFile
 
 SECRET_KEY = "$secret"
 ENV_PREFIX = "SETU_SECRET_"

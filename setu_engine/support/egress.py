@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from setu_engine.providers.base import ConfigError, Egress, ProviderError
-from setu_engine.this_machine import is_this_machine
+from setu_engine.support.this_machine import is_this_machine
 
 __all__ = ["AddressPolicy", "Egress", "parse_networks", "protect_database", "why_denied"]
 

@@ -27,7 +27,6 @@ from setu_engine.resumable import DEFAULT_POLICY, ResumePolicy
 from setu_engine.s3 import S3Settings
 from setu_engine.staging import Manifest, StoredPart, read_manifest
 from setu_engine.transfer import read_said
-from setu_engine.types import Column, Row
 
 from setu_agent.runtime import Handler, TaskContext
 from setu_agent.runtime.grpc_source import stored_part_progress
@@ -45,7 +44,8 @@ from setu_engine.providers.base import (
     ProviderError,
 )
 from setu_engine.support.secrets import SecretStore, references
-from setu_engine.values import JSON_NULL, Infinite, nonfinite_text, shortest_real
+from setu_engine.values.special import JSON_NULL, Infinite, nonfinite_text, shortest_real
+from setu_engine.values.types import Column, Row
 from setu_tasks.results import (
     Artifact,
     DiscoverResult,

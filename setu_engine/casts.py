@@ -40,8 +40,8 @@ from setu_engine.expr_compile import (
     constant,
     quote_literal,
 )
-from setu_engine.types import INTEGERS, NUMBERS, PG_TYPES, Row
-from setu_engine.values import INFINITIES, JSON_NULL, Infinite
+from setu_engine.values.special import INFINITIES, JSON_NULL, Infinite
+from setu_engine.values.types import INTEGERS, NUMBERS, PG_TYPES, Row
 
 Conv = Callable[[Any], Any]
 SqlOf = Callable[[str], str]

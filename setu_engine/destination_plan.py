@@ -28,7 +28,7 @@ from typing import Protocol, runtime_checkable
 
 from setu_engine.operators import SchemaEvolution
 from setu_engine.providers.base import PermanentError, SchemaChanges, WriteMode
-from setu_engine.types import Column
+from setu_engine.values.types import Column
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from setu_engine import destination_plan, transfer
 from setu_engine.operators import PipelineSpec, SchemaEvolution, SpecError
 from setu_engine.plans import PlannedColumn, PlannedStream, plans_from_json
 from setu_engine.providers.base import ConfigError, WriteMode, qualified
-from setu_engine.types import Stream
+from setu_engine.values.types import Stream
 
 # The task payload key of a plan handed on to where the load would run (the
 # destination's agent, or the cloud after a source agent planned).

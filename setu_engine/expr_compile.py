@@ -41,8 +41,8 @@ from setu_engine.expr import (
     Node,
     Unary,
 )
-from setu_engine.types import INTEGERS, NUMBERS, PG_TYPES, Row
-from setu_engine.values import ValueFault
+from setu_engine.values.special import ValueFault
+from setu_engine.values.types import INTEGERS, NUMBERS, PG_TYPES, Row
 
 
 class OperatorError(ValueError):

@@ -23,7 +23,7 @@ from decimal import Decimal
 from typing import Any, Protocol, runtime_checkable
 
 from setu_engine.providers.base import ConfigError, qualified
-from setu_engine.types import INTEGERS, NUMBERS, Column, Stream
+from setu_engine.values.types import INTEGERS, NUMBERS, Column, Stream
 
 SYNC_KEY = "sync"
 ALL_STREAMS = "*"

@@ -27,7 +27,6 @@ from enum import StrEnum
 from operator import itemgetter
 from typing import Any
 
-from setu_engine import sqltypes
 from setu_engine.blocking import (
     METRICS,
     SEQ,
@@ -49,7 +48,8 @@ from setu_engine.expr_compile import (
     quote_literal,
     row_fault,
 )
-from setu_engine.types import Batch, Column, Row, TypeNameError, neutral
+from setu_engine.values import sqltypes
+from setu_engine.values.types import Batch, Column, Row, TypeNameError, neutral
 
 __all__ = [
     "Chain",

@@ -24,14 +24,14 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from setu_engine.types import Batch, Column, Row
-from setu_engine.values import (
+from setu_engine.values.special import (
     INFINITY,
     JSON_NULL,
     MINUS_INFINITY,
     Infinite,
     ValueFault,
 )
+from setu_engine.values.types import Batch, Column, Row
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 HEADER = SIGNATURE + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x00"

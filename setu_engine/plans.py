@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from setu_engine.strict_json import MalformedResult, columns, fields, strings
-from setu_engine.types import Column
+from setu_engine.values.types import Column
 
 
 @dataclass(frozen=True)

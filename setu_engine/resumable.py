@@ -58,8 +58,8 @@ from setu_engine.operators import Chain, Plan
 from setu_engine.providers.base import CopyBatch, SchemaChanges, WriteMode, Written
 from setu_engine.support import testpoints
 from setu_engine.support.closing import closing
-from setu_engine.types import Batch, Column
-from setu_engine.values import ValueFault
+from setu_engine.values.special import ValueFault
+from setu_engine.values.types import Batch, Column
 
 # Staged bytes (compressed) from which a stream of several parts loads part
 # by part: below it, a retry that starts over costs little.

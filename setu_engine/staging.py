@@ -43,7 +43,7 @@ from setu_engine.incremental import CursorMark
 from setu_engine.providers.base import CopyBatch, qualified
 from setu_engine.support import testpoints
 from setu_engine.support.closing import closing
-from setu_engine.types import Stream
+from setu_engine.values.types import Stream
 
 FORMAT = "setu-staged/1"
 PART_FORMAT = "pgcopy-binary+zstd"

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from setu_client.errors import InvalidArgument
-from setu_engine import sqltypes
-from setu_engine.types import Column
+from setu_engine.values import sqltypes
+from setu_engine.values.types import Column
 
 
 class MalformedResult(InvalidArgument):

@@ -44,8 +44,8 @@ from setu_engine.providers.base import (
     qualified,
 )
 from setu_engine.support.closing import closing
-from setu_engine.types import Batch, Column, Stream
-from setu_engine.values import ValueFault
+from setu_engine.values.special import ValueFault
+from setu_engine.values.types import Batch, Column, Stream
 
 # Rows per batch: the grain of progress, cancellation and staged parts.
 DEFAULT_BATCH_ROWS = 100_000

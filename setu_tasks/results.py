@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from setu_engine.incremental import MARK_TYPES, CursorMark
+from setu_engine.staging import MANIFEST, Manifest
 
 # A result carries a dry run's plan (setu_engine/plans.py) and is refused with
 # the engine's strict reader's error: both re-exported for the callers of results.
@@ -28,14 +29,13 @@ from setu_engine.plans import PlannedStream as PlannedStream
 from setu_engine.plans import incompatibilities as incompatibilities
 from setu_engine.plans import plans_from_json as plans_from_json
 from setu_engine.providers.base import RowChanges
-from setu_engine.staging import MANIFEST, Manifest
 from setu_engine.strict_json import MalformedResult as MalformedResult
 from setu_engine.strict_json import an_object as _fields_any
 from setu_engine.strict_json import check as _check
 from setu_engine.strict_json import columns as _columns
 from setu_engine.strict_json import fields as _fields
 from setu_engine.strict_json import strings as _strings
-from setu_engine.types import Column, Stream
+from setu_engine.values.types import Column, Stream
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ from typing import Any
 
 import grpc
 from google.protobuf.json_format import MessageToDict, ParseDict
+from setu_engine.blob import BlobSettings
+from setu_engine.staging import Part, StoredPart
 
 from setu_agent.runtime.task import LeasedTask
 from setu_client import struct_to_dict
@@ -16,10 +18,8 @@ from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
 from setu_client.errors import ServerClosing, SetuError, Unimplemented, from_rpc_error
 from setu_client.long_poll import LongPollWindow
 from setu_client.replicas import Replicas
-from setu_engine.blob import BlobSettings
 from setu_engine.providers.base import RowChanges, WriteMode
-from setu_engine.staging import Part, StoredPart
-from setu_engine.types import Column, Stream
+from setu_engine.values.types import Column, Stream
 from setu_tasks.results import (
     Artifact,
     DiscoverResult,

@@ -14,7 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from setu_engine.types import Batch, Column, Stream
+from setu_engine.values.types import Batch, Column, Stream
 
 if TYPE_CHECKING:
     from setu_engine.markers import LoadMarker

@@ -62,8 +62,8 @@ from setu_engine.providers.files_encode import (
 )
 from setu_engine.providers.files_storage import _LocalFiles, _S3Files, _Storage
 from setu_engine.support.secrets import check_reference, is_reference
-from setu_engine.types import Batch, Column, Row, Stream, TypeNameError, neutral
-from setu_engine.values import ValueFault
+from setu_engine.values.special import ValueFault
+from setu_engine.values.types import Batch, Column, Row, Stream, TypeNameError, neutral
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet"}
 _S3_KEYS = ("endpoint_url", "region", "access_key_id", "secret_access_key")

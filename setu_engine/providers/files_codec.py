@@ -23,8 +23,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar
 
 from setu_engine.providers.base import ProviderError
-from setu_engine.types import INTEGERS, Column, Row
-from setu_engine.values import INFINITIES, JSON_NULL, NONFINITE_TEXTS, ValueFault
+from setu_engine.values.special import INFINITIES, JSON_NULL, NONFINITE_TEXTS, ValueFault
+from setu_engine.values.types import INTEGERS, Column, Row
 
 SAMPLE_ROWS = 1000
 

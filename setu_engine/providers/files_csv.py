@@ -35,8 +35,8 @@ from typing import Any
 
 from setu_engine.providers.base import ConfigError, PermanentError
 from setu_engine.providers.files_codec import _check_header, _dropped, _Source, from_text
-from setu_engine.types import Column, Row
-from setu_engine.values import INFINITIES, NONFINITE_TEXTS, ValueFault
+from setu_engine.values.special import INFINITIES, NONFINITE_TEXTS, ValueFault
+from setu_engine.values.types import Column, Row
 
 # Markers that read as NULL in a column that is not text, unless the
 # config lists its own `null_values` (which then hold in every column, and

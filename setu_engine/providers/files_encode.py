@@ -2,7 +2,7 @@
 orjson, a batch at a time, and CSV through per-column text converters.
 
 The spellings are those of docs/data-types.md ("Values and spellings per
-format"), read from setu_engine/spellings.py (as the SQL-rendered JSON
+format"), read from setu_engine/values/spellings.py (as the SQL-rendered JSON
 Lines of setu_engine/providers/postgres/json.py reads them), which
 files_codec reads back: NaN and ±Infinity of double, real and
 numeric as `NaN`, `Infinity`, `-Infinity` (JSON strings in JSON Lines);
@@ -33,15 +33,15 @@ from uuid import UUID
 
 import orjson
 
-from setu_engine import spellings
-from setu_engine.types import Column, Row
-from setu_engine.values import (
+from setu_engine.values import spellings
+from setu_engine.values.special import (
     JSON_NULL,
     Infinite,
     ValueFault,
     nonfinite_text,
     shortest_real,
 )
+from setu_engine.values.types import Column, Row
 
 Encoder = Callable[[Sequence[Row]], bytes]
 

@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from setu_engine.providers.base import CopyBatch, PermanentError
-from setu_engine.types import Batch, Row
-from setu_engine.values import ValueFault
+from setu_engine.values.special import ValueFault
+from setu_engine.values.types import Batch, Row
 
 T = TypeVar("T")
 

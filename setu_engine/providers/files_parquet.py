@@ -49,7 +49,6 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
-from setu_engine import sqltypes
 from setu_engine.providers import pgarrays
 from setu_engine.providers.base import ConfigError, PermanentError
 from setu_engine.providers.failures import file_error
@@ -61,8 +60,9 @@ from setu_engine.providers.files_storage import (
     _Storage,
 )
 from setu_engine.providers.s3_ranges import S3RangeFile
-from setu_engine.types import Column, Row
-from setu_engine.values import JSON_NULL, ValueFault, shortest_real
+from setu_engine.values import sqltypes
+from setu_engine.values.special import JSON_NULL, ValueFault, shortest_real
+from setu_engine.values.types import Column, Row
 
 SQL_TYPE_KEY = b"setu.sql_type"
 COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "brotli", "none")

@@ -11,10 +11,10 @@ from pathlib import Path
 import asyncpg
 import pytest
 from setu_engine.destination_plan import DestinationColumn, InspectableDestination
-from setu_engine.types import Column
 
 from setu_engine.providers.postgres import PROVIDER as POSTGRES
 from setu_engine.providers.sqlite import PROVIDER as SQLITE
+from setu_engine.values.types import Column
 from tests.databases import postgres_config, scratch_database
 
 

@@ -34,15 +34,15 @@ from typing import Any
 import asyncpg
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
-
-from setu_engine import transfer
 from setu_engine.blob import LocalBlobStore
 from setu_engine.markers import LoadIdentity
+
+from setu_engine import transfer
 from setu_engine.operators import parse_spec
 from setu_engine.providers import files_parquet, get_provider, pgarrays
 from setu_engine.providers.base import Connector, WriteMode
-from setu_engine.types import Column, Row, Stream
-from setu_engine.values import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault
+from setu_engine.values.special import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault
+from setu_engine.values.types import Column, Row, Stream
 from tests.databases import postgres_config, scratch_database
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "data-types.md"

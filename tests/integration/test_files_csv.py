@@ -17,8 +17,8 @@ from setu_engine.providers.base import ConfigError, Connector, PermanentError
 from setu_engine.providers.files import PROVIDER
 from setu_engine.providers.files_codec import _Source
 from setu_engine.providers.files_csv import CsvOptions, csv_records
-from setu_engine.types import Column, Row, Stream
-from setu_engine.values import ValueFault
+from setu_engine.values.special import ValueFault
+from setu_engine.values.types import Column, Row, Stream
 from tests import flights_csv
 from tests.integration.test_files_provider import Place, read_all
 from tests.s3server import S3Endpoint

@@ -14,8 +14,8 @@ import pytest
 
 from setu_engine.providers import files_encode, files_merge
 from setu_engine.providers.base import CopyBatch
-from setu_engine.types import Batch, Column, Row
-from setu_engine.values import ValueFault
+from setu_engine.values.special import ValueFault
+from setu_engine.values.types import Batch, Column, Row
 
 
 async def batches(*parts: Batch) -> AsyncGenerator[Batch, None]:

@@ -1,6 +1,6 @@
 """The two JSON Lines writers (Python's, setu_engine/providers/files_encode.py,
 and the SQL PostgreSQL runs, setu_engine/providers/postgres/json.py)
-spell the special values from one source, setu_engine/spellings.py:
+spell the special values from one source, setu_engine/values/spellings.py:
 change a spelling there and both lines change alike, on real PostgreSQL."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_engine import spellings
 from setu_engine.providers.files_encode import csv_encoder, jsonl_encoder
 from setu_engine.providers.postgres.json import line_sql
-from setu_engine.types import Column
-from setu_engine.values import INFINITY, MINUS_INFINITY
+from setu_engine.values import spellings
+from setu_engine.values.special import INFINITY, MINUS_INFINITY
+from setu_engine.values.types import Column
 
 # (neutral type, SQL literal, the engine's value)
 SPECIAL: list[tuple[str, str, Any]] = [

@@ -13,16 +13,16 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from setu_engine.markers import LoadIdentity, LoadMarker
+from setu_engine.resumable import part_marker, stage_marker, stage_table
 
 from setu_engine import pgcopy
-from setu_engine.markers import LoadIdentity, LoadMarker
 from setu_engine.operators import parse_spec
 from setu_engine.providers.base import Connector, CopyBatch, WriteMode
 from setu_engine.providers.postgres import PROVIDER as POSTGRES
 from setu_engine.providers.postgres.connector import PostgresConnector
 from setu_engine.providers.sqlite import PROVIDER as SQLITE
-from setu_engine.resumable import part_marker, stage_marker, stage_table
-from setu_engine.types import Batch, Column
+from setu_engine.values.types import Batch, Column
 from tests.databases import postgres_config, scratch_database
 from tests.integration.test_files_provider import Place, place  # noqa: F401 (a fixture)
 

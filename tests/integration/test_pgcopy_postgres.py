@@ -17,8 +17,8 @@ import asyncpg
 import pytest
 
 from setu_engine import pgcopy
-from setu_engine.types import PG_TYPES, TYPES, Column, Row
-from setu_engine.values import INFINITY, MINUS_INFINITY
+from setu_engine.values.special import INFINITY, MINUS_INFINITY
+from setu_engine.values.types import PG_TYPES, TYPES, Column, Row
 
 # One column per neutral type (json is jsonb, as Setu creates it).
 COLUMNS = [Column(f"c_{t}", t) for t in TYPES]

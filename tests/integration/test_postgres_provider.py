@@ -17,7 +17,6 @@ from typing import Any
 
 import asyncpg
 import pytest
-from setu_engine.types import Batch, Column, Row, Stream
 
 from setu_agent.handlers import open_connector
 from setu_agent.runtime.task import LeasedTask, TaskContext
@@ -38,6 +37,7 @@ from setu_engine.providers.postgres.connector import (
     PostgresConnector,
 )
 from setu_engine.support.secrets import SecretStore
+from setu_engine.values.types import Batch, Column, Row, Stream
 from tests.databases import postgres_config, scratch_database
 
 # -- plumbing -----------------------------------------------------------------

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from setu_engine.types import Batch, Column, Stream
 
 from setu_engine.providers import get_provider
 from setu_engine.providers.base import (
@@ -25,6 +24,7 @@ from setu_engine.providers.base import (
     WriteMode,
 )
 from setu_engine.providers.sqlite.connector import PROVIDER, SqliteConnector
+from setu_engine.values.types import Batch, Column, Stream
 
 ALL_TYPES_DDL = """
 CREATE TABLE everything (

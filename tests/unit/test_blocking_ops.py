@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from setu_engine.operators import SpecError, parse_spec
-from setu_engine.types import Column
+from setu_engine.values.types import Column
 
 COLUMNS = [Column("id", "integer"), Column("name", "text", True, "character varying(20)")]
 DEDUPE = {"op": "dedupe", "keys": ["id"], "order_by": "name", "order": "asc"}

@@ -12,10 +12,10 @@ from typing import cast
 
 import pytest
 from setu_engine.transfer import _copy_batches, read_ahead
-from setu_engine.types import Batch, Column, Stream
 
 from setu_engine.providers.base import Connector
 from setu_engine.support.closing import closing
+from setu_engine.values.types import Batch, Column, Stream
 
 
 class Cancelled(Exception):

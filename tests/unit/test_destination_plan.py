@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-from setu_agent.runtime.grpc_source import completion
-from setu_agent.runtime.task import LeasedTask
-from setu_client import Job, JobKind, JobState
 from setu_engine.destination_plan import (
     Assessment,
     DestinationColumn,
@@ -13,9 +10,13 @@ from setu_engine.destination_plan import (
     TableShape,
     assess,
 )
+
+from setu_agent.runtime.grpc_source import completion
+from setu_agent.runtime.task import LeasedTask
+from setu_client import Job, JobKind, JobState
 from setu_engine.operators import SchemaEvolution
 from setu_engine.providers.base import WriteMode
-from setu_engine.types import Column
+from setu_engine.values.types import Column
 from setu_server.rpc.agents import RESULT_READERS
 from setu_tasks.results import (
     LoadResult,

@@ -16,8 +16,8 @@ import pytest
 
 from setu_engine.providers.files_codec import MISSING, from_json, from_text, infer_json
 from setu_engine.providers.files_encode import csv_encoder, jsonl_encoder
-from setu_engine.types import Column
-from setu_engine.values import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault
+from setu_engine.values.special import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault
+from setu_engine.values.types import Column
 
 
 def float4(value: float) -> float:

@@ -4,11 +4,11 @@ through the typed load result (setu_engine/incremental.py, setu_tasks/results.py
 from __future__ import annotations
 
 import pytest
+from setu_engine.incremental import CursorMark, SyncError, SyncRule, parse_sync, since
 
 from setu_engine import incremental
-from setu_engine.incremental import CursorMark, SyncError, SyncRule, parse_sync, since
 from setu_engine.providers.base import ConfigError
-from setu_engine.types import Column, Stream
+from setu_engine.values.types import Column, Stream
 from setu_tasks.results import LoadResult, MalformedResult
 
 ORDERS = Stream("orders", (Column("id", "bigint"), Column("at", "timestamptz")), "public")

@@ -1,4 +1,4 @@
-"""Operators over the values Python's types cannot hold (setu_engine/values.py):
+"""Operators over the values Python's types cannot hold (setu_engine/values/special.py):
 ±infinity of dates and timestamps, and JSON's null. Each operator takes
 them without an unexpected exception; a comparison orders infinity after
 (before) every date; a cast keeps or spells them as PostgreSQL does; a row
@@ -11,11 +11,11 @@ import hashlib
 from typing import Any
 
 import pytest
-
 from setu_engine.expr_compile import OperatorError, RowFault
+
 from setu_engine.operators import parse_spec
-from setu_engine.types import Column, Row
-from setu_engine.values import INFINITY, JSON_NULL, MINUS_INFINITY
+from setu_engine.values.special import INFINITY, JSON_NULL, MINUS_INFINITY
+from setu_engine.values.types import Column, Row
 
 UTC = dt.UTC
 COLUMNS = [

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from setu_engine import pgcopy
-from setu_engine.types import TYPES, Column
-from setu_engine.values import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault
+from setu_engine.values.special import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault
+from setu_engine.values.types import TYPES, Column
 
 ALL_TYPES = [Column(f"c_{t}", t) for t in TYPES]
 

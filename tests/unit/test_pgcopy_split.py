@@ -4,10 +4,10 @@ size of the chunks it arrives in (setu_engine/pgcopy_split.py)."""
 from __future__ import annotations
 
 import pytest
+from setu_engine.pgcopy_split import CopySplitter
 
 from setu_engine import pgcopy
-from setu_engine.pgcopy_split import CopySplitter
-from setu_engine.types import Column, Row
+from setu_engine.values.types import Column, Row
 
 COLUMNS = (Column("id", "bigint", False), Column("note", "text", True))
 ROWS = [(i, None if i % 3 == 0 else "x" * (i % 7)) for i in range(1, 12)]

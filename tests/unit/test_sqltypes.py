@@ -1,4 +1,4 @@
-"""SQL types kept exactly (setu_engine/sqltypes.py): what a catalog, a
+"""SQL types kept exactly (setu_engine/values/sqltypes.py): what a catalog, a
 SQLite declaration or a spec says is parsed against a whitelist and rendered
 back from its parts, so only known names and integers ever reach DDL."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from setu_engine import sqltypes
 from setu_engine.operators import parse_spec
 from setu_engine.providers.base import RowChanges
-from setu_engine.types import Column
+from setu_engine.values import sqltypes
+from setu_engine.values.types import Column
 from setu_tasks.results import LoadResult, MalformedResult, result_from_json
 
 

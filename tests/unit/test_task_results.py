@@ -12,7 +12,7 @@ from setu_agent.runtime.grpc_source import completion
 from setu_agent.runtime.task import LeasedTask
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_engine.providers.base import RowChanges
-from setu_engine.types import Column, Stream
+from setu_engine.values.types import Column, Stream
 from setu_server.rpc.agents import task_result
 from setu_tasks.results import (
     NOTES_PER_STREAM,

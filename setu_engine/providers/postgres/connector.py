@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from setu_engine import pgcopy, sqltypes
+from setu_engine import pgcopy
 from setu_engine.destination_plan import TableShape
 from setu_engine.markers import KEEP_MARKERS, MARKERS, LoadMarker
 from setu_engine.operators import Plan, parse_spec
@@ -45,8 +45,9 @@ from setu_engine.providers.postgres import shape as postgres_shape
 from setu_engine.providers.postgres import stage as postgres_stage
 from setu_engine.support.closing import closing
 from setu_engine.support.secrets import check_reference, is_reference
-from setu_engine.types import FROM_PG, PG_TYPES, Batch, Column, Stream
-from setu_engine.values import ValueFault
+from setu_engine.values import sqltypes
+from setu_engine.values.special import ValueFault
+from setu_engine.values.types import FROM_PG, PG_TYPES, Batch, Column, Stream
 
 if TYPE_CHECKING:
     from setu_engine.incremental import Since

@@ -6,7 +6,7 @@ times as long.
 
 The lines spell every value as Setu's own JSON Lines writer does
 (setu_engine/providers/files_encode.py, docs/data-types.md), both
-reading the special values' spellings from setu_engine/spellings.py;
+reading the special values' spellings from setu_engine/values/spellings.py;
 the fidelity suite checks this path against that writer:
 
 - numbers by their output functions (numeric's exact digits, real's and
@@ -23,8 +23,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from setu_engine import spellings
-from setu_engine.types import Column
+from setu_engine.values import spellings
+from setu_engine.values.types import Column
 
 # PostgreSQL functions take at most 100 arguments: concat_ws gets them in
 # groups.

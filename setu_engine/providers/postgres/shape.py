@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import asyncpg
 
 from setu_engine.destination_plan import DestinationColumn, TableShape
-from setu_engine.types import FROM_PG
+from setu_engine.values.types import FROM_PG
 
 SCHEMA_EXISTS = "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)"
 

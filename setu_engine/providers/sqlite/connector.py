@@ -42,8 +42,8 @@ from setu_engine.providers.sqlite import shape as sqlite_shape
 from setu_engine.providers.sqlite import stage as sqlite_stage
 from setu_engine.providers.sqlite.values import DECLARED, neutral_of, row_reader, row_writer
 from setu_engine.resumable import STAGE_PREFIX
-from setu_engine.sqltypes import kept
-from setu_engine.types import Batch, Column, Stream
+from setu_engine.values.sqltypes import kept
+from setu_engine.values.types import Batch, Column, Stream
 
 if TYPE_CHECKING:
     from setu_engine.incremental import Since

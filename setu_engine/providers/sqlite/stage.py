@@ -17,7 +17,7 @@ from datetime import timedelta
 
 from setu_engine.markers import MARKERS, LoadMarker
 from setu_engine.providers.sqlite.values import DECLARED, row_writer
-from setu_engine.types import Batch, Column
+from setu_engine.values.types import Batch, Column
 
 
 def quote(name: str) -> str:

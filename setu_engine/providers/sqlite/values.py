@@ -18,8 +18,8 @@ from typing import Any
 from uuid import UUID
 
 from setu_engine.providers.base import ProviderError
-from setu_engine.types import Column, Row
-from setu_engine.values import INFINITIES, JSON_NULL, Infinite, ValueFault, shortest_real
+from setu_engine.values.special import INFINITIES, JSON_NULL, Infinite, ValueFault, shortest_real
+from setu_engine.values.types import Column, Row
 
 Convert = Callable[[Any], Any]
 

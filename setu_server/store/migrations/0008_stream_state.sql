@@ -6,7 +6,7 @@
 CREATE TABLE pipeline_stream_state (
     pipeline_id   uuid NOT NULL REFERENCES pipeline (id) ON DELETE CASCADE,
     stream        text NOT NULL,
-    -- The cursor column and its neutral type (setu_engine/types.py), and the
+    -- The cursor column and its neutral type (setu_engine/values/types.py), and the
     -- highest value loaded, as text (ISO for times).
     cursor_column text NOT NULL,
     cursor_type   text NOT NULL,

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from setu_engine import sqltypes
+from setu_engine.values import sqltypes
 
 if TYPE_CHECKING:
     from setu_engine.incremental import Since

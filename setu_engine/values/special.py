@@ -27,8 +27,8 @@ import struct
 from datetime import date
 from typing import Any, Final
 
-from setu_engine import spellings
 from setu_engine.providers.base import PermanentError
+from setu_engine.values import spellings
 
 
 class Infinite:
@@ -115,7 +115,7 @@ NONFINITE_TEXTS: Final = frozenset({NAN_TEXT, INF_TEXT, NEG_INF_TEXT})
 
 def nonfinite_text(value: float) -> str:
     """The one spelling of a non-finite double (and numeric) in text formats
-    (setu_engine/spellings.py)."""
+    (setu_engine/values/spellings.py)."""
     if value != value:
         return spellings.NAN
     return spellings.INFINITY if value > 0 else spellings.MINUS_INFINITY

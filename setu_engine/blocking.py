@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
 
-from setu_engine.expr_compile import NUMERIC_CTX, OperatorError, quote_ident
+from setu_engine.filters.expr_compile import NUMERIC_CTX, OperatorError, quote_ident
 from setu_engine.values.types import INTEGERS, Column, Row
 
 # The staging table's row order, carried to dedupe's tie-break (SQL side).

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from setu_engine.expr_compile import (
+from setu_engine.filters.expr_compile import (
     NUMERIC_CTX,
     CastError,
     Compiled,

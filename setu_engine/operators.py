@@ -37,8 +37,8 @@ from setu_engine.blocking import (
     Step,
 )
 from setu_engine.casts import cast_column, cast_literal, from_json, sql_literal, supported
-from setu_engine.expr import ExprError, Node, parse
-from setu_engine.expr_compile import (
+from setu_engine.filters.expr import ExprError, Node, parse
+from setu_engine.filters.expr_compile import (
     Compiled,
     OperatorError,
     column_refs,

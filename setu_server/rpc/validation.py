@@ -26,7 +26,7 @@ from google.protobuf.message import Message
 
 from setu_client._proto.setu.v1 import options_pb2
 from setu_client.errors import InvalidArgument
-from setu_engine.expr import MAX_FILTER_DEPTH, MAX_IN_ITEMS, MAX_NUMBER_LENGTH
+from setu_engine.filters.expr import MAX_FILTER_DEPTH, MAX_IN_ITEMS, MAX_NUMBER_LENGTH
 
 # -- limits ---------------------------------------------------------------------
 # Below the protobuf decoder's own nesting limit (100 messages, about 33 levels

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from setu_engine.expr import (
+from setu_engine.filters.expr import (
     Between,
     Binary,
     ExprError,
@@ -22,7 +22,7 @@ from setu_engine.expr import (
     parse,
     tokenize,
 )
-from setu_engine.expr_compile import OperatorError, column_refs, compile_filter
+from setu_engine.filters.expr_compile import OperatorError, column_refs, compile_filter
 from setu_engine.operators import cast_literal
 
 

@@ -29,7 +29,7 @@ from decimal import Decimal
 from operator import itemgetter
 from typing import Any
 
-from setu_engine.expr import (
+from setu_engine.filters.expr import (
     COMPARISONS,
     Between,
     Binary,

@@ -1,0 +1,2 @@
+"""The filter and expression language: its parser and its compiler to
+Python and SQL."""

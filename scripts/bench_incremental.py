@@ -34,11 +34,12 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.bench_copy import COLUMNS, Quiet, config_of, with_database
-from setu_engine import incremental, transfer
 from setu_engine.blob import LocalBlobStore
 from setu_engine.markers import LoadIdentity
-from setu_engine.operators import parse_spec
+
+from scripts.bench_copy import COLUMNS, Quiet, config_of, with_database
+from setu_engine import incremental, transfer
+from setu_engine.operators.chain import parse_spec
 from setu_engine.providers.base import WriteMode
 from setu_engine.providers.postgres import PROVIDER
 

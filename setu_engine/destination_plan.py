@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
-from setu_engine.operators import SchemaEvolution
+from setu_engine.operators.chain import SchemaEvolution
 from setu_engine.providers.base import PermanentError, SchemaChanges, WriteMode
 from setu_engine.values.types import Column
 

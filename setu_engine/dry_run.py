@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from setu_engine import destination_plan, transfer
-from setu_engine.operators import PipelineSpec, SchemaEvolution, SpecError
+from setu_engine.operators.chain import PipelineSpec, SchemaEvolution, SpecError
 from setu_engine.plans import PlannedColumn, PlannedStream, plans_from_json
 from setu_engine.providers.base import ConfigError, WriteMode, qualified
 from setu_engine.values.types import Stream

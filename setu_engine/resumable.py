@@ -54,7 +54,7 @@ from typing import Protocol, runtime_checkable
 from setu_engine import pgcopy, staging
 from setu_engine.blob import BlobStore
 from setu_engine.markers import LoadIdentity, LoadMarker
-from setu_engine.operators import Chain, Plan
+from setu_engine.operators.chain import Chain, Plan
 from setu_engine.providers.base import CopyBatch, SchemaChanges, WriteMode, Written
 from setu_engine.support import testpoints
 from setu_engine.support.closing import closing

@@ -26,7 +26,7 @@ from setu_engine import destination_plan, pgcopy, resumable, staging
 from setu_engine.blob import BlobStore
 from setu_engine.incremental import OBJECTS, CursorMark
 from setu_engine.markers import LoadIdentity, LoadMarker
-from setu_engine.operators import Chain, PipelineSpec, Plan
+from setu_engine.operators.chain import Chain, PipelineSpec, Plan
 from setu_engine.providers.base import (
     ConfigError,
     Connector,

@@ -18,7 +18,7 @@ from setu_engine.values.types import Batch, Column, Stream
 
 if TYPE_CHECKING:
     from setu_engine.markers import LoadMarker
-    from setu_engine.operators import Plan
+    from setu_engine.operators.chain import Plan
 
 
 class WriteMode(StrEnum):

@@ -44,7 +44,7 @@ from setu_client._proto.setu.v1 import (
     options_pb2,
     pipelines_pb2,
 )
-from setu_engine.operators import OPS
+from setu_engine.operators.chain import OPS
 from setu_server.server import SERVICE_NAMES
 from tests.e2e import test_rpc_validation
 from tests.e2e.test_rpc_validation import Api, ServerLog

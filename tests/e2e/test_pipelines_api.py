@@ -23,7 +23,7 @@ from setu_client.errors import (
     NotFound,
     from_rpc_error,
 )
-from setu_engine.operators import SpecError, parse_spec
+from setu_engine.operators.chain import SpecError, parse_spec
 from setu_server.models import Connection, JobKind, JobState
 from setu_server.server import Running
 from setu_server.store import jobs

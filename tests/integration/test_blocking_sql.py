@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 
 from setu_engine.filters.expr_compile import OperatorError, quote_ident
-from setu_engine.operators import Plan, SpecError, parse_spec
+from setu_engine.operators.chain import Plan, SpecError, parse_spec
 from setu_engine.values.types import PG_TYPES, Column, Row
 from tests.integration.test_operators_sql import same
 

@@ -38,7 +38,7 @@ from setu_engine.blob import LocalBlobStore
 from setu_engine.markers import LoadIdentity
 
 from setu_engine import transfer
-from setu_engine.operators import parse_spec
+from setu_engine.operators.chain import parse_spec
 from setu_engine.providers import files_parquet, get_provider, pgarrays
 from setu_engine.providers.base import Connector, WriteMode
 from setu_engine.values.special import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault

@@ -17,7 +17,7 @@ from setu_engine.markers import LoadIdentity, LoadMarker
 from setu_engine.resumable import part_marker, stage_marker, stage_table
 
 from setu_engine import pgcopy
-from setu_engine.operators import parse_spec
+from setu_engine.operators.chain import parse_spec
 from setu_engine.providers.base import Connector, CopyBatch, WriteMode
 from setu_engine.providers.postgres import PROVIDER as POSTGRES
 from setu_engine.providers.postgres.connector import PostgresConnector

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from setu_engine.filters.expr_compile import OperatorError, quote_ident
-from setu_engine.operators import Plan, parse_spec
+from setu_engine.operators.chain import Plan, parse_spec
 from setu_engine.values.types import PG_TYPES, Column, Row
 
 UTC = dt.UTC

@@ -21,7 +21,7 @@ import pytest
 from setu_agent.handlers import open_connector
 from setu_agent.runtime.task import LeasedTask, TaskContext
 from setu_engine import pgcopy
-from setu_engine.operators import Plan, parse_spec
+from setu_engine.operators.chain import Plan, parse_spec
 from setu_engine.providers import get_provider
 from setu_engine.providers.base import (
     ConfigError,

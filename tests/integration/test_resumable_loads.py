@@ -16,15 +16,15 @@ from typing import Any
 
 import asyncpg
 import pytest
-
-from setu_engine import transfer
 from setu_engine.blob import LocalBlobStore
 from setu_engine.markers import LoadIdentity
-from setu_engine.operators import parse_spec
-from setu_engine.providers import get_provider
-from setu_engine.providers.base import Connector, RowChanges, WriteMode
 from setu_engine.resumable import ResumePolicy, stage_table
 from setu_engine.staging import Manifest
+
+from setu_engine import transfer
+from setu_engine.operators.chain import parse_spec
+from setu_engine.providers import get_provider
+from setu_engine.providers.base import Connector, RowChanges, WriteMode
 from tests.databases import postgres_config, scratch_database
 
 ROWS = 1_000

@@ -24,7 +24,7 @@ from setu_engine.markers import LoadIdentity
 from setu_engine.staging import run_prefix
 
 from setu_engine import transfer
-from setu_engine.operators import SpecError, parse_spec
+from setu_engine.operators.chain import SpecError, parse_spec
 from setu_engine.providers.base import Connector, WriteMode
 from setu_engine.providers.postgres import PROVIDER as POSTGRES
 from setu_engine.providers.sqlite import PROVIDER as SQLITE

@@ -14,7 +14,7 @@ from setu_engine.destination_plan import (
 from setu_agent.runtime.grpc_source import completion
 from setu_agent.runtime.task import LeasedTask
 from setu_client import Job, JobKind, JobState
-from setu_engine.operators import SchemaEvolution
+from setu_engine.operators.chain import SchemaEvolution
 from setu_engine.providers.base import WriteMode
 from setu_engine.values.types import Column
 from setu_server.rpc.agents import RESULT_READERS

@@ -23,7 +23,7 @@ from setu_engine.filters.expr import (
     tokenize,
 )
 from setu_engine.filters.expr_compile import OperatorError, column_refs, compile_filter
-from setu_engine.operators import cast_literal
+from setu_engine.operators.chain import cast_literal
 
 
 def run(text: str, columns: list[tuple[str, str]], row: tuple[Any, ...]) -> Any:

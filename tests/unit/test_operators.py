@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from setu_engine.operators import OperatorError, SpecError, parse_spec
+from setu_engine.operators.chain import OperatorError, SpecError, parse_spec
 from setu_engine.values.types import Column, Row
 
 USERS = [Column("id", "bigint", False), Column("name", "text"), Column("email", "text")]

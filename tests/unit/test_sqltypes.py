@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from setu_engine.operators import parse_spec
+from setu_engine.operators.chain import parse_spec
 from setu_engine.providers.base import RowChanges
 from setu_engine.values import sqltypes
 from setu_engine.values.types import Column

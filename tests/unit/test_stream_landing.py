@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from setu_engine.transfer import plan_stream
 
-from setu_engine.operators import parse_spec
+from setu_engine.operators.chain import parse_spec
 from setu_engine.providers.base import WriteMode
 from setu_engine.values.types import Column, Stream
 

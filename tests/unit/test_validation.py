@@ -27,7 +27,7 @@ from setu_engine.filters.expr import (
     parse,
 )
 from setu_engine.filters.expr_compile import column_refs, compile_filter
-from setu_engine.operators import cast_literal
+from setu_engine.operators.chain import cast_literal
 from setu_server.rpc.validation import (
     LIMITS,
     MAX_REPEATED_ITEMS,

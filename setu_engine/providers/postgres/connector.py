@@ -26,7 +26,7 @@ import asyncpg
 from setu_engine import pgcopy
 from setu_engine.destination_plan import TableShape
 from setu_engine.markers import KEEP_MARKERS, MARKERS, LoadMarker
-from setu_engine.operators import Plan, parse_spec
+from setu_engine.operators.chain import Plan, parse_spec
 from setu_engine.pgcopy_split import CopySplitter
 from setu_engine.providers.base import (
     ConfigError,

@@ -27,16 +27,6 @@ from enum import StrEnum
 from operator import itemgetter
 from typing import Any
 
-from setu_engine.blocking import (
-    METRICS,
-    SEQ,
-    Aggregate,
-    BlockingError,
-    Dedupe,
-    Metric,
-    Step,
-)
-from setu_engine.casts import cast_column, cast_literal, from_json, sql_literal, supported
 from setu_engine.filters.expr import ExprError, Node, parse
 from setu_engine.filters.expr_compile import (
     Compiled,
@@ -47,6 +37,16 @@ from setu_engine.filters.expr_compile import (
     quote_ident,
     quote_literal,
     row_fault,
+)
+from setu_engine.operators.casts import cast_column, cast_literal, from_json, sql_literal, supported
+from setu_engine.operators.whole_stream import (
+    METRICS,
+    SEQ,
+    Aggregate,
+    BlockingError,
+    Dedupe,
+    Metric,
+    Step,
 )
 from setu_engine.values import sqltypes
 from setu_engine.values.types import Batch, Column, Row, TypeNameError, neutral
@@ -707,7 +707,7 @@ class Plan:
 
 
 class BlockingPlan(Plan):
-    """A chain holding a blocking operator (setu_engine/blocking.py): the row
+    """A chain holding a blocking operator (setu_engine/operators/whole_stream.py): the row
     operators before it, the operator over the whole stream, the row
     operators after it (a filter there reads like SQL's HAVING)."""
 
@@ -747,7 +747,7 @@ class BlockingPlan(Plan):
 
     def select_sql(self, relation: str, extra: str = "") -> str:
         assert not extra, "a blocking plan is not nested"
-        # ctid: the staging table's row order, dedupe's tie-break (blocking.py).
+        # ctid: the staging table's row order, dedupe's tie-break (whole_stream.py).
         seq = f"ctid AS {quote_ident(SEQ)}"
         before = self._before.select_sql(relation, seq)
         step = self._step.sql(f"({before}) AS _setu_rows")

@@ -11,7 +11,7 @@ rows are updated (a new `updated_at`), and the same re-sync runs twice:
 
 - full: every row read and upserted (`sync: full`);
 - incremental: `sync: incremental` on `updated_at`, from the saved cursor
-  (setu_engine/incremental.py): only the changed rows read and upserted.
+  (setu_engine/planning/incremental.py): only the changed rows read and upserted.
 
 Both are timed in this one process, back to back. Targets: the incremental
 run takes ≤ 5 % of the full run's time, and reads at most 1.1 times the changed rows.
@@ -38,8 +38,9 @@ from setu_engine.blob import LocalBlobStore
 from setu_engine.markers import LoadIdentity
 
 from scripts.bench_copy import COLUMNS, Quiet, config_of, with_database
-from setu_engine import incremental, transfer
+from setu_engine import transfer
 from setu_engine.operators.chain import parse_spec
+from setu_engine.planning import incremental
 from setu_engine.providers.base import WriteMode
 from setu_engine.providers.postgres import PROVIDER
 

@@ -32,8 +32,9 @@ from setu_agent.runtime import Handler, TaskContext
 from setu_agent.runtime.grpc_source import stored_part_progress
 from setu_agent.runtime.task import NonRetryable
 from setu_client.errors import DeadlineExceeded, LeaseLost, Unavailable
-from setu_engine import dry_run, incremental, transfer
+from setu_engine import dry_run, transfer
 from setu_engine.operators.chain import PipelineSpec, SpecError, parse_spec
+from setu_engine.planning import incremental
 from setu_engine.providers import get_provider
 from setu_engine.providers.base import (
     ConfigError,

@@ -7,7 +7,7 @@
   needs and the stream lacks). Runs wherever the source's streams are known.
 - `inspect_destination`: where the load would run (the cloud, or the
   destination's agent, whose secrets only it holds), each planned stream is
-  compared with the destination (setu_engine/destination_plan.py): the actions
+  compared with the destination (setu_engine/planning/destination_plan.py): the actions
   (create schema, create table, add columns, write into the existing
   table) and what would stop the load there. Nothing is written.
 
@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from setu_engine import destination_plan, transfer
+from setu_engine import transfer
 from setu_engine.operators.chain import PipelineSpec, SchemaEvolution, SpecError
+from setu_engine.planning import destination_plan
 from setu_engine.plans import PlannedColumn, PlannedStream, plans_from_json
 from setu_engine.providers.base import ConfigError, WriteMode, qualified
 from setu_engine.values.types import Stream

@@ -22,11 +22,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from dataclasses import dataclass
 from typing import Protocol, TypeGuard, TypeVar, runtime_checkable
 
-from setu_engine import destination_plan, pgcopy, resumable, staging
+from setu_engine import pgcopy, resumable, staging
 from setu_engine.blob import BlobStore
-from setu_engine.incremental import OBJECTS, CursorMark
 from setu_engine.markers import LoadIdentity, LoadMarker
 from setu_engine.operators.chain import Chain, PipelineSpec, Plan
+from setu_engine.planning import destination_plan
+from setu_engine.planning.incremental import OBJECTS, CursorMark
 from setu_engine.providers.base import (
     ConfigError,
     Connector,
@@ -115,7 +116,7 @@ class StreamTotals:
     checksum: str = ""
     # What the load did to the destination, where the provider tells.
     changes: RowChanges | None = None
-    # An incremental stream's highest cursor value loaded (setu_engine/incremental.py).
+    # An incremental stream's highest cursor value loaded (setu_engine/planning/incremental.py).
     cursor: CursorMark | None = None
 
 
@@ -661,7 +662,7 @@ async def _prepare(
     mode: WriteMode,
     spec: PipelineSpec,
 ) -> StreamPlan:
-    """The load refused (setu_engine/destination_plan.py: the checks a dry run
+    """The load refused (setu_engine/planning/destination_plan.py: the checks a dry run
     reports), or `landing` with the schema changes its write makes in its
     own transaction (nothing is changed before the write)."""
     changes = await destination_plan.prepare(

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from setu_engine.incremental import MARK_TYPES, CursorMark
 from setu_engine.staging import MANIFEST, Manifest
+
+from setu_engine.planning.incremental import MARK_TYPES, CursorMark
 
 # A result carries a dry run's plan (setu_engine/plans.py) and is refused with
 # the engine's strict reader's error: both re-exported for the callers of results.
@@ -81,7 +82,7 @@ class ExtractResult:
     artifact: Artifact
     rows_extracted: int
     # (stream, message): what the extract read of each incremental stream
-    # (setu_engine/incremental.py `window_note`), one job event each.
+    # (setu_engine/planning/incremental.py `window_note`), one job event each.
     notes: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
@@ -160,7 +161,7 @@ class LoadResult:
     # (stream, message): what the load changed ahead of its rows.
     notes: tuple[tuple[str, str], ...] = ()
     # Per incremental stream, the highest cursor value loaded: its saved
-    # state advances to it with this result (setu_engine/incremental.py).
+    # state advances to it with this result (setu_engine/planning/incremental.py).
     cursors_by_stream: Mapping[str, CursorMark] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from setu_engine.blob import BlobSettings
-from setu_engine.providers.base import WriteMode
 from setu_engine.staging import MANIFEST, StoredPart
+
+from setu_engine.providers.base import WriteMode
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class ExtractSpec:
     streams: list[str]
     blob_prefix: str
     blob: BlobSettings
-    # For incremental streams (setu_engine/incremental.py): the pipeline spec, the
+    # For incremental streams (setu_engine/planning/incremental.py): the pipeline spec, the
     # write mode and each stream's saved cursor (qualified name → value).
     spec: dict[str, Any] = field(default_factory=dict)
     write_mode: WriteMode = WriteMode.APPEND

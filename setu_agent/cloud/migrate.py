@@ -32,8 +32,9 @@ from setu_agent.handlers import ConnectPolicy, open_connector
 from setu_agent.runtime import TaskContext
 from setu_agent.runtime.task import LeasedTask, NonRetryable, TaskCancelled
 from setu_client.errors import FailedPrecondition, LeaseLost
-from setu_engine import dry_run, incremental, transfer
+from setu_engine import dry_run, transfer
 from setu_engine.operators.chain import SpecError, parse_spec
+from setu_engine.planning import incremental
 from setu_engine.providers.base import ConfigError, Connector, CountsRows, Egress
 from setu_engine.support.secrets import SecretStore
 from setu_tasks.results import (

@@ -155,7 +155,7 @@ def parse_spec(doc: Mapping[str, Any] | None) -> PipelineSpec:
     if not isinstance(doc, Mapping):
         raise SpecError("spec: must be an object")
     unknown = set(doc) - {"operators", "primary_key", "destination", "columns", EVOLUTION_KEY}
-    unknown -= {"sync"}  # read by setu_engine/incremental.py
+    unknown -= {"sync"}  # read by setu_engine/planning/incremental.py
     if unknown:
         raise SpecError(f"spec: unknown field {sorted(unknown)[0]!r}")
     raw_ops = doc.get("operators")

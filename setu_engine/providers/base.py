@@ -95,7 +95,7 @@ class ConnectionClosed(ProviderError):
 @dataclass(frozen=True)
 class SchemaChanges:
     """What a load changes in its destination's shape ahead of its rows
-    (setu_engine/destination_plan.py): a schema to create, nullable columns to
+    (setu_engine/planning/destination_plan.py): a schema to create, nullable columns to
     add to the existing table. A destination with transactional DDL makes
     them inside the load's transaction, so they commit with the rows or not
     at all: a failed run leaves the shape as it was."""

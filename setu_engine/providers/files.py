@@ -332,7 +332,7 @@ class FileConnector(Connector):
         return []
 
     async def objects(self, stream: Stream) -> dict[str, tuple[str, str]]:
-        """The stream's file as an object (setu_engine/incremental.py): by name,
+        """The stream's file as an object (setu_engine/planning/incremental.py): by name,
         its signature and modification time."""
         ref = self._ref(stream.name)
         return {PurePosixPath(ref).name: await self.storage.version(ref)}
@@ -381,7 +381,7 @@ class FileConnector(Connector):
         changes: SchemaChanges | None = None,
     ) -> int:
         # `changes` stays None: files have no shape to inspect or change
-        # (setu_engine/destination_plan.py), and no transactional DDL either.
+        # (setu_engine/planning/destination_plan.py), and no transactional DDL either.
         return await self._write_stream(
             stream, columns, batches, mode, key, schema=schema, marker=marker
         )

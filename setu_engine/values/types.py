@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from setu_engine.values import sqltypes
 
 if TYPE_CHECKING:
-    from setu_engine.incremental import Since
+    from setu_engine.planning.incremental import Since
 
 TYPES: tuple[str, ...] = (
     "boolean",
@@ -184,7 +184,7 @@ class Stream:
     row_estimate: int = 0
     # Provider-specific locator (a qualified table name, a file path).
     locator: dict[str, Any] = field(default_factory=dict, compare=False)
-    # An incremental read's window (setu_engine/incremental.py); None: read all.
+    # An incremental read's window (setu_engine/planning/incremental.py); None: read all.
     since: Since | None = field(default=None, compare=False)
 
     @property

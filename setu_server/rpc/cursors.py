@@ -1,11 +1,11 @@
-"""StreamCursor messages (common.proto) to and from setu_engine/incremental.py's
+"""StreamCursor messages (common.proto) to and from setu_engine/planning/incremental.py's
 CursorMark, checked as a servicer checks any field."""
 
 from __future__ import annotations
 
 from setu_client._proto.setu.v1 import common_pb2
 from setu_client.errors import InvalidArgument
-from setu_engine.incremental import MARK_TYPES, CursorMark
+from setu_engine.planning.incremental import MARK_TYPES, CursorMark
 
 MAX_TEXT = 1000
 

@@ -13,8 +13,9 @@ from typing import Any
 from uuid import UUID
 
 from setu_client.errors import InvalidArgument
-from setu_engine import dry_run, incremental, transfer
+from setu_engine import dry_run, transfer
 from setu_engine.operators.chain import SpecError, parse_spec
+from setu_engine.planning import incremental
 from setu_engine.providers.base import ConfigError, ProviderError, WriteMode
 from setu_engine.values.types import Column, Stream, TypeNameError
 from setu_server.store import catalog

@@ -15,11 +15,11 @@ from typing import Any
 from uuid import UUID
 
 from croniter import CroniterError, croniter
-from setu_engine.incremental import SyncError, check_provider, parse_sync
 
 from setu_client.clock import Clock
 from setu_client.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from setu_engine.operators.chain import SpecError, parse_spec
+from setu_engine.planning.incremental import SyncError, check_provider, parse_sync
 from setu_server.models import JobState, Pipeline, WriteMode
 from setu_server.service import paging
 from setu_server.service.connections import DEFAULT_PAGE_SIZE, check_name, merge_fields
@@ -258,7 +258,7 @@ async def _hold_connections(conn: Connection, workspace_id: UUID, draft: Pipelin
 
 def _check_cursors(draft: PipelineDraft, provider: str) -> None:
     """A file stream is incremental by object (no cursor); any other stream
-    by its cursor column (setu_engine/incremental.py `check_provider`)."""
+    by its cursor column (setu_engine/planning/incremental.py `check_provider`)."""
     try:
         check_provider(parse_sync(draft.spec), provider)
     except SyncError as exc:

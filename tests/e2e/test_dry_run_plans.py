@@ -1,4 +1,4 @@
-"""A dry run is a plan (setu_engine/dry_run.py, setu_engine/destination_plan.py): per
+"""A dry run is a plan (setu_engine/dry_run.py, setu_engine/planning/destination_plan.py): per
 stream the rows, the destination's actions, the columns after the operator
 chain, and every incompatibility the real run would meet, with nothing
 written; it fails exactly when the run would, with the run's own words.

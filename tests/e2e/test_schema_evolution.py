@@ -1,4 +1,4 @@
-"""The destination adapts (setu_engine/destination_plan.py): a missing schema is
+"""The destination adapts (setu_engine/planning/destination_plan.py): a missing schema is
 created, a column the table lacks is added (schema_evolution add_columns,
 the default) with an event saying so, `fail` refuses naming the columns,
 and a column type change is refused, naming stream, column and both types.

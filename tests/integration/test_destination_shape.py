@@ -10,8 +10,8 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from setu_engine.destination_plan import DestinationColumn, InspectableDestination
 
+from setu_engine.planning.destination_plan import DestinationColumn, InspectableDestination
 from setu_engine.providers.postgres import PROVIDER as POSTGRES
 from setu_engine.providers.sqlite import PROVIDER as SQLITE
 from setu_engine.values.types import Column

@@ -1,20 +1,19 @@
 """The one assessment a dry run reports and a load acts on
-(setu_engine/destination_plan.py), and the plan's typed shape on both wires."""
+(setu_engine/planning/destination_plan.py), and the plan's typed shape on both wires."""
 
 from __future__ import annotations
 
-from setu_engine.destination_plan import (
+from setu_agent.runtime.grpc_source import completion
+from setu_agent.runtime.task import LeasedTask
+from setu_client import Job, JobKind, JobState
+from setu_engine.operators.chain import SchemaEvolution
+from setu_engine.planning.destination_plan import (
     Assessment,
     DestinationColumn,
     Landing,
     TableShape,
     assess,
 )
-
-from setu_agent.runtime.grpc_source import completion
-from setu_agent.runtime.task import LeasedTask
-from setu_client import Job, JobKind, JobState
-from setu_engine.operators.chain import SchemaEvolution
 from setu_engine.providers.base import WriteMode
 from setu_engine.values.types import Column
 from setu_server.rpc.agents import RESULT_READERS

@@ -1,12 +1,12 @@
 """spec.sync parsing, the window a saved cursor gives, and the cursor's trip
-through the typed load result (setu_engine/incremental.py, setu_tasks/results.py)."""
+through the typed load result (setu_engine/planning/incremental.py, setu_tasks/results.py)."""
 
 from __future__ import annotations
 
 import pytest
-from setu_engine.incremental import CursorMark, SyncError, SyncRule, parse_sync, since
 
-from setu_engine import incremental
+from setu_engine.planning import incremental
+from setu_engine.planning.incremental import CursorMark, SyncError, SyncRule, parse_sync, since
 from setu_engine.providers.base import ConfigError
 from setu_engine.values.types import Column, Stream
 from setu_tasks.results import LoadResult, MalformedResult

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from setu_engine import pgcopy
-from setu_engine.destination_plan import TableShape
 from setu_engine.markers import KEEP_MARKERS, MARKERS, LoadMarker
 from setu_engine.operators.chain import Plan, parse_spec
 from setu_engine.pgcopy_split import CopySplitter
+from setu_engine.planning.destination_plan import TableShape
 from setu_engine.providers.base import (
     ConfigError,
     CopyBatch,
@@ -50,7 +50,7 @@ from setu_engine.values.special import ValueFault
 from setu_engine.values.types import FROM_PG, PG_TYPES, Batch, Column, Stream
 
 if TYPE_CHECKING:
-    from setu_engine.incremental import Since
+    from setu_engine.planning.incremental import Since
     from setu_engine.resumable import Target
 
 KEYS = frozenset(
@@ -383,7 +383,7 @@ class PostgresConnector:
 
     async def cursor_high(self, stream: Stream) -> tuple[str | None, int]:
         """The highest cursor value an incremental read would reach, and how
-        many rows it would read (setu_engine/incremental.py)."""
+        many rows it would read (setu_engine/planning/incremental.py)."""
         assert stream.since is not None, "only for an incremental read"
         relation = (stream.locator or self._locate(stream))["relation"]
         col = quote(stream.since.cursor)
@@ -761,7 +761,7 @@ class PostgresConnector:
         except DRIVER_ERRORS as exc:
             raise postgres_error(exc, "postgres: reading load markers") from exc
 
-    # -- the destination's shape (setu_engine/destination_plan.py)
+    # -- the destination's shape (setu_engine/planning/destination_plan.py)
 
     async def inspect_table(self, table: str, schema: str | None) -> TableShape:
         try:
@@ -858,7 +858,7 @@ class _Load:
         return existing
 
     async def _evolve(self) -> None:
-        """The schema changes the load makes (setu_engine/destination_plan.py),
+        """The schema changes the load makes (setu_engine/planning/destination_plan.py),
         in its transaction: rolled back with it, they never happened."""
         if not self.changes:
             return

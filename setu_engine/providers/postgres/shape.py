@@ -1,6 +1,6 @@
 """What a PostgreSQL destination holds where a stream would land, and the
 two changes a load may make ahead of its rows: create the schema, add
-columns (setu_engine/destination_plan.py decides; this reads and applies)."""
+columns (setu_engine/planning/destination_plan.py decides; this reads and applies)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from setu_engine.destination_plan import DestinationColumn, TableShape
+from setu_engine.planning.destination_plan import DestinationColumn, TableShape
 from setu_engine.values.types import FROM_PG
 
 SCHEMA_EXISTS = "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)"

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from setu_engine.destination_plan import TableShape
 from setu_engine.markers import KEEP_MARKERS, MARKERS, LoadMarker
+from setu_engine.planning.destination_plan import TableShape
 from setu_engine.providers.base import (
     ConfigError,
     Connector,
@@ -46,7 +46,7 @@ from setu_engine.values.sqltypes import kept
 from setu_engine.values.types import Batch, Column, Stream
 
 if TYPE_CHECKING:
-    from setu_engine.incremental import Since
+    from setu_engine.planning.incremental import Since
     from setu_engine.resumable import Target
 
 T = TypeVar("T")
@@ -182,7 +182,7 @@ class SqliteConnector:
 
     async def cursor_high(self, stream: Stream) -> tuple[str | None, int]:
         """The highest cursor value an incremental read would reach, and how
-        many rows it would read (setu_engine/incremental.py)."""
+        many rows it would read (setu_engine/planning/incremental.py)."""
         assert stream.since is not None, "only for an incremental read"
         table, col = _table_of(stream), quote(stream.since.cursor)
         where, args = _window(stream.since, upper=False)
@@ -395,7 +395,7 @@ class SqliteConnector:
                 self._writable = True
             return await _in_thread(_guarded, what, fn, self._conn)
 
-    # -- the destination's shape (setu_engine/destination_plan.py)
+    # -- the destination's shape (setu_engine/planning/destination_plan.py)
 
     async def inspect_table(self, table: str, schema: str | None) -> TableShape:
         name = sqlite_shape.table_name(table, schema)

@@ -1,5 +1,5 @@
 """What a SQLite destination holds where a stream would land, and the
-columns a load may add ahead of its rows (setu_engine/destination_plan.py
+columns a load may add ahead of its rows (setu_engine/planning/destination_plan.py
 decides; this reads and applies). SQLite has no schemas: a stream mapped
 to `schema.table` lands as that one table name, as a write does."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from setu_engine.destination_plan import DestinationColumn, TableShape
+from setu_engine.planning.destination_plan import DestinationColumn, TableShape
 from setu_engine.providers.sqlite.values import neutral_of
 
 # SQLite stores every integer in up to 8 bytes and every float in 8: a

@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from setu_cli.commands import Session, _Commands
+from setu_cli.commands import _Commands
 from setu_cli.render import as_dict, emit, table, when
+from setu_cli.session import Session
 from setu_client import Agent, SetuClient
 
 

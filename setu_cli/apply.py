@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from setu_cli.commands import CliError, Session, read_documents
+from setu_cli.commands import read_documents
 from setu_cli.render import enum_name
+from setu_cli.session import CliError, Session
 from setu_client import (
     NotFound,
     Placement,

@@ -14,16 +14,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from setu_cli.commands import (
-    EXIT_FAILED,
-    CliError,
-    Session,
-    _Commands,
-    connection_ref,
-    pipeline_ref,
-    read_documents,
-)
+from setu_cli.commands import _Commands, connection_ref, pipeline_ref, read_documents
 from setu_cli.render import as_dict, connection_block, emit, pipeline_block, table
+from setu_cli.session import EXIT_FAILED, CliError, Session
 from setu_client import SetuClient, struct_to_dict
 from setu_client.messages import CatalogStream
 

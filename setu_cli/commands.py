@@ -11,14 +11,11 @@ Rendering (tables, blocks, the progress line) lives in render.py.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
-import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,80 +32,29 @@ from setu_cli.render import (
     table,
     when,
 )
+from setu_cli.session import (
+    EXIT_CANCELLED,
+    EXIT_CODES_HELP,
+    EXIT_FAILED,
+    EXIT_STILL_RUNNING,
+    EXIT_SUCCEEDED,
+    ClientHandler,
+    CliError,
+    Session,
+    server_options,
+)
 from setu_client import (
     Job,
     JobNotStarted,
     JobState,
     NotFound,
     Placement,
-    RetryPolicy,
     SetuClient,
-    SetuError,
     WriteMode,
 )
-from setu_client.diagnose import cause_of
 from setu_client.messages import Connection, Pipeline
-from setu_client.replicas import Replicas
-from setu_client.tls import TlsConfig, add_tls_options, tls_defaults, tls_from_options
-
-EXIT_SUCCEEDED = 0
-EXIT_FAILED = 1
-EXIT_ERROR = 2
-EXIT_CANCELLED = 3
-EXIT_STILL_RUNNING = 4
-EXIT_INTERRUPTED = 130
-
-EXIT_CODES_HELP = """exit codes:
-  0  the job succeeded
-  1  the job failed (connections test: the test ran and failed)
-  2  the command itself failed (bad input, refused call, server unreachable)
-  3  the job was cancelled
-  4  (jobs wait --timeout) the job had not ended in time
-  130  interrupted (Ctrl-C): the job keeps running; `setu jobs cancel ID` stops it"""
-
-# A person at a prompt waits less than a program: 5 s of retries where the
-# SDK's short calls default to 15 s. The waiters (jobs wait, watch, run
-# --wait) reach the server with a short call first, so a wrong address
-# fails in 5 s too; once it answered they ride a restart as the SDK does,
-# for its long-poll budget (5 min), saying when the server went away and
-# when it is back (ServerWatch). Ctrl-C is the other way out.
-CLI_RETRY = RetryPolicy(initial_seconds=0.1, max_seconds=2.0, budget_seconds=5.0)
 
 T = TypeVar("T")
-Handler = Callable[[SetuClient, argparse.Namespace, "Session"], Awaitable[int]]
-
-
-class CliError(Exception):
-    """Bad input to a command: reported like a refused call."""
-
-
-@dataclass
-class Session:
-    """What the interrupt handler needs to know about the running command."""
-
-    watching: str = ""
-
-
-class ServerWatch:
-    """A waiter's two lines on stderr: its server went away, and is back
-    (setu_client.replicas.OutageListener). Another replica is offered only
-    when the target names more than one."""
-
-    def __init__(self, target: str) -> None:
-        self._target = target
-        self._many = Replicas(target).many
-
-    def went_away(self, error: SetuError) -> None:
-        elsewhere = ", or another replica" if self._many else ""
-        _say(f"server {self._target} went away (restarting?); waiting for it{elsewhere}…")
-
-    def back(self) -> None:
-        _say(f"server {self._target} is back")
-
-
-def _say(line: str) -> None:
-    # On its own line, apart from a progress line being redrawn on a terminal.
-    print(f"\n{line}" if sys.stderr.isatty() else line, file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------- input
@@ -476,36 +422,6 @@ _STATES = ("ready", "pending", "running", "succeeded", "failed", "cancelled")
 _FILE_HELP = "YAML or JSON (by extension, else by content): one object or a list; - for stdin"
 
 
-def _option_defaults() -> dict[str, Any]:
-    return {
-        "server": os.environ.get("SETU_SERVER", "127.0.0.1:50051"),
-        "api_key": os.environ.get("SETU_API_KEY", ""),
-        **tls_defaults(),
-        "json": False,
-    }
-
-
-def client_options() -> argparse.ArgumentParser:
-    """The server options and --json, for every level of the command line
-    (`setu --json jobs get ID`, `setu jobs get ID --json`). Their defaults
-    are SUPPRESS, so a level that does not see one leaves what another level
-    parsed; run_client_command fills in the rest."""
-    common = argparse.ArgumentParser(add_help=False)
-    group = common.add_argument_group("server options")
-    hidden = argparse.SUPPRESS
-    group.add_argument(
-        "--server",
-        default=hidden,
-        help="host:port of setu-server (env SETU_SERVER; default 127.0.0.1:50051)",
-    )
-    group.add_argument("--api-key", default=hidden, help="required (env SETU_API_KEY)")
-    add_tls_options(group, from_environment=False)
-    group.add_argument(
-        "--json", action="store_true", default=hidden, help="print one JSON document"
-    )
-    return common
-
-
 class _Commands:
     """Adds leaf commands that share the server options."""
 
@@ -513,7 +429,7 @@ class _Commands:
         self._group = group
         self._common = common
 
-    def add(self, name: str, handler: Handler, help: str, *refs: str, **kw: Any) -> Any:
+    def add(self, name: str, handler: ClientHandler, help: str, *refs: str, **kw: Any) -> Any:
         parser = self._group.add_parser(
             name, help=help, description=help, parents=[self._common], **kw
         )
@@ -595,7 +511,7 @@ def _job_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def add_client_commands(sub: Any) -> None:
     """Registers connections, pipelines, run and jobs on `setu`'s subparsers."""
-    common = client_options()
+    common = server_options()
     _object_commands(sub, common)
     _job_commands(sub, common)
     from setu_cli.apply import add_apply_commands  # here: apply.py imports this module
@@ -604,75 +520,3 @@ def add_client_commands(sub: Any) -> None:
     from setu_cli.agents import add_agent_commands  # here: agents.py imports this module
 
     add_agent_commands(sub, common)
-
-
-async def _dispatch(args: argparse.Namespace, session: Session) -> int:
-    if not args.api_key:
-        raise CliError("an API key is required (--api-key or SETU_API_KEY)")
-    if not (args.api_key.isascii() and args.api_key.isprintable()) or " " in args.api_key:
-        # grpc would refuse it as a header with a cryptic batch error.
-        raise CliError("the API key has characters a key never has (a stray space or newline?)")
-    if getattr(args, "limit", 1) < 1:
-        raise CliError("--limit must be at least 1")
-    handler: Handler = args.handler
-    async with SetuClient(
-        args.server,
-        args.api_key,
-        tls=args.tls_config or False,
-        retry=CLI_RETRY,
-        outage=ServerWatch(args.server),
-    ) as client:
-        return await handler(client, args, session)
-
-
-def one_line_error(error: SetuError, server: str, tls: TlsConfig | None) -> str:
-    """A failed call in one line: the cause when the server was not reached
-    (setu_client/diagnose.py), else the server's own message."""
-    cause = cause_of(error, tls=tls is not None)
-    if cause is not None:
-        return f"cannot reach {server}: {cause}"
-    return error.message
-
-
-def file_error(exc: OSError | ValueError) -> str:
-    if isinstance(exc, OSError) and exc.filename:
-        return f"cannot read {exc.filename}: {exc.strerror or exc}"
-    return str(exc)
-
-
-def run_client_command(args: argparse.Namespace) -> int:
-    """Runs the parsed command; returns the process's exit code."""
-    for name, value in _option_defaults().items():
-        if not hasattr(args, name):
-            setattr(args, name, value)
-    session = Session()
-    try:
-        args.tls_config = tls_from_options(args)
-    except (OSError, ValueError) as exc:
-        print(f"error: TLS: {file_error(exc)}", file=sys.stderr)
-        return EXIT_ERROR
-    try:
-        return asyncio.run(_dispatch(args, session))
-    except KeyboardInterrupt:
-        if session.watching:
-            print(
-                f"\nstopped waiting; job {session.watching} carries on.\n"
-                f"to cancel it: setu jobs cancel {session.watching}",
-                file=sys.stderr,
-            )
-        return EXIT_INTERRUPTED
-    except CliError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except SetuError as exc:
-        print(f"error: {one_line_error(exc, args.server, args.tls_config)}", file=sys.stderr)
-        return EXIT_ERROR
-    except Exception as exc:
-        # A person reads this: one line that names the failure. A bug's
-        # traceback is one variable away.
-        if os.environ.get("SETU_DEBUG"):
-            raise
-        what = (str(exc).splitlines() or [""])[0][:200]
-        hint = "(SETU_DEBUG=1 shows the traceback)"
-        print(f"error: unexpected {type(exc).__name__}: {what} {hint}", file=sys.stderr)
-        return EXIT_ERROR

@@ -8,8 +8,9 @@ import argparse
 import json
 from typing import Any
 
-from setu_cli.commands import Session, _Commands, pipeline_ref
+from setu_cli.commands import _Commands, pipeline_ref
 from setu_cli.render import as_dict, emit, table
+from setu_cli.session import Session
 from setu_client import SetuClient
 
 

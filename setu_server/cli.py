@@ -22,20 +22,22 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf.message import Message
 
-from setu_cli.commands import (
+from setu_cli.commands import add_client_commands
+from setu_cli.session import (
     EXIT_CODES_HELP,
-    add_client_commands,
-    client_options,
+    CliError,
     file_error,
+    fill_defaults,
     one_line_error,
-    run_client_command,
+    run_command,
+    server_options,
 )
 from setu_client import SetuClient, logs, message_to_dict
 from setu_client import admin as apb
 from setu_client.channel import open_channel
 from setu_client.diagnose import cause_of
 from setu_client.errors import SetuError, from_rpc_error
-from setu_client.tls import add_tls_options, tls_defaults, tls_from_options
+from setu_client.tls import tls_from_options
 from setu_server import dev_secrets
 from setu_server.config import Settings
 from setu_server.service.secrets import TokenKind, new_secret
@@ -187,11 +189,11 @@ async def _admin_call(
 ) -> None:
     token = args.admin_token or os.environ.get("SETU_ADMIN_TOKEN", "")
     if not token:
-        raise _AdminError("an admin token is required (--admin-token or SETU_ADMIN_TOKEN)")
+        raise CliError("an admin token is required (--admin-token or SETU_ADMIN_TOKEN)")
     try:
         tls = tls_from_options(args)
     except (OSError, ValueError) as exc:
-        raise _AdminError(f"TLS: {file_error(exc)}") from None
+        raise CliError(f"TLS: {file_error(exc)}") from None
     async with open_channel(args.server, token, tls=tls) as channel:
         try:
             stub = apb.AdminServiceStub(channel)
@@ -201,8 +203,8 @@ async def _admin_call(
         except grpc.aio.AioRpcError as exc:
             error = from_rpc_error(exc)
             if cause_of(error, tls=tls is not None) is not None:
-                raise _AdminError(one_line_error(error, args.server, tls)) from None
-            raise _AdminError(f"{error.code.name}: {error.message}") from None
+                raise CliError(one_line_error(error, args.server, tls)) from None
+            raise CliError(f"{error.code.name}: {error.message}") from None
 
 
 async def _workspace_id(admin: apb.AdminServiceAsyncStub, ref: str) -> str:
@@ -214,12 +216,8 @@ async def _workspace_id(admin: apb.AdminServiceAsyncStub, ref: str) -> str:
     listed = await admin.ListWorkspaces(apb.ListWorkspacesRequest())
     found = [w.id for w in listed.workspaces if w.name == ref]
     if not found:
-        raise _AdminError(f"no workspace named {ref!r} (setu admin workspace list shows them)")
+        raise CliError(f"no workspace named {ref!r} (setu admin workspace list shows them)")
     return found[0]
-
-
-class _AdminError(Exception):
-    """A refused admin call or bad input: one line on stderr, exit 2."""
 
 
 _ADMIN_ACTIONS: dict[tuple[str, str], Callable[[Any, argparse.Namespace], Awaitable[Message]]] = {
@@ -244,44 +242,15 @@ _ADMIN_ACTIONS: dict[tuple[str, str], Callable[[Any, argparse.Namespace], Awaita
 }
 
 
-def _admin_options() -> argparse.ArgumentParser:
-    """The server options, on `admin` and again on every leaf, so they may
-    come before or after the subcommand (or before `admin`: `setu --server`).
-    Their defaults are SUPPRESS, so a level that does not see one leaves what
-    another parsed; _admin_defaults fills in the rest."""
-    options = argparse.ArgumentParser(add_help=False)
-    group = options.add_argument_group("server options")
-    hidden = argparse.SUPPRESS
-    group.add_argument(
-        "--server",
-        default=hidden,
-        help="host:port of setu-server (env SETU_SERVER; default 127.0.0.1:50051)",
-    )
-    group.add_argument("--admin-token", default=hidden, help="(env SETU_ADMIN_TOKEN)")
-    add_tls_options(group, from_environment=False)
-    return options
-
-
-def _admin_defaults(args: argparse.Namespace) -> None:
-    defaults = {
-        "server": os.environ.get("SETU_SERVER", "127.0.0.1:50051"),
-        "admin_token": "",
-        **tls_defaults(),
-    }
-    for name, value in defaults.items():
-        if not hasattr(args, name):
-            setattr(args, name, value)
-
-
 def _admin_parser(sub: Any) -> None:
     admin = sub.add_parser(
         "admin",
         help="manage workspaces, API keys and agents",
         description="Manage workspaces, API keys and agents. Prints the answer as JSON; "
         "an error is one line on stderr and exits 2.",
-        parents=[_admin_options()],
+        parents=[server_options("admin_token")],
     )
-    leaf = {"parents": [_admin_options()]}
+    leaf = {"parents": [server_options("admin_token")]}
     objects = admin.add_subparsers(dest="object", required=True)
     ws = objects.add_parser("workspace").add_subparsers(dest="action", required=True)
     ws.add_parser("create", **leaf).add_argument("name")
@@ -302,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="setu",
         description=__doc__,
-        parents=[client_options()],
+        parents=[server_options()],
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -328,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
     add_client_commands(sub)
     args = parser.parse_args(argv)
     if hasattr(args, "handler"):
-        sys.exit(run_client_command(args))
+        sys.exit(run_command(args))
     try:
         if args.command == "dev" and args.dev_command == "secret":
             dev_secrets.run_secret_command(args)
@@ -337,10 +306,10 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "dev":
             asyncio.run(_dev(args, Path(args.data_dir).resolve()))
         elif args.command == "admin":
-            _admin_defaults(args)
+            fill_defaults(args, "admin_token")
             action = _ADMIN_ACTIONS[(args.object, args.action)]
             asyncio.run(_admin_call(args, lambda stub: action(stub, args)))
-    except _AdminError as exc:
+    except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     except SetuError as exc:

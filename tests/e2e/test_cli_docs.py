@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from setu_cli import commands
+from setu_cli import session
 from setu_engine.providers import files
 from setu_engine.providers.postgres import connector as postgres
 from setu_engine.providers.sqlite import connector as sqlite
@@ -21,7 +21,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def exit_codes() -> set[int]:
-    return {v for k, v in vars(commands).items() if k.startswith("EXIT_") and isinstance(v, int)}
+    return {v for k, v in vars(session).items() if k.startswith("EXIT_") and isinstance(v, int)}
 
 
 async def setu_help() -> str:

@@ -14,7 +14,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_cli.commands import add_client_commands, client_options
+from setu_cli.commands import add_client_commands
+from setu_cli.session import server_options
 from setu_server.server import Running
 from tests.e2e.test_cli_data import PIPELINE, connections_yaml, setu
 from tests.factories import make_tenant
@@ -34,7 +35,7 @@ async def env(server: Running, pool: asyncpg.Pool) -> dict[str, str]:
 
 def leaf_commands() -> set[str]:
     """Every command the client's `setu` offers, as "jobs list", "run", …"""
-    parser = argparse.ArgumentParser(prog="setu", parents=[client_options()])
+    parser = argparse.ArgumentParser(prog="setu", parents=[server_options()])
     add_client_commands(parser.add_subparsers(dest="command", required=True))
 
     def walk(node: argparse.ArgumentParser, path: str) -> Iterator[str]:

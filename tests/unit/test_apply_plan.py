@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from setu_cli.apply import Current, exported, parse, plan
-from setu_cli.commands import CliError
+from setu_cli.session import CliError
 
 CRM_ID = "3f2b1c6e-0000-4000-8000-000000000001"
 WAREHOUSE_ID = "3f2b1c6e-0000-4000-8000-000000000002"

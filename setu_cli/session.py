@@ -1,0 +1,215 @@
+"""What every `setu` command shares: the exit codes, the one error type, the
+server options (one parser for an API key's commands and an admin token's),
+and the session that runs a parsed command and turns its failures into one
+line on stderr and an exit code.
+
+A command module registers its handlers on a CommandSet (command_set.py);
+main.py builds the parser and hands the parsed arguments to `run_command`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from setu_client import RetryPolicy, SetuClient, SetuError
+from setu_client.diagnose import cause_of
+from setu_client.replicas import Replicas
+from setu_client.tls import TlsConfig, add_tls_options, tls_defaults, tls_from_options
+
+EXIT_SUCCEEDED = 0
+EXIT_FAILED = 1
+EXIT_ERROR = 2
+EXIT_CANCELLED = 3
+EXIT_STILL_RUNNING = 4
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES_HELP = """exit codes:
+  0  the job succeeded
+  1  the job failed (connections test: the test ran and failed)
+  2  the command itself failed (bad input, refused call, server unreachable)
+  3  the job was cancelled
+  4  (jobs wait --timeout) the job had not ended in time
+  130  interrupted (Ctrl-C): the job keeps running; `setu jobs cancel ID` stops it"""
+
+# A person at a prompt waits less than a program: 5 s of retries where the
+# SDK's short calls default to 15 s. The waiters (jobs wait, watch, run
+# --wait) reach the server with a short call first, so a wrong address
+# fails in 5 s too; once it answered they ride a restart as the SDK does,
+# for its long-poll budget (5 min), saying when the server went away and
+# when it is back (ServerWatch). Ctrl-C is the other way out.
+CLI_RETRY = RetryPolicy(initial_seconds=0.1, max_seconds=2.0, budget_seconds=5.0)
+
+# Which credential a command signs its calls with: a tenant's API key (the
+# client commands) or the operator's admin token (`setu admin`).
+Credential = Literal["api_key", "admin_token"]
+
+
+class CliError(Exception):
+    """A command that cannot go on (bad input, a refused call): `error:
+    <message>` on stderr, and `exit_code` (2 unless given)."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass
+class Session:
+    """One run of a command: what the interrupt handler needs to know."""
+
+    watching: str = ""
+
+
+# What a leaf command runs, given the client its credential opened.
+ClientHandler = Callable[[SetuClient, argparse.Namespace, Session], Awaitable[int]]
+
+
+class ServerWatch:
+    """A waiter's two lines on stderr: its server went away, and is back
+    (setu_client.replicas.OutageListener). Another replica is offered only
+    when the target names more than one."""
+
+    def __init__(self, target: str) -> None:
+        self._target = target
+        self._many = Replicas(target).many
+
+    def went_away(self, error: SetuError) -> None:
+        elsewhere = ", or another replica" if self._many else ""
+        _say(f"server {self._target} went away (restarting?); waiting for it{elsewhere}…")
+
+    def back(self) -> None:
+        _say(f"server {self._target} is back")
+
+
+def _say(line: str) -> None:
+    # On its own line, apart from a progress line being redrawn on a terminal.
+    print(f"\n{line}" if sys.stderr.isatty() else line, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- options
+
+_CREDENTIAL_HELP: dict[Credential, tuple[str, str]] = {
+    "api_key": ("--api-key", "required (env SETU_API_KEY)"),
+    "admin_token": ("--admin-token", "(env SETU_ADMIN_TOKEN)"),
+}
+
+
+def server_options(credential: Credential = "api_key") -> argparse.ArgumentParser:
+    """The server options (and, for the client commands, --json), for every
+    level of the command line (`setu --json jobs get ID`, `setu jobs get ID
+    --json`, `setu admin --server S workspace list`). Their defaults are
+    SUPPRESS, so a level that does not see one leaves what another level
+    parsed; `fill_defaults` fills in the rest."""
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("server options")
+    hidden = argparse.SUPPRESS
+    group.add_argument(
+        "--server",
+        default=hidden,
+        help="host:port of setu-server (env SETU_SERVER; default 127.0.0.1:50051)",
+    )
+    flag, help = _CREDENTIAL_HELP[credential]
+    group.add_argument(flag, default=hidden, help=help)
+    add_tls_options(group, from_environment=False)
+    if credential == "api_key":
+        group.add_argument(
+            "--json", action="store_true", default=hidden, help="print one JSON document"
+        )
+    return common
+
+
+def fill_defaults(args: argparse.Namespace, credential: Credential) -> None:
+    """The options no level of the command line gave, from the environment."""
+    defaults: dict[str, Any] = {"server": os.environ.get("SETU_SERVER", "127.0.0.1:50051")}
+    if credential == "api_key":
+        defaults |= {"api_key": os.environ.get("SETU_API_KEY", ""), **tls_defaults()}
+        defaults["json"] = False
+    else:
+        defaults |= {"admin_token": os.environ.get("SETU_ADMIN_TOKEN", ""), **tls_defaults()}
+    for name, value in defaults.items():
+        if not hasattr(args, name):
+            setattr(args, name, value)
+
+
+# ---------------------------------------------------------------- errors
+
+
+def one_line_error(error: SetuError, server: str, tls: TlsConfig | None) -> str:
+    """A failed call in one line: the cause when the server was not reached
+    (setu_client/diagnose.py), else the server's own message."""
+    cause = cause_of(error, tls=tls is not None)
+    if cause is not None:
+        return f"cannot reach {server}: {cause}"
+    return error.message
+
+
+def file_error(exc: OSError | ValueError) -> str:
+    if isinstance(exc, OSError) and exc.filename:
+        return f"cannot read {exc.filename}: {exc.strerror or exc}"
+    return str(exc)
+
+
+# ---------------------------------------------------------------- running
+
+
+async def _with_client(args: argparse.Namespace, session: Session) -> int:
+    if not args.api_key:
+        raise CliError("an API key is required (--api-key or SETU_API_KEY)")
+    if not (args.api_key.isascii() and args.api_key.isprintable()) or " " in args.api_key:
+        # grpc would refuse it as a header with a cryptic batch error.
+        raise CliError("the API key has characters a key never has (a stray space or newline?)")
+    if getattr(args, "limit", 1) < 1:
+        raise CliError("--limit must be at least 1")
+    handler: ClientHandler = args.handler
+    async with SetuClient(
+        args.server,
+        args.api_key,
+        tls=args.tls_config or False,
+        retry=CLI_RETRY,
+        outage=ServerWatch(args.server),
+    ) as client:
+        return await handler(client, args, session)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Runs the parsed command (its `handler`, signed with its `credential`);
+    returns the process's exit code."""
+    credential: Credential = getattr(args, "credential", "api_key")
+    fill_defaults(args, credential)
+    session = Session()
+    try:
+        args.tls_config = tls_from_options(args)
+    except (OSError, ValueError) as exc:
+        print(f"error: TLS: {file_error(exc)}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        return asyncio.run(_with_client(args, session))
+    except KeyboardInterrupt:
+        if session.watching:
+            print(
+                f"\nstopped waiting; job {session.watching} carries on.\n"
+                f"to cancel it: setu jobs cancel {session.watching}",
+                file=sys.stderr,
+            )
+        return EXIT_INTERRUPTED
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except SetuError as exc:
+        print(f"error: {one_line_error(exc, args.server, args.tls_config)}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:
+        # A person reads this: one line that names the failure. A bug's
+        # traceback is one variable away.
+        if os.environ.get("SETU_DEBUG"):
+            raise
+        what = (str(exc).splitlines() or [""])[0][:200]
+        hint = "(SETU_DEBUG=1 shows the traceback)"
+        print(f"error: unexpected {type(exc).__name__}: {what} {hint}", file=sys.stderr)
+        return EXIT_ERROR

@@ -59,15 +59,14 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from setu_engine.blob import LocalBlobStore
-from setu_engine.markers import LoadIdentity
-from setu_engine.staging import Manifest
-
 from setu_engine import transfer
 from setu_engine.operators.chain import parse_spec
 from setu_engine.providers import get_provider
 from setu_engine.providers.base import WriteMode
 from setu_engine.providers.postgres import PROVIDER
+from setu_engine.staged.blob import LocalBlobStore
+from setu_engine.staged.markers import LoadIdentity
+from setu_engine.staged.staging import Manifest
 
 TABLE = """
 CREATE TABLE payments (

@@ -29,12 +29,11 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from setu_engine.markers import LoadIdentity
-
 from setu_engine import transfer
 from setu_engine.operators.chain import parse_spec
 from setu_engine.providers.base import WriteMode
 from setu_engine.providers.postgres import PROVIDER
+from setu_engine.staged.markers import LoadIdentity
 
 FLIGHTS = """
 CREATE TABLE flights (

@@ -21,11 +21,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
-from setu_engine.blob import BlobSettings, BlobStore, open_blob
-from setu_engine.markers import LoadIdentity
-from setu_engine.resumable import DEFAULT_POLICY, ResumePolicy
-from setu_engine.s3 import S3Settings
-from setu_engine.staging import Manifest, StoredPart, read_manifest
 from setu_engine.transfer import read_said
 
 from setu_agent.runtime import Handler, TaskContext
@@ -44,6 +39,11 @@ from setu_engine.providers.base import (
     PermanentError,
     ProviderError,
 )
+from setu_engine.staged.blob import BlobSettings, BlobStore, open_blob
+from setu_engine.staged.markers import LoadIdentity
+from setu_engine.staged.resumable import DEFAULT_POLICY, ResumePolicy
+from setu_engine.staged.s3 import S3Settings
+from setu_engine.staged.staging import Manifest, StoredPart, read_manifest
 from setu_engine.support.secrets import SecretStore, references
 from setu_engine.values.special import JSON_NULL, Infinite, nonfinite_text, shortest_real
 from setu_engine.values.types import Column, Row
@@ -150,7 +150,7 @@ class ContextReporter:
 
     async def committing(self, stream: str) -> None:
         """The last word before a resumable load's apply commits
-        (setu_engine/resumable.py): the server is asked, not the
+        (setu_engine/staged/resumable.py): the server is asked, not the
         latest heartbeat's answer."""
         self._ctx.report(rows_written=self.rows_written, stream=stream)
         await self._ctx.confirm_not_cancelled()

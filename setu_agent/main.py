@@ -18,9 +18,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from setu_engine.blob import BlobSettings
-from setu_engine.resumable import DEFAULT_MIN_BYTES, ResumePolicy
-
 from setu_agent.handlers import EngineHandlers, load_extra
 from setu_agent.runtime import Runtime
 from setu_agent.runtime.grpc_source import GrpcTaskSource
@@ -31,6 +28,8 @@ from setu_client.diagnose import Outage
 from setu_client.errors import PermissionDenied, SetuError, Unauthenticated
 from setu_client.long_poll import LongPollWindow, add_long_poll_option
 from setu_client.tls import add_tls_options, tls_from_options
+from setu_engine.staged.blob import BlobSettings
+from setu_engine.staged.resumable import DEFAULT_MIN_BYTES, ResumePolicy
 from setu_engine.support.secrets import SecretStore
 
 VERSION = "0.1.0"

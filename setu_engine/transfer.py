@@ -22,9 +22,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from dataclasses import dataclass
 from typing import Protocol, TypeGuard, TypeVar, runtime_checkable
 
-from setu_engine import pgcopy, resumable, staging
-from setu_engine.blob import BlobStore
-from setu_engine.markers import LoadIdentity, LoadMarker
 from setu_engine.operators.chain import Chain, PipelineSpec, Plan
 from setu_engine.planning import destination_plan
 from setu_engine.planning.incremental import OBJECTS, CursorMark
@@ -44,6 +41,9 @@ from setu_engine.providers.base import (
     changes_of,
     qualified,
 )
+from setu_engine.staged import pgcopy, resumable, staging
+from setu_engine.staged.blob import BlobStore
+from setu_engine.staged.markers import LoadIdentity, LoadMarker
 from setu_engine.support.closing import closing
 from setu_engine.values.special import ValueFault
 from setu_engine.values.types import Batch, Column, Stream
@@ -555,7 +555,7 @@ async def load(
 ) -> list[StreamTotals]:
     """Loads every staged stream, each atomically and once: a stream the
     destination's markers show loaded for this run is not written again.
-    A large one loads part by part, resumably (setu_engine/resumable.py)."""
+    A large one loads part by part, resumably (setu_engine/staged/resumable.py)."""
     plans = [plan_stream(spec, s.stream, mode) for s in manifest.streams]
     totals: list[StreamTotals] = []
     if isinstance(destination, resumable.StagingDestination):

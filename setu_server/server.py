@@ -15,8 +15,6 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from setu_engine.blob import BlobSettings, open_blob
-from setu_engine.s3 import S3Settings
 
 from setu_client._proto.setu.v1 import (
     admin_pb2,
@@ -33,6 +31,8 @@ from setu_client._proto.setu.v1 import (
     pipelines_pb2_grpc,
 )
 from setu_client.clock import Clock, SystemClock
+from setu_engine.staged.blob import BlobSettings, open_blob
+from setu_engine.staged.s3 import S3Settings
 from setu_engine.support import testpoints
 from setu_server.config import Settings
 from setu_server.hooks import Hooks

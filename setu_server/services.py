@@ -9,7 +9,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from setu_engine.blob import BlobStore
+from setu_engine.staged.blob import BlobStore
 from setu_server.maintenance.gauges import GaugeRefresh
 from setu_server.maintenance.janitor import Janitor
 from setu_server.maintenance.listen_fallback import ListenFallback

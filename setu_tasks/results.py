@@ -19,8 +19,6 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from setu_engine.staging import MANIFEST, Manifest
-
 from setu_engine.planning.incremental import MARK_TYPES, CursorMark
 
 # A result carries a dry run's plan (setu_engine/plans.py) and is refused with
@@ -30,6 +28,7 @@ from setu_engine.plans import PlannedStream as PlannedStream
 from setu_engine.plans import incompatibilities as incompatibilities
 from setu_engine.plans import plans_from_json as plans_from_json
 from setu_engine.providers.base import RowChanges
+from setu_engine.staged.staging import MANIFEST, Manifest
 from setu_engine.strict_json import MalformedResult as MalformedResult
 from setu_engine.strict_json import an_object as _fields_any
 from setu_engine.strict_json import check as _check

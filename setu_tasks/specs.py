@@ -8,10 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from setu_engine.blob import BlobSettings
-from setu_engine.staging import MANIFEST, StoredPart
-
 from setu_engine.providers.base import WriteMode
+from setu_engine.staged.blob import BlobSettings
+from setu_engine.staged.staging import MANIFEST, StoredPart
 
 
 @dataclass(frozen=True)

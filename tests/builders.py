@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from setu_client.clock import FakeClock
-from setu_engine.blob import BlobSettings
+from setu_engine.staged.blob import BlobSettings
 from setu_server.service.jobs import JobService
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.outcomes import TaskOutcomes

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pytest
 from moto.server import ThreadedMotoServer
 
-from setu_engine.s3 import S3Settings, s3_client
+from setu_engine.staged.s3 import S3Settings, s3_client
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
-from setu_engine.blob import BlobSettings
-from setu_engine.staging import StoredPart
 
 from setu_agent.runtime.grpc_source import (
     CALL_TIMEOUT_SECONDS,
@@ -28,6 +26,8 @@ from setu_client._proto.setu.v1 import cloud_pb2, cloud_pb2_grpc, common_pb2
 from setu_client.errors import from_rpc_error
 from setu_engine.planning.incremental import CursorMark
 from setu_engine.providers.base import RowChanges
+from setu_engine.staged.blob import BlobSettings
+from setu_engine.staged.staging import StoredPart
 from setu_tasks.results import Artifact
 from setu_tasks.specs import MigrateSpec
 

@@ -23,10 +23,6 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from setu_engine.blob import BlobSettings, BlobStore, open_blob
-from setu_engine.resumable import DEFAULT_MIN_BYTES, ResumePolicy
-from setu_engine.s3 import S3Settings
-
 from setu_agent.cloud.book import GrpcRunBook
 from setu_agent.cloud.connections import IDLE_SECONDS, ConnectionCache
 from setu_agent.cloud.migrate import Migrate, MigrateSettings
@@ -41,6 +37,9 @@ from setu_client.channel import open_channel
 from setu_client.diagnose import Outage
 from setu_client.long_poll import LongPollWindow, add_long_poll_option
 from setu_client.tls import add_tls_options, tls_from_options
+from setu_engine.staged.blob import BlobSettings, BlobStore, open_blob
+from setu_engine.staged.resumable import DEFAULT_MIN_BYTES, ResumePolicy
+from setu_engine.staged.s3 import S3Settings
 from setu_engine.support.secrets import SecretStore
 
 log = logging.getLogger("setu.worker")

@@ -20,10 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from setu_engine.blob import BlobSettings, BlobStore
-from setu_engine.markers import LoadIdentity
-from setu_engine.resumable import DEFAULT_POLICY, ResumePolicy
-from setu_engine.staging import Manifest, StoredPart, read_manifest
 from setu_engine.transfer import read_said
 
 from setu_agent.cloud.book import RunBook, RunOutput
@@ -36,6 +32,10 @@ from setu_engine import dry_run, transfer
 from setu_engine.operators.chain import SpecError, parse_spec
 from setu_engine.planning import incremental
 from setu_engine.providers.base import ConfigError, Connector, CountsRows, Egress
+from setu_engine.staged.blob import BlobSettings, BlobStore
+from setu_engine.staged.markers import LoadIdentity
+from setu_engine.staged.resumable import DEFAULT_POLICY, ResumePolicy
+from setu_engine.staged.staging import Manifest, StoredPart, read_manifest
 from setu_engine.support.secrets import SecretStore
 from setu_tasks.results import (
     Artifact,
@@ -57,7 +57,7 @@ DIRECT_MAX_ROWS = 50_000
 class MigrateSettings:
     batch_rows: int = transfer.DEFAULT_BATCH_ROWS
     direct_max_rows: int = DIRECT_MAX_ROWS
-    # Which staged streams load part by part (setu_engine/resumable.py).
+    # Which staged streams load part by part (setu_engine/staged/resumable.py).
     resume: ResumePolicy = DEFAULT_POLICY
     # cloud → cloud: load the last stream while it is extracted (setu_engine/transfer.py).
     overlap: bool = True

@@ -8,8 +8,6 @@ from typing import Any
 
 import grpc
 from google.protobuf.json_format import MessageToDict, ParseDict
-from setu_engine.blob import BlobSettings
-from setu_engine.staging import Part, StoredPart
 
 from setu_agent.runtime.task import LeasedTask
 from setu_client import struct_to_dict
@@ -19,6 +17,8 @@ from setu_client.errors import ServerClosing, SetuError, Unimplemented, from_rpc
 from setu_client.long_poll import LongPollWindow
 from setu_client.replicas import Replicas
 from setu_engine.providers.base import RowChanges, WriteMode
+from setu_engine.staged.blob import BlobSettings
+from setu_engine.staged.staging import Part, StoredPart
 from setu_engine.values.types import Column, Stream
 from setu_tasks.results import (
     Artifact,

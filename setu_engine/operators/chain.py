@@ -455,7 +455,7 @@ class Chain:
     def blocking(self) -> bool:
         """True when an operator needs the whole stream before it emits
         (BLOCKING_OPS): such a stream's load resumes from its first part
-        (setu_engine/resumable.py)."""
+        (setu_engine/staged/resumable.py)."""
         return any(op.op in BLOCKING_OPS for op in self.operators)
 
     def plan(self, columns: Sequence[Column], cursor: str | None = None) -> Plan:

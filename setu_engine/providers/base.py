@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from setu_engine.values.types import Batch, Column, Stream
 
 if TYPE_CHECKING:
-    from setu_engine.markers import LoadMarker
     from setu_engine.operators.chain import Plan
+    from setu_engine.staged.markers import LoadMarker
 
 
 class WriteMode(StrEnum):
@@ -141,7 +141,7 @@ class Connector(Protocol):
         its shape included (the `changes`, a destination with tables makes
         in the write's own transaction). Returns the rows written.
 
-        With a `marker` (setu_engine/markers.py) the write is done once: it is
+        With a `marker` (setu_engine/staged/markers.py) the write is done once: it is
         recorded with the rows, atomically, and a write that finds it
         recorded writes nothing and returns the rows it recorded.
 

@@ -33,8 +33,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from setu_engine import s3
-from setu_engine.markers import MARKERS, LoadMarker
 from setu_engine.providers import files_csv, files_merge, files_parquet
 from setu_engine.providers.base import (
     ConfigError,
@@ -61,6 +59,8 @@ from setu_engine.providers.files_encode import (
     line_encoder,
 )
 from setu_engine.providers.files_storage import _LocalFiles, _S3Files, _Storage
+from setu_engine.staged import s3
+from setu_engine.staged.markers import MARKERS, LoadMarker
 from setu_engine.support.secrets import check_reference, is_reference
 from setu_engine.values.special import ValueFault
 from setu_engine.values.types import Batch, Column, Row, Stream, TypeNameError, neutral

@@ -24,11 +24,11 @@ ENV = "SETU_TEST_PAUSE"
 
 # The points, as named in SETU_TEST_PAUSE.
 # Part `index` (from 0) of an extract read and handed to its upload: the
-# source's read is open, mid-stream (setu_engine/staging.py).
+# source's read is open, mid-stream (setu_engine/staged/staging.py).
 EXTRACTED_PART = "extracted-part-{index}"
 # The `count`-th part (from 1) an extract read of a stream in this attempt,
 # whichever part it resumed at: a test holds each attempt after the same
-# amount of work (setu_engine/staging.py).
+# amount of work (setu_engine/staged/staging.py).
 READ_PART = "read-part-{count}"
 STAGED_PART = "staged-part-{index}"  # part `index` (from 0) committed with its marker
 APPLY_OPEN = "apply-open"  # the apply's transaction written, not yet committed

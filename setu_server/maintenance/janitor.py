@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from setu_client.clock import Clock
-from setu_engine.blob import BlobStore
-from setu_engine.staging import is_run_prefix, run_prefix
+from setu_engine.staged.blob import BlobStore
+from setu_engine.staged.staging import is_run_prefix, run_prefix
 from setu_server.maintenance.periodic import PeriodicService
 from setu_server.models import StagedRun
 from setu_server.store import runs

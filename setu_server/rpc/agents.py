@@ -9,12 +9,12 @@ from typing import Any
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
-from setu_engine.blob import BlobSettings
 
 from setu_agent.runtime.grpc_source import stored_part_message
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
 from setu_engine.providers.base import RowChanges
+from setu_engine.staged.blob import BlobSettings
 from setu_engine.values import sqltypes
 from setu_engine.values.types import Column, Stream
 from setu_server.config import Settings

@@ -13,12 +13,11 @@ import asyncio
 from collections.abc import Sequence
 from uuid import UUID
 
-from setu_engine.blob import BlobSettings
-from setu_engine.staging import StoredPart, run_prefix
-
 from setu_client.clock import Clock
 from setu_client.errors import FailedPrecondition, InvalidArgument, LeaseLost, NotFound
 from setu_engine.planning.incremental import CursorMark
+from setu_engine.staged.blob import BlobSettings
+from setu_engine.staged.staging import StoredPart, run_prefix
 from setu_server.models import (
     CLOUD,
     EventLevel,

@@ -34,12 +34,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from setu_engine.staging import run_prefix
-
 from setu_client.errors import InvalidArgument
 from setu_engine import transfer
 from setu_engine.operators.chain import SpecError
 from setu_engine.providers.base import ConfigError, ProviderError
+from setu_engine.staged.staging import run_prefix
 from setu_server.models import EventLevel, Job, JobKind, JobState, Task, TaskKind, runtime_name
 from setu_server.service.dry_runs import DryRunPlans
 from setu_server.service.lifecycle import JobLifecycle

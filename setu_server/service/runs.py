@@ -14,9 +14,6 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from setu_engine.blob import BlobSettings
-from setu_engine.staging import run_prefix
-
 from setu_client.clock import Clock
 from setu_client.errors import (
     AlreadyExists,
@@ -26,6 +23,8 @@ from setu_client.errors import (
 )
 from setu_engine import dry_run
 from setu_engine.operators.chain import SpecError, parse_spec
+from setu_engine.staged.blob import BlobSettings
+from setu_engine.staged.staging import run_prefix
 from setu_server.models import (
     EventLevel,
     Job,

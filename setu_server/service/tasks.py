@@ -19,7 +19,7 @@ from uuid import UUID
 
 from setu_client.clock import Clock
 from setu_client.errors import InvalidArgument, LeaseLost, NotFound, ServerClosing
-from setu_engine.staging import StoredPart
+from setu_engine.staged.staging import StoredPart
 from setu_server.hooks import Hooks
 from setu_server.metrics import Metrics
 from setu_server.models import (

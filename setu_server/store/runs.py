@@ -10,7 +10,7 @@ from uuid import UUID
 
 import asyncpg
 
-from setu_engine.staging import Part, StoredPart
+from setu_engine.staged.staging import Part, StoredPart
 from setu_server.models import (
     Endpoint,
     Job,
@@ -199,7 +199,7 @@ async def mark_staged_purged(db: Executor, ids: list[UUID], now: datetime | None
 async def record_run_parts(
     db: Executor, job_id: UUID, parts: Sequence[StoredPart], now: datetime | None
 ) -> None:
-    """Parts an extract stored whole (setu_engine/staging.py), in one statement."""
+    """Parts an extract stored whole (setu_engine/staged/staging.py), in one statement."""
     if not parts:
         return
     with translate_errors():

@@ -21,7 +21,7 @@ import pytest
 
 from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2
-from setu_engine.s3 import s3_client
+from setu_engine.staged.s3 import s3_client
 from tests.databases import postgres_config, scratch_database
 from tests.s3server import S3Endpoint
 

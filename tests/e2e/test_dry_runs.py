@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from setu_client import JobState
-from setu_engine.s3 import s3_client
+from setu_engine.staged.s3 import s3_client
 from tests.databases import postgres_config
 from tests.e2e import test_edge_runs
 from tests.e2e.test_edge_runs import Edge, events

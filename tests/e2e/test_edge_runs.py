@@ -23,7 +23,7 @@ from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2
 from setu_client.clock import SystemClock
 from setu_client.errors import AgentOffline
-from setu_engine.s3 import s3_client
+from setu_engine.staged.s3 import s3_client
 from setu_server.service.admin import AdminService
 from tests.databases import postgres_config, scratch_database
 from tests.factories import Tenant, make_tenant

@@ -20,7 +20,7 @@ import pytest
 
 from setu_client import InvalidArgument, SetuClient
 from setu_client._proto.setu.v1 import common_pb2
-from setu_engine.s3 import s3_client
+from setu_engine.staged.s3 import s3_client
 from tests import flights_csv
 from tests.databases import postgres_config, scratch_database
 from tests.s3server import S3Endpoint

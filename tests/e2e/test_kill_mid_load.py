@@ -21,11 +21,11 @@ from typing import Any
 
 import asyncpg
 import pytest
-from setu_engine.markers import MARKERS
-from setu_engine.resumable import stage_table
 
 from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2
+from setu_engine.staged.markers import MARKERS
+from setu_engine.staged.resumable import stage_table
 from setu_engine.support import testpoints
 from tests.databases import postgres_config
 from tests.e2e.test_cloud_run_lifecycle import fetch

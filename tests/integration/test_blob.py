@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from setu_engine.blob import (
+from setu_engine.staged.blob import (
     BlobError,
     BlobNotFound,
     BlobSettings,

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import asyncpg
 
-from setu_engine import staging, transfer
-from setu_engine.blob import LocalBlobStore
+from setu_engine import transfer
 from setu_engine.providers import get_provider
 from setu_engine.providers.base import Connector, CountsRows
-from setu_engine.staging import StoredPart
+from setu_engine.staged import staging
+from setu_engine.staged.blob import LocalBlobStore
+from setu_engine.staged.staging import StoredPart
 from tests.databases import postgres_config, scratch_database
 
 ROWS = 1_000
@@ -63,7 +64,7 @@ def read_so_far(source: Connector) -> int:
 
 
 async def staged_ids(blob: LocalBlobStore, manifest: staging.Manifest) -> list[int]:
-    from setu_engine import pgcopy
+    from setu_engine.staged import pgcopy
 
     ids: list[int] = []
     stream = manifest.streams[0]

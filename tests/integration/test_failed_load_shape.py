@@ -16,11 +16,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_engine.markers import LoadIdentity
 from setu_engine.providers import get_provider
 from setu_engine.providers.base import Connector, PermanentError
-from setu_engine.resumable import ResumePolicy
-from setu_engine.staging import Manifest
+from setu_engine.staged.markers import LoadIdentity
+from setu_engine.staged.resumable import ResumePolicy
+from setu_engine.staged.staging import Manifest
 from tests.databases import postgres_config
 from tests.integration import test_resumable_loads
 from tests.integration.test_resumable_loads import (

@@ -34,13 +34,13 @@ from typing import Any
 import asyncpg
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
-from setu_engine.blob import LocalBlobStore
-from setu_engine.markers import LoadIdentity
 
 from setu_engine import transfer
 from setu_engine.operators.chain import parse_spec
 from setu_engine.providers import files_parquet, get_provider, pgarrays
 from setu_engine.providers.base import Connector, WriteMode
+from setu_engine.staged.blob import LocalBlobStore
+from setu_engine.staged.markers import LoadIdentity
 from setu_engine.values.special import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault
 from setu_engine.values.types import Column, Row, Stream
 from tests.databases import postgres_config, scratch_database

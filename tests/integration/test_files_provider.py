@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from setu_engine.s3 import s3_client
 
-from setu_engine import s3
 from setu_engine.providers import get_provider
 from setu_engine.providers.base import (
     ConfigError,
@@ -29,6 +27,8 @@ from setu_engine.providers.base import (
 )
 from setu_engine.providers.files import PROVIDER
 from setu_engine.providers.files_storage import _LocalFiles
+from setu_engine.staged import s3
+from setu_engine.staged.s3 import s3_client
 from setu_engine.support.secrets import SecretStore
 from setu_engine.values.types import Batch, Column, Stream
 from tests.s3server import S3Endpoint

@@ -1,4 +1,4 @@
-"""Load markers (setu_engine/markers.py) in each destination: a load
+"""Load markers (setu_engine/staged/markers.py) in each destination: a load
 that finds its marker writes nothing and answers the rows the marker
 recorded, whatever the write mode; a load that failed left no marker; two
 attempts at once write once; discovery never offers the markers."""
@@ -13,15 +13,15 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from setu_engine.markers import LoadIdentity, LoadMarker
-from setu_engine.resumable import part_marker, stage_marker, stage_table
 
-from setu_engine import pgcopy
 from setu_engine.operators.chain import parse_spec
 from setu_engine.providers.base import Connector, CopyBatch, WriteMode
 from setu_engine.providers.postgres import PROVIDER as POSTGRES
 from setu_engine.providers.postgres.connector import PostgresConnector
 from setu_engine.providers.sqlite import PROVIDER as SQLITE
+from setu_engine.staged import pgcopy
+from setu_engine.staged.markers import LoadIdentity, LoadMarker
+from setu_engine.staged.resumable import part_marker, stage_marker, stage_table
 from setu_engine.values.types import Batch, Column
 from tests.databases import postgres_config, scratch_database
 from tests.integration.test_files_provider import Place, place  # noqa: F401 (a fixture)

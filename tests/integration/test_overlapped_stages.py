@@ -5,7 +5,7 @@ once it is stored whole; it commits only after the manifest is recorded; an
 extract that fails midway leaves the destination unchanged; a retry after a
 crash lands each row once, as the manifest describes it. A stream that
 proves large while it is extracted is not loaded beside it: it loads part
-by part afterwards, resumably (setu_engine/resumable.py)."""
+by part afterwards, resumably (setu_engine/staged/resumable.py)."""
 
 from __future__ import annotations
 
@@ -18,15 +18,16 @@ from typing import Any
 
 import asyncpg
 import pytest
-from setu_engine.blob import LocalBlobStore
-from setu_engine.markers import MARKERS, LoadIdentity
-from setu_engine.resumable import DEFAULT_POLICY, ResumePolicy, stage_table
-from setu_engine.staging import Manifest
 
-from setu_engine import staging, transfer
+from setu_engine import transfer
 from setu_engine.operators.chain import parse_spec
 from setu_engine.providers import get_provider
 from setu_engine.providers.base import Connector, CopyBatch, PermanentError, WriteMode
+from setu_engine.staged import staging
+from setu_engine.staged.blob import LocalBlobStore
+from setu_engine.staged.markers import MARKERS, LoadIdentity
+from setu_engine.staged.resumable import DEFAULT_POLICY, ResumePolicy, stage_table
+from setu_engine.staged.staging import Manifest
 from tests.databases import postgres_config, scratch_database
 
 ROWS = 1_000

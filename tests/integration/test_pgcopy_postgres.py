@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_engine import pgcopy
+from setu_engine.staged import pgcopy
 from setu_engine.values.special import INFINITY, MINUS_INFINITY
 from setu_engine.values.types import PG_TYPES, TYPES, Column, Row
 

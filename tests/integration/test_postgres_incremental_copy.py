@@ -1,6 +1,6 @@
 """The incremental read of a PostgreSQL source: one COPY in cursor order,
 cut into batches, bounded by literals a hostile cursor value cannot escape
-(setu_engine/providers/postgres/connector.py, setu_engine/pgcopy_split.py)."""
+(setu_engine/providers/postgres/connector.py, setu_engine/staged/pgcopy_split.py)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,6 @@ import pytest
 
 from setu_agent.handlers import open_connector
 from setu_agent.runtime.task import LeasedTask, TaskContext
-from setu_engine import pgcopy
 from setu_engine.operators.chain import Plan, parse_spec
 from setu_engine.providers import get_provider
 from setu_engine.providers.base import (
@@ -36,6 +35,7 @@ from setu_engine.providers.postgres.connector import (
     PROVIDER,
     PostgresConnector,
 )
+from setu_engine.staged import pgcopy
 from setu_engine.support.secrets import SecretStore
 from setu_engine.values.types import Batch, Column, Row, Stream
 from tests.databases import postgres_config, scratch_database

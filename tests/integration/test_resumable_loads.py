@@ -1,4 +1,4 @@
-"""Resumable loads (setu_engine/resumable.py) into real databases: a
+"""Resumable loads (setu_engine/staged/resumable.py) into real databases: a
 staged stream of several parts goes part by part into a staging table, each
 part with its marker, and lands in the target in one transaction; a load
 stopped between parts resumes at the first part without a marker; every
@@ -16,15 +16,15 @@ from typing import Any
 
 import asyncpg
 import pytest
-from setu_engine.blob import LocalBlobStore
-from setu_engine.markers import LoadIdentity
-from setu_engine.resumable import ResumePolicy, stage_table
-from setu_engine.staging import Manifest
 
 from setu_engine import transfer
 from setu_engine.operators.chain import parse_spec
 from setu_engine.providers import get_provider
 from setu_engine.providers.base import Connector, RowChanges, WriteMode
+from setu_engine.staged.blob import LocalBlobStore
+from setu_engine.staged.markers import LoadIdentity
+from setu_engine.staged.resumable import ResumePolicy, stage_table
+from setu_engine.staged.staging import Manifest
 from tests.databases import postgres_config, scratch_database
 
 ROWS = 1_000

@@ -23,14 +23,14 @@ from typing import Any
 
 import asyncpg
 import pytest
-from setu_engine.markers import KEEP_MARKERS, LoadIdentity
-from setu_engine.resumable import ResumePolicy, stage_table
-from setu_engine.staging import Manifest
 
 from setu_engine.providers import get_provider
 from setu_engine.providers.base import Connector, WriteMode
 from setu_engine.providers.postgres.connector import MARKERS_DDL as PG_MARKERS_DDL
 from setu_engine.providers.sqlite.connector import MARKERS_DDL as SQLITE_MARKERS_DDL
+from setu_engine.staged.markers import KEEP_MARKERS, LoadIdentity
+from setu_engine.staged.resumable import ResumePolicy, stage_table
+from setu_engine.staged.staging import Manifest
 from tests.databases import postgres_config
 from tests.integration.test_resumable_loads import (
     ALWAYS,

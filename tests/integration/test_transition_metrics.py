@@ -11,7 +11,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from setu_engine.blob import BlobSettings
+from setu_engine.staged.blob import BlobSettings
 from setu_server.maintenance.scheduler import Scheduler
 from setu_server.metrics import Metrics
 from setu_server.models import JobKind, JobState, Phase

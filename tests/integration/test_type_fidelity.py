@@ -19,15 +19,15 @@ from zoneinfo import ZoneInfo
 
 import asyncpg
 import pytest
-from setu_engine.blob import LocalBlobStore
-from setu_engine.markers import LoadIdentity
-from setu_engine.staging import run_prefix
 
 from setu_engine import transfer
 from setu_engine.operators.chain import SpecError, parse_spec
 from setu_engine.providers.base import Connector, WriteMode
 from setu_engine.providers.postgres import PROVIDER as POSTGRES
 from setu_engine.providers.sqlite import PROVIDER as SQLITE
+from setu_engine.staged.blob import LocalBlobStore
+from setu_engine.staged.markers import LoadIdentity
+from setu_engine.staged.staging import run_prefix
 from setu_engine.values.types import Column
 from tests import flights
 from tests.databases import postgres_config, scratch_database

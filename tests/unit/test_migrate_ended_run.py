@@ -10,11 +10,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 import pytest
-from setu_engine.blob import BlobSettings
 
 from setu_agent.cloud.migrate import Migrate, MigrateSettings
 from setu_agent.runtime.task import LeasedTask, TaskContext
 from setu_engine.providers.base import WriteMode
+from setu_engine.staged.blob import BlobSettings
 from setu_engine.support.secrets import SecretStore
 from setu_tasks.results import MigrateMode
 from setu_tasks.specs import ConnectionSpec, MigrateSpec

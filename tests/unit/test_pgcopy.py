@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from setu_engine import pgcopy
+from setu_engine.staged import pgcopy
 from setu_engine.values.special import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault
 from setu_engine.values.types import TYPES, Column
 

@@ -1,12 +1,12 @@
 """A binary COPY stream cut into batches at tuple boundaries, whatever the
-size of the chunks it arrives in (setu_engine/pgcopy_split.py)."""
+size of the chunks it arrives in (setu_engine/staged/pgcopy_split.py)."""
 
 from __future__ import annotations
 
 import pytest
-from setu_engine.pgcopy_split import CopySplitter
 
-from setu_engine import pgcopy
+from setu_engine.staged import pgcopy
+from setu_engine.staged.pgcopy_split import CopySplitter
 from setu_engine.values.types import Column, Row
 
 COLUMNS = (Column("id", "bigint", False), Column("note", "text", True))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from setu_engine.staging import is_run_prefix, run_prefix
+from setu_engine.staged.staging import is_run_prefix, run_prefix
 
 
 def test_a_runs_own_prefix_is_recognised_under_any_pipeline() -> None:

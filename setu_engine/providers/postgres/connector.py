@@ -23,10 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from setu_engine import pgcopy
-from setu_engine.markers import KEEP_MARKERS, MARKERS, LoadMarker
 from setu_engine.operators.chain import Plan, parse_spec
-from setu_engine.pgcopy_split import CopySplitter
 from setu_engine.planning.destination_plan import TableShape
 from setu_engine.providers.base import (
     ConfigError,
@@ -43,6 +40,9 @@ from setu_engine.providers.failures import postgres_error
 from setu_engine.providers.postgres import json as postgres_json
 from setu_engine.providers.postgres import shape as postgres_shape
 from setu_engine.providers.postgres import stage as postgres_stage
+from setu_engine.staged import pgcopy
+from setu_engine.staged.markers import KEEP_MARKERS, MARKERS, LoadMarker
+from setu_engine.staged.pgcopy_split import CopySplitter
 from setu_engine.support.closing import closing
 from setu_engine.support.secrets import check_reference, is_reference
 from setu_engine.values import sqltypes
@@ -51,7 +51,7 @@ from setu_engine.values.types import FROM_PG, PG_TYPES, Batch, Column, Stream
 
 if TYPE_CHECKING:
     from setu_engine.planning.incremental import Since
-    from setu_engine.resumable import Target
+    from setu_engine.staged.resumable import Target
 
 KEYS = frozenset(
     {"host", "port", "database", "user", "password", "schema", "ssl", "connect_timeout"}
@@ -131,7 +131,7 @@ WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum
 """
 
-# Load markers (setu_engine/markers.py): one row per stream (or part) a run
+# Load markers (setu_engine/staged/markers.py): one row per stream (or part) a run
 # loaded, written in the load's own transaction, in the connection's schema.
 MARKERS_DDL = """
 CREATE TABLE IF NOT EXISTS {table} (
@@ -517,7 +517,7 @@ class PostgresConnector:
 
     async def _copy_split(self, query: str, batch_rows: int) -> AsyncIterator[CopyBatch]:
         """One binary COPY of `query`, in batches of `batch_rows` rows as it
-        arrives (setu_engine/pgcopy_split.py); a bounded queue holds the COPY back
+        arrives (setu_engine/staged/pgcopy_split.py); a bounded queue holds the COPY back
         while the batches before are loaded."""
         chunks: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=COPY_QUEUE)
 
@@ -650,7 +650,7 @@ class PostgresConnector:
         rows: int = await self._conn.fetchval(MARKED_ROWS.format(table=markers), *key)
         return rows
 
-    # -- resumable loads (setu_engine/resumable.py, providers/postgres/stage.py)
+    # -- resumable loads (setu_engine/staged/resumable.py, providers/postgres/stage.py)
 
     # The staging table takes the staged bytes as they are; the chain runs
     # when it is applied.

@@ -1,5 +1,5 @@
 """Staging tables of resumable loads in PostgreSQL
-(setu_engine/resumable.py): their creation with the marker that
+(setu_engine/staged/resumable.py): their creation with the marker that
 registers them, their drop, the search for abandoned ones, and the pruning
 of markers nothing reads any more. `markers` is the quoted marker table."""
 
@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import asyncpg
 
-from setu_engine.markers import LoadMarker
+from setu_engine.staged.markers import LoadMarker
 
 # A logged table, never UNLOGGED: PostgreSQL empties an unlogged table after
 # a crash of its own, while the part markers, committed with the rows, would

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from setu_engine.markers import KEEP_MARKERS, MARKERS, LoadMarker
 from setu_engine.planning.destination_plan import TableShape
 from setu_engine.providers.base import (
     ConfigError,
@@ -41,13 +40,14 @@ from setu_engine.providers.failures import sqlite_error
 from setu_engine.providers.sqlite import shape as sqlite_shape
 from setu_engine.providers.sqlite import stage as sqlite_stage
 from setu_engine.providers.sqlite.values import DECLARED, neutral_of, row_reader, row_writer
-from setu_engine.resumable import STAGE_PREFIX
+from setu_engine.staged.markers import KEEP_MARKERS, MARKERS, LoadMarker
+from setu_engine.staged.resumable import STAGE_PREFIX
 from setu_engine.values.sqltypes import kept
 from setu_engine.values.types import Batch, Column, Stream
 
 if TYPE_CHECKING:
     from setu_engine.planning.incremental import Since
-    from setu_engine.resumable import Target
+    from setu_engine.staged.resumable import Target
 
 T = TypeVar("T")
 
@@ -288,7 +288,7 @@ class SqliteConnector:
                 raise
             return Written(written, counted)
 
-    # -- resumable loads (setu_engine/resumable.py, providers/sqlite/stage.py)
+    # -- resumable loads (setu_engine/staged/resumable.py, providers/sqlite/stage.py)
 
     # The chain runs in Python: the staging table takes its output.
     copies = False
@@ -642,7 +642,7 @@ class _WritePlan:
             )
 
     def insert_staged(self, conn: sqlite3.Connection, stage: str) -> int:
-        """The rows of a staging table (setu_engine/resumable.py), in the order they
+        """The rows of a staging table (setu_engine/staged/resumable.py), in the order they
         were staged, as insert() would write them; then the staging table
         is dropped. The rows staged."""
         names = ", ".join(quote(c.name) for c in self.columns)
@@ -683,7 +683,7 @@ class _WritePlan:
         return changes
 
 
-# Load markers (setu_engine/markers.py), written in the load's own transaction.
+# Load markers (setu_engine/staged/markers.py), written in the load's own transaction.
 MARKERS_DDL = (
     f"CREATE TABLE IF NOT EXISTS {quote(MARKERS)} (run_id TEXT NOT NULL, stream TEXT NOT NULL, "
     "part TEXT NOT NULL DEFAULT '', loaded_at TEXT NOT NULL, rows INTEGER NOT NULL, "

@@ -1,4 +1,4 @@
-"""Staging tables of resumable loads in SQLite (setu_engine/resumable.py).
+"""Staging tables of resumable loads in SQLite (setu_engine/staged/resumable.py).
 
 SQLite runs the operator chain in Python, so a staging table holds the
 chain's output, stored as the target stores it (values.py): applying
@@ -15,8 +15,8 @@ import sqlite3
 from collections.abc import Sequence
 from datetime import timedelta
 
-from setu_engine.markers import MARKERS, LoadMarker
 from setu_engine.providers.sqlite.values import DECLARED, row_writer
+from setu_engine.staged.markers import MARKERS, LoadMarker
 from setu_engine.values.types import Batch, Column
 
 

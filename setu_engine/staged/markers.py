@@ -25,7 +25,7 @@ WHOLE = ""
 # Whole-stream markers kept per stream, the newest: a load retried after its
 # commit (its result lost) is of a recent run. Each load prunes the older
 # ones, and other runs' part markers whose staging table is gone, in its
-# own transaction (setu_engine/resumable.py).
+# own transaction (setu_engine/staged/resumable.py).
 KEEP_MARKERS = 32
 
 

@@ -38,9 +38,9 @@ from typing import Any
 
 import zstandard
 
-from setu_engine.blob import BlobNotFound, BlobStore
 from setu_engine.planning.incremental import CursorMark
 from setu_engine.providers.base import CopyBatch, qualified
+from setu_engine.staged.blob import BlobNotFound, BlobStore
 from setu_engine.support import testpoints
 from setu_engine.support.closing import closing
 from setu_engine.values.types import Stream

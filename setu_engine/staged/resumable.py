@@ -6,7 +6,7 @@ goes through a staging table of its own in the destination
 (`_setu_stage_<hash of run and stream>`, next to the target):
 
 1. Each part is copied into the staging table in a transaction of its own,
-   together with its load marker (setu_engine/markers.py, part `part-00007`).
+   together with its load marker (setu_engine/staged/markers.py, part `part-00007`).
    A part whose marker is there was copied by an earlier attempt: a retry
    after a crash starts at the first part without one.
 2. One transaction then applies the staging table to the target (append,
@@ -51,11 +51,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
-from setu_engine import pgcopy, staging
-from setu_engine.blob import BlobStore
-from setu_engine.markers import LoadIdentity, LoadMarker
 from setu_engine.operators.chain import Chain, Plan
 from setu_engine.providers.base import CopyBatch, SchemaChanges, WriteMode, Written
+from setu_engine.staged import pgcopy, staging
+from setu_engine.staged.blob import BlobStore
+from setu_engine.staged.markers import LoadIdentity, LoadMarker
 from setu_engine.support import testpoints
 from setu_engine.support.closing import closing
 from setu_engine.values.special import ValueFault

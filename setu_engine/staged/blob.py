@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
-from setu_engine.s3 import S3Settings, error_code, error_message, is_not_found, s3_client
+from setu_engine.staged.s3 import S3Settings, error_code, error_message, is_not_found, s3_client
 
 BACKENDS = ("local", "s3")
 # Marks a local put in progress; keys may not contain it, so list never

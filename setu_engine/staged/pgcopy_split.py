@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import struct
 
-from setu_engine.pgcopy import HEADER, SIGNATURE, TRAILER
 from setu_engine.providers.base import CopyBatch
+from setu_engine.staged.pgcopy import HEADER, SIGNATURE, TRAILER
 
 _I2 = struct.Struct("!h")
 _I4 = struct.Struct("!i")

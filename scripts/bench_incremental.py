@@ -35,7 +35,7 @@ import asyncpg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scripts.bench_copy import COLUMNS, Quiet, config_of, with_database
-from setu_engine import transfer
+from setu_engine.movement import transfer
 from setu_engine.operators.chain import parse_spec
 from setu_engine.planning import incremental
 from setu_engine.providers.base import WriteMode

@@ -29,7 +29,7 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from setu_engine import transfer
+from setu_engine.movement import transfer
 from setu_engine.operators.chain import parse_spec
 from setu_engine.providers.base import WriteMode
 from setu_engine.providers.postgres import PROVIDER

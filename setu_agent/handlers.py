@@ -21,13 +21,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
-from setu_engine.transfer import read_said
-
 from setu_agent.runtime import Handler, TaskContext
 from setu_agent.runtime.grpc_source import stored_part_progress
 from setu_agent.runtime.task import NonRetryable
 from setu_client.errors import DeadlineExceeded, LeaseLost, Unavailable
-from setu_engine import dry_run, transfer
+from setu_engine.movement import dry_run, transfer
+from setu_engine.movement.transfer import read_said
 from setu_engine.operators.chain import PipelineSpec, SpecError, parse_spec
 from setu_engine.planning import incremental
 from setu_engine.providers import get_provider

@@ -1,4 +1,4 @@
-"""A dry run's plan (setu_engine/dry_run.py makes it): per stream, where it
+"""A dry run's plan (setu_engine/movement/dry_run.py makes it): per stream, where it
 would land and how, and its JSON, the form it is recorded in and handed on
 in a task's payload. Task results carry plans (setu_tasks/results.py)."""
 
@@ -26,7 +26,7 @@ class PlannedColumn:
 @dataclass(frozen=True)
 class PlannedStream:
     """A dry run's plan for one stream: where it would land, and how
-    (setu_engine/dry_run.py). `actions` stay empty until the destination was
+    (setu_engine/movement/dry_run.py). `actions` stay empty until the destination was
     inspected; any `incompatibilities` fail the dry run."""
 
     stream: str

@@ -20,15 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from setu_engine.transfer import read_said
-
 from setu_agent.cloud.book import RunBook, RunOutput
 from setu_agent.cloud.connections import ConnectionCache
 from setu_agent.handlers import ConnectPolicy, open_connector
 from setu_agent.runtime import TaskContext
 from setu_agent.runtime.task import LeasedTask, NonRetryable, TaskCancelled
 from setu_client.errors import FailedPrecondition, LeaseLost
-from setu_engine import dry_run, transfer
+from setu_engine.movement import dry_run, transfer
+from setu_engine.movement.transfer import read_said
 from setu_engine.operators.chain import SpecError, parse_spec
 from setu_engine.planning import incremental
 from setu_engine.providers.base import ConfigError, Connector, CountsRows, Egress
@@ -59,7 +58,7 @@ class MigrateSettings:
     direct_max_rows: int = DIRECT_MAX_ROWS
     # Which staged streams load part by part (setu_engine/staged/resumable.py).
     resume: ResumePolicy = DEFAULT_POLICY
-    # cloud → cloud: load the last stream while it is extracted (setu_engine/transfer.py).
+    # cloud → cloud: load the last stream while it is extracted (setu_engine/movement/transfer.py).
     overlap: bool = True
 
 

@@ -227,7 +227,7 @@ def changes_of(written: int) -> RowChanges | None:
 class ResumableSource(Protocol):
     """A source whose read of a stream can resume after a position it gave
     with an earlier batch (SQLite: the rowid), so a retried extract reads
-    only the rows after the parts it had stored (setu_engine/transfer.py).
+    only the rows after the parts it had stored (setu_engine/movement/transfer.py).
     A resumed read sees the source as it is then (a new snapshot)."""
 
     async def resumes(self, stream: Stream) -> bool:

@@ -30,7 +30,7 @@ and creation time. It goes:
 - when its load is cancelled or fails for good (best effort, by whoever
   ran the load): a retry never comes, so nothing would read it again;
 - when a later load of another run into the same destination (any staged
-  load, resumable or not: setu_engine/transfer.py) finds it idle for
+  load, resumable or not: setu_engine/movement/transfer.py) finds it idle for
   longer than `ResumePolicy.stale_after` (its process died for good):
   dropped with its part markers, in one transaction, so a run that did
   come back after all would copy every part again, never trust a marker
@@ -89,7 +89,7 @@ class ResumePolicy:
 
     def applies_to(self, parts: Sequence[staging.Part], chain: Chain) -> bool:
         """On the parts staged so far, too: once true, more parts keep it so
-        (a load beside its extract steps aside then: setu_engine/transfer.py)."""
+        (a load beside its extract steps aside then: setu_engine/movement/transfer.py)."""
         size = sum(part.size for part in parts)
         return len(parts) > 1 and size >= self.min_bytes and not chain.blocking
 

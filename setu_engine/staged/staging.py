@@ -206,7 +206,7 @@ async def write_stream(
 
     `on_part` hears of each part once it is stored whole (the put returned),
     in order, with the batch it holds: a load beside the extract
-    (setu_engine/transfer.py) reads only complete parts. `resumed`: the parts
+    (setu_engine/movement/transfer.py) reads only complete parts. `resumed`: the parts
     an earlier attempt stored (verified), which the stream starts with;
     `batches` then holds only the rows after them."""
     staged = StagedStream(stream, list(resumed))

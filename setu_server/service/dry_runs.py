@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from setu_engine import dry_run
+from setu_engine.movement import dry_run
 from setu_engine.operators.chain import parse_spec
 from setu_engine.values.types import Stream
 from setu_server.models import EventLevel, Job, JobState, Task, TaskKind, runtime_name

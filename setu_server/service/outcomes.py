@@ -35,7 +35,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from setu_client.errors import InvalidArgument
-from setu_engine import transfer
+from setu_engine.movement import transfer
 from setu_engine.operators.chain import SpecError
 from setu_engine.providers.base import ConfigError, ProviderError
 from setu_engine.staged.staging import run_prefix

@@ -2,8 +2,8 @@
 
 When the source connection was discovered (its catalog is known), the
 pipeline's streams, its operator chain's columns and its keys are checked
-with the engine's own code (setu_engine/transfer.py `select_streams`,
-setu_engine/dry_run.py `plan`), so the message is the one a run or a dry run
+with the engine's own code (setu_engine/movement/transfer.py `select_streams`,
+setu_engine/movement/dry_run.py `plan`), so the message is the one a run or a dry run
 would give. A source never discovered is not checked: nothing is known yet.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 from uuid import UUID
 
 from setu_client.errors import InvalidArgument
-from setu_engine import dry_run, transfer
+from setu_engine.movement import dry_run, transfer
 from setu_engine.operators.chain import SpecError, parse_spec
 from setu_engine.planning import incremental
 from setu_engine.providers.base import ConfigError, ProviderError, WriteMode

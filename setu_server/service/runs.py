@@ -21,7 +21,7 @@ from setu_client.errors import (
     LeaseLost,
     NotFound,
 )
-from setu_engine import dry_run
+from setu_engine.movement import dry_run
 from setu_engine.operators.chain import SpecError, parse_spec
 from setu_engine.staged.blob import BlobSettings
 from setu_engine.staged.staging import run_prefix

@@ -1,5 +1,6 @@
-"""A dry run is a plan (setu_engine/dry_run.py, setu_engine/planning/destination_plan.py): per
-stream the rows, the destination's actions, the columns after the operator
+"""A dry run is a plan (setu_engine/movement/dry_run.py,
+setu_engine/planning/destination_plan.py): per stream the rows, the
+destination's actions, the columns after the operator
 chain, and every incompatibility the real run would meet, with nothing
 written; it fails exactly when the run would, with the run's own words.
 In-process server and cloud worker, real PostgreSQL (the four flows, with

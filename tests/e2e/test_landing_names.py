@@ -1,7 +1,7 @@
 """A source's names cannot steer where a run writes: every stream lands as
 one identifier in the destination connection's configured schema (or
 folder); only the pipeline's spec.destination may name another schema
-(setu_engine/transfer.py `landing_name`)."""
+(setu_engine/movement/transfer.py `landing_name`)."""
 
 from __future__ import annotations
 

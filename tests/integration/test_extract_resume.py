@@ -1,5 +1,5 @@
 """A staged extract resumes after the parts an earlier attempt stored
-(setu_engine/transfer.py, docs/flows.md "An extract resumes at the first part not
+(setu_engine/movement/transfer.py, docs/flows.md "An extract resumes at the first part not
 stored"): a SQLite table (a real file) staged into a local blob folder, then
 staged again from the books the first attempt kept. The provider's own
 count says what each attempt read of the source."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import asyncpg
 
-from setu_engine import transfer
+from setu_engine.movement import transfer
 from setu_engine.providers import get_provider
 from setu_engine.providers.base import Connector, CountsRows
 from setu_engine.staged import staging

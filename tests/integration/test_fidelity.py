@@ -35,7 +35,7 @@ import asyncpg
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
-from setu_engine import transfer
+from setu_engine.movement import transfer
 from setu_engine.operators.chain import parse_spec
 from setu_engine.providers import files_parquet, get_provider, pgarrays
 from setu_engine.providers.base import Connector, WriteMode

@@ -1,4 +1,4 @@
-"""Overlapped stages (setu_engine/transfer.py, stage_and_load): a
+"""Overlapped stages (setu_engine/movement/transfer.py, stage_and_load): a
 cloud → cloud run loads its last stream while extracting it, into real
 PostgreSQL databases through a real blob folder. The load reads a part only
 once it is stored whole; it commits only after the manifest is recorded; an
@@ -19,7 +19,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_engine import transfer
+from setu_engine.movement import transfer
 from setu_engine.operators.chain import parse_spec
 from setu_engine.providers import get_provider
 from setu_engine.providers.base import Connector, CopyBatch, PermanentError, WriteMode

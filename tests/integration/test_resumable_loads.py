@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_engine import transfer
+from setu_engine.movement import transfer
 from setu_engine.operators.chain import parse_spec
 from setu_engine.providers import get_provider
 from setu_engine.providers.base import Connector, RowChanges, WriteMode

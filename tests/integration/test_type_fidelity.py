@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 import asyncpg
 import pytest
 
-from setu_engine import transfer
+from setu_engine.movement import transfer
 from setu_engine.operators.chain import SpecError, parse_spec
 from setu_engine.providers.base import Connector, WriteMode
 from setu_engine.providers.postgres import PROVIDER as POSTGRES

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 from typing import cast
 
 import pytest
-from setu_engine.transfer import _copy_batches, read_ahead
 
+from setu_engine.movement.transfer import _copy_batches, read_ahead
 from setu_engine.providers.base import Connector
 from setu_engine.support.closing import closing
 from setu_engine.values.types import Batch, Column, Stream

@@ -1,12 +1,12 @@
-"""Where a stream lands (setu_engine/transfer.py `plan_stream`): its own
+"""Where a stream lands (setu_engine/movement/transfer.py `plan_stream`): its own
 name as one identifier, whatever it holds; another schema only where the
 pipeline's spec.destination names one."""
 
 from __future__ import annotations
 
 import pytest
-from setu_engine.transfer import plan_stream
 
+from setu_engine.movement.transfer import plan_stream
 from setu_engine.operators.chain import parse_spec
 from setu_engine.providers.base import WriteMode
 from setu_engine.values.types import Column, Stream

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from setu_engine import transfer
+from setu_engine.movement import transfer
 from setu_engine.operators.chain import PipelineSpec, SchemaEvolution, SpecError
 from setu_engine.planning import destination_plan
 from setu_engine.plans import PlannedColumn, PlannedStream, plans_from_json

@@ -21,20 +21,20 @@ from typing import Any, ClassVar
 
 from setu_engine.planning.incremental import MARK_TYPES, CursorMark
 
-# A result carries a dry run's plan (setu_engine/plans.py) and is refused with
+# A result carries a dry run's plan (setu_engine/planning/plans.py) and is refused with
 # the engine's strict reader's error: both re-exported for the callers of results.
-from setu_engine.plans import PlannedColumn as PlannedColumn
-from setu_engine.plans import PlannedStream as PlannedStream
-from setu_engine.plans import incompatibilities as incompatibilities
-from setu_engine.plans import plans_from_json as plans_from_json
+from setu_engine.planning.plans import PlannedColumn as PlannedColumn
+from setu_engine.planning.plans import PlannedStream as PlannedStream
+from setu_engine.planning.plans import incompatibilities as incompatibilities
+from setu_engine.planning.plans import plans_from_json as plans_from_json
 from setu_engine.providers.base import RowChanges
 from setu_engine.staged.staging import MANIFEST, Manifest
-from setu_engine.strict_json import MalformedResult as MalformedResult
-from setu_engine.strict_json import an_object as _fields_any
-from setu_engine.strict_json import check as _check
-from setu_engine.strict_json import columns as _columns
-from setu_engine.strict_json import fields as _fields
-from setu_engine.strict_json import strings as _strings
+from setu_engine.values.strict_json import MalformedResult as MalformedResult
+from setu_engine.values.strict_json import an_object as _fields_any
+from setu_engine.values.strict_json import check as _check
+from setu_engine.values.strict_json import columns as _columns
+from setu_engine.values.strict_json import fields as _fields
+from setu_engine.values.strict_json import strings as _strings
 from setu_engine.values.types import Column, Stream
 
 

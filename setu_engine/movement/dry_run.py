@@ -23,7 +23,7 @@ from typing import Any
 from setu_engine.movement import transfer
 from setu_engine.operators.chain import PipelineSpec, SchemaEvolution, SpecError
 from setu_engine.planning import destination_plan
-from setu_engine.plans import PlannedColumn, PlannedStream, plans_from_json
+from setu_engine.planning.plans import PlannedColumn, PlannedStream, plans_from_json
 from setu_engine.providers.base import ConfigError, WriteMode, qualified
 from setu_engine.values.types import Stream
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from setu_engine.strict_json import MalformedResult, columns, fields, strings
+from setu_engine.values.strict_json import MalformedResult, columns, fields, strings
 from setu_engine.values.types import Column
 
 

@@ -2,7 +2,7 @@
 names (and any of its optional ones), each of its type, or the reader raises
 MalformedResult (INVALID_ARGUMENT) naming what is wrong, so a misspelt key
 fails loudly instead of vanishing. The task results (setu_tasks/results.py)
-and a dry run's plan (setu_engine/plans.py) are read with it."""
+and a dry run's plan (setu_engine/planning/plans.py) are read with it."""
 
 from __future__ import annotations
 

@@ -5,9 +5,8 @@ accepted), when it was last seen, and what it runs now."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from setu_cli.commands import _Commands
+from setu_cli.command_set import CommandSet
 from setu_cli.render import as_dict, emit, table, when
 from setu_cli.session import Session
 from setu_client import Agent, SetuClient
@@ -43,12 +42,9 @@ async def agents_list(client: SetuClient, args: argparse.Namespace, _: Session) 
     return 0
 
 
-def add_agent_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Registers `setu agents list`."""
-    parser = sub.add_parser(
-        "agents", help="the workspace's agents and whether they are online", parents=[common]
-    )
-    leaves = _Commands(parser.add_subparsers(dest="action", required=True), common)
+def register(commands: CommandSet) -> None:
+    """Adds `setu agents list`."""
+    leaves = commands.noun("agents", "the workspace's agents and whether they are online")
     leaves.add(
         "list",
         agents_list,

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from setu_cli.commands import read_documents
+from setu_cli.command_set import CommandSet
+from setu_cli.inputs import read_documents
 from setu_cli.render import enum_name
 from setu_cli.session import CliError, Session
 from setu_client import (
@@ -439,18 +440,15 @@ async def export_command(client: SetuClient, args: argparse.Namespace, _: Sessio
     return 0
 
 
-def add_apply_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Registers apply, delete and export on `setu`'s subparsers."""
+def register(commands: CommandSet) -> None:
+    """Adds apply, delete and export."""
     file_help = "a YAML or JSON file, or a folder of them; - for stdin"
     for name, handler, help in (
         ("apply", apply_command, "create or update the connections and pipelines a file declares"),
         ("delete", delete_command, "delete the pipelines and connections a file declares"),
     ):
-        parser = sub.add_parser(name, help=help, description=help, parents=[common])
-        parser.set_defaults(handler=handler)
+        parser = commands.command(name, handler, help)
         parser.add_argument("-f", "--file", required=True, metavar="FILE", help=file_help)
         parser.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     help = "print the workspace's connections and pipelines as a file apply reads"
-    sub.add_parser("export", help=help, description=help, parents=[common]).set_defaults(
-        handler=export_command
-    )
+    commands.command("export", export_command, help)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from setu_cli.commands import _Commands, connection_ref, pipeline_ref, read_documents
+from setu_cli.command_set import CommandSet
+from setu_cli.inputs import connection_ref, pipeline_ref, read_documents
 from setu_cli.render import as_dict, connection_block, emit, pipeline_block, table
 from setu_cli.session import EXIT_FAILED, CliError, Session
 from setu_client import SetuClient, struct_to_dict
@@ -171,10 +172,11 @@ async def connections_preview(client: SetuClient, args: argparse.Namespace, _: S
     return 0
 
 
-def add_change_commands(leaves: dict[str, _Commands]) -> None:
-    """Adds update (both nouns) and test, discover and preview (connections)."""
+def register(commands: CommandSet) -> None:
+    """Adds update (both nouns) and test, discover and preview (connections),
+    after objects.py's commands."""
     for noun, handler in (("connections", connections_update), ("pipelines", pipelines_update)):
-        update = leaves[noun].add(
+        update = commands.leaves(noun).add(
             "update", handler, f"change fields of one of the {noun}", "NAME_OR_ID"
         )
         update.add_argument(
@@ -187,8 +189,13 @@ def add_change_commands(leaves: dict[str, _Commands]) -> None:
             metavar="KEY=VALUE",
             help="change one field (value read as YAML); config.KEY / spec.KEY change one entry",
         )
-    timeout = {"type": int, "default": 0, "metavar": "S", "help": "wait at most S s (30)"}
-    connections = leaves["connections"]
+    timeout: dict[str, Any] = {
+        "type": int,
+        "default": 0,
+        "metavar": "S",
+        "help": "wait at most S s (30)",
+    }
+    connections = commands.leaves("connections")
     made = connections.add(
         "test",
         connections_test,

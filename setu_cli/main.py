@@ -6,9 +6,24 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
-from setu_cli.commands import add_client_commands
+from setu_cli import agents, apply, changes, jobs, objects, state
+from setu_cli.command_set import CommandSet
 from setu_cli.session import EXIT_CODES_HELP, run_command, server_options
+
+# In the order `setu --help` lists their commands; changes and state add
+# leaves to the nouns objects made.
+CLIENT_MODULES = (objects, changes, state, jobs, apply, agents)
+
+
+def add_client_commands(sub: Any) -> CommandSet:
+    """Registers the client's commands (connections, pipelines, run, jobs,
+    apply, delete, export, agents) on `setu`'s subparsers."""
+    commands = CommandSet(sub, server_options())
+    for module in CLIENT_MODULES:
+        module.register(commands)
+    return commands
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,7 +8,8 @@ import argparse
 import json
 from typing import Any
 
-from setu_cli.commands import _Commands, pipeline_ref
+from setu_cli.command_set import CommandSet
+from setu_cli.inputs import pipeline_ref
 from setu_cli.render import as_dict, emit, table
 from setu_cli.session import Session
 from setu_client import SetuClient
@@ -59,8 +60,9 @@ async def pipelines_reset_state(client: SetuClient, args: argparse.Namespace, _:
     return 0
 
 
-def add_state_commands(by_noun: dict[str, Any]) -> None:
-    leaves: _Commands = by_noun["pipelines"]
+def register(commands: CommandSet) -> None:
+    """Adds `pipelines state` and `pipelines reset-state` (after objects.py's)."""
+    leaves = commands.leaves("pipelines")
     leaves.add(
         "state", pipelines_state, "show the saved cursor of each incremental stream", "NAME_OR_ID"
     )

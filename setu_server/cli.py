@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf.message import Message
 
-from setu_cli.commands import add_client_commands
+from setu_cli.main import add_client_commands
 from setu_cli.session import (
     EXIT_CODES_HELP,
     CliError,

@@ -2,7 +2,7 @@
 (docs/data-types.md, "Values and spellings per format").
 
 The one source both JSON Lines writers read, so they cannot drift apart:
-the Python encoder (setu_engine/providers/files_encode.py, through
+the Python encoder (setu_engine/providers/files/encode.py, through
 setu_engine/values/special.py) and the SQL that has PostgreSQL render each
 line itself (setu_engine/providers/postgres/json.py). CSV and SQLite's
 text use the same words, unquoted. Readers accept these and more (any case,

@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_cli.commands import read_documents
+from setu_cli.inputs import read_documents
 from setu_cli.render import ProgressDisplay, RateMeter, progress_line
 from setu_client import Job, JobKind, JobState, Phase, Progress
 from setu_server.server import Running

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from setu_cli import session
-from setu_engine.providers import files
+from setu_engine.providers.files import connector as files
 from setu_engine.providers.postgres import connector as postgres
 from setu_engine.providers.sqlite import connector as sqlite
 

@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_cli.commands import add_client_commands
+from setu_cli.main import add_client_commands
 from setu_cli.session import server_options
 from setu_server.server import Running
 from tests.e2e.test_cli_data import PIPELINE, connections_yaml, setu

@@ -1,7 +1,7 @@
 """`setu jobs wait` and `setu jobs watch` ride a restart of their server,
 as the SDK's wait_for_job and watch_job do: one line on stderr when the
 server goes away, one when it is back, and the job's end as if nothing had
-happened (setu_cli/commands.py ServerWatch, setu_client/replicas.py)."""
+happened (setu_cli/session.py ServerWatch, setu_client/replicas.py)."""
 
 from __future__ import annotations
 

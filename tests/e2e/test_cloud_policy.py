@@ -1,6 +1,6 @@
 """What a cloud connection may reach: its workspace's own files under
 SETU_LOCAL_FILES_ROOT only, and S3 with its own credentials
-(setu_agent/cloud/policy.py, setu_engine/providers/files_storage.py)."""
+(setu_agent/cloud/policy.py, setu_engine/providers/files/storage.py)."""
 
 from __future__ import annotations
 

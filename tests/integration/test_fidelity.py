@@ -37,8 +37,10 @@ import pytest
 
 from setu_engine.movement import transfer
 from setu_engine.operators.chain import parse_spec
-from setu_engine.providers import files_parquet, get_provider, pgarrays
+from setu_engine.providers import get_provider
 from setu_engine.providers.base import Connector, WriteMode
+from setu_engine.providers.files import arrays as pgarrays
+from setu_engine.providers.files import parquet as files_parquet
 from setu_engine.staged.blob import LocalBlobStore
 from setu_engine.staged.markers import LoadIdentity
 from setu_engine.values.special import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault

@@ -15,8 +15,8 @@ import pytest
 
 from setu_engine.providers.base import ConfigError, Connector, PermanentError
 from setu_engine.providers.files import PROVIDER
-from setu_engine.providers.files_codec import _Source
-from setu_engine.providers.files_csv import CsvOptions, csv_records
+from setu_engine.providers.files.codec import _Source
+from setu_engine.providers.files.csv import CsvOptions, csv_records
 from setu_engine.values.special import ValueFault
 from setu_engine.values.types import Column, Row, Stream
 from tests import flights_csv

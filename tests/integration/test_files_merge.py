@@ -1,4 +1,5 @@
-"""File upsert and merge through the on-disk spill (files_merge): the last
+"""File upsert and merge through the on-disk spill
+(setu_engine/providers/files/merge.py): the last
 written row of a key wins in its first key's place, an old row is replaced
 in place, a key the old file holds twice keeps only its first place, and
 the spill's temporary database is gone afterwards."""
@@ -12,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from setu_engine.providers import files_encode, files_merge
 from setu_engine.providers.base import CopyBatch
+from setu_engine.providers.files import encode as files_encode
+from setu_engine.providers.files import merge as files_merge
 from setu_engine.values.special import ValueFault
 from setu_engine.values.types import Batch, Column, Row
 

@@ -26,7 +26,7 @@ from setu_engine.providers.base import (
     WriteMode,
 )
 from setu_engine.providers.files import PROVIDER
-from setu_engine.providers.files_storage import _LocalFiles
+from setu_engine.providers.files.storage import _LocalFiles
 from setu_engine.staged import s3
 from setu_engine.staged.s3 import s3_client
 from setu_engine.support.secrets import SecretStore

@@ -1,4 +1,4 @@
-"""The two JSON Lines writers (Python's, setu_engine/providers/files_encode.py,
+"""The two JSON Lines writers (Python's, setu_engine/providers/files/encode.py,
 and the SQL PostgreSQL runs, setu_engine/providers/postgres/json.py)
 spell the special values from one source, setu_engine/values/spellings.py:
 change a spelling there and both lines change alike, on real PostgreSQL."""
@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_engine.providers.files_encode import csv_encoder, jsonl_encoder
+from setu_engine.providers.files.encode import csv_encoder, jsonl_encoder
 from setu_engine.providers.postgres.json import line_sql
 from setu_engine.values import spellings
 from setu_engine.values.special import INFINITY, MINUS_INFINITY

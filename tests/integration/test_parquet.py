@@ -22,7 +22,7 @@ import pytest
 
 from setu_engine.providers.base import ConfigError, PermanentError, ProviderError, WriteMode
 from setu_engine.providers.files import PROVIDER
-from setu_engine.providers.files_parquet import ParquetOptions, ParquetWriter
+from setu_engine.providers.files.parquet import ParquetOptions, ParquetWriter
 from setu_engine.values.special import JSON_NULL, ValueFault
 from setu_engine.values.types import Batch, Column, Row
 from tests.integration.test_files_provider import Place, read_all

@@ -5,7 +5,7 @@ decoding every value into Python and encoding it again would cost three
 times as long.
 
 The lines spell every value as Setu's own JSON Lines writer does
-(setu_engine/providers/files_encode.py, docs/data-types.md), both
+(setu_engine/providers/files/encode.py, docs/data-types.md), both
 reading the special values' spellings from setu_engine/values/spellings.py;
 the fidelity suite checks this path against that writer:
 

@@ -49,17 +49,17 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
-from setu_engine.providers import pgarrays
 from setu_engine.providers.base import ConfigError, PermanentError
 from setu_engine.providers.failures import file_error
-from setu_engine.providers.files_codec import _dropped, _Source, to_json
-from setu_engine.providers.files_storage import (
+from setu_engine.providers.files import arrays as pgarrays
+from setu_engine.providers.files.codec import _dropped, _Source, to_json
+from setu_engine.providers.files.s3_ranges import S3RangeFile
+from setu_engine.providers.files.storage import (
     _LocalFiles,
     _open_nofollow,
     _S3Files,
     _Storage,
 )
-from setu_engine.providers.s3_ranges import S3RangeFile
 from setu_engine.values import sqltypes
 from setu_engine.values.special import JSON_NULL, ValueFault, shortest_real
 from setu_engine.values.types import Column, Row

@@ -34,7 +34,7 @@ from datetime import date, datetime, time
 from typing import Any
 
 from setu_engine.providers.base import ConfigError, PermanentError
-from setu_engine.providers.files_codec import _check_header, _dropped, _Source, from_text
+from setu_engine.providers.files.codec import _check_header, _dropped, _Source, from_text
 from setu_engine.values.special import INFINITIES, NONFINITE_TEXTS, ValueFault
 from setu_engine.values.types import Column, Row
 

@@ -14,7 +14,7 @@ import re
 from datetime import date, datetime, time
 from typing import Any
 
-from setu_engine.providers.files_codec import from_text
+from setu_engine.providers.files.codec import from_text
 
 
 def parse(text: str, element: str) -> list[Any]:

@@ -3,8 +3,8 @@ or under an S3 prefix, one stream per file (named by the file's stem).
 
 Reading streams line by line (a thread for local files, the response body
 for S3), so no file is ever whole in memory; Parquet a row group at a time
-(files_parquet). Types not declared in `config.columns` are inferred: a CSV
-column's from every value (files_csv), a JSON Lines field's from the first
+(parquet.py). Types not declared in `config.columns` are inferred: a CSV
+column's from every value (csv.py), a JSON Lines field's from the first
 rows, a Parquet column's from the file's schema.
 
 CSV cannot tell NULL from the empty string: an empty field reads as NULL
@@ -15,12 +15,12 @@ Writing builds the new file beside the old one (local) or on local disk
 (S3) and swaps it in at the end, so a failure leaves the old file as it was.
 Upsert and merge spill the written rows to a temporary SQLite database,
 keyed, to match them against the existing file in bounded memory
-(files_merge). Rows are encoded a batch at a time (files_encode: orjson for
+(merge.py). Rows are encoded a batch at a time (encode.py: orjson for
 JSON Lines), with the spellings of docs/data-types.md.
 
-Value conversion and JSON Lines parsing live in files_codec, CSV reading in
-files_csv, Parquet in files_parquet; the local and S3 storage in
-files_storage.
+Value conversion and JSON Lines parsing live in codec.py, CSV reading in
+csv.py, Parquet in parquet.py (PostgreSQL's array text in arrays.py); the
+local and S3 storage in storage.py, ranged S3 reads in s3_ranges.py.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from setu_engine.providers import files_csv, files_merge, files_parquet
 from setu_engine.providers.base import (
     ConfigError,
     Connector,
@@ -44,7 +43,10 @@ from setu_engine.providers.base import (
     WriteMode,
 )
 from setu_engine.providers.failures import file_error
-from setu_engine.providers.files_codec import (
+from setu_engine.providers.files import csv as files_csv
+from setu_engine.providers.files import merge as files_merge
+from setu_engine.providers.files import parquet as files_parquet
+from setu_engine.providers.files.codec import (
     _head,
     _jsonl_rows,
     _nothing,
@@ -52,13 +54,13 @@ from setu_engine.providers.files_codec import (
     infer_json,
     jsonl_records,
 )
-from setu_engine.providers.files_encode import (
+from setu_engine.providers.files.encode import (
     csv_encoder,
     csv_header,
     jsonl_encoder,
     line_encoder,
 )
-from setu_engine.providers.files_storage import _LocalFiles, _S3Files, _Storage
+from setu_engine.providers.files.storage import _LocalFiles, _S3Files, _Storage
 from setu_engine.staged import s3
 from setu_engine.staged.markers import MARKERS, LoadMarker
 from setu_engine.support.secrets import check_reference, is_reference

@@ -1,0 +1,229 @@
+"""setu's `run` and `jobs` commands: submit a run, follow, wait for, cancel
+and inspect jobs. Their exit codes say how the job ended (session.py)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+
+from setu_cli.command_set import CommandSet
+from setu_cli.inputs import pipeline_ref
+from setu_cli.render import (
+    ProgressDisplay,
+    as_dict,
+    emit,
+    enum_name,
+    job_block,
+    job_state,
+    outputs_table,
+    table,
+    when,
+)
+from setu_cli.session import (
+    EXIT_CANCELLED,
+    EXIT_CODES_HELP,
+    EXIT_FAILED,
+    EXIT_STILL_RUNNING,
+    EXIT_SUCCEEDED,
+    CliError,
+    Session,
+)
+from setu_client import Job, JobNotStarted, JobState, SetuClient
+
+# ---------------------------------------------------------------- runs and jobs
+
+_EXIT_BY_STATE = {
+    JobState.SUCCEEDED: EXIT_SUCCEEDED,
+    JobState.FAILED: EXIT_FAILED,
+    JobState.CANCELLED: EXIT_CANCELLED,
+}
+
+
+async def _report_end(client: SetuClient, job: Job, args: argparse.Namespace) -> int:
+    """The job's final block and per-stream outputs; the exit code its state means."""
+    outputs = await client.job_outputs(job.id)
+    # A dry run moved nothing: its plan (in the block) is what it has to show.
+    human = job_block(job) if job.plan else f"{job_block(job)}\n\n{outputs_table(outputs)}"
+    emit(args, {"job": as_dict(job), "outputs": as_dict(outputs)}, human)
+    return _EXIT_BY_STATE.get(job.state, EXIT_STILL_RUNNING)
+
+
+async def _follow(
+    client: SetuClient, job_id: str, args: argparse.Namespace, session: Session
+) -> int:
+    # With --json stdout carries the one document, so the display goes to stderr.
+    out = sys.stderr if args.json else sys.stdout
+    await client.get_job(job_id)  # reached (and known) before the watch rides outages
+    display = ProgressDisplay(out, tty=out.isatty())
+    session.watching = job_id
+    last: Job | None = None
+    try:
+        async for job in client.watch_job(job_id):
+            display.show(job)
+            last = job
+    finally:
+        display.close()
+    session.watching = ""
+    if not args.json and not display.tty:
+        print()  # set the summary apart from the progress lines
+    return await _report_end(client, last or await client.get_job(job_id), args)
+
+
+async def run(client: SetuClient, args: argparse.Namespace, session: Session) -> int:
+    if args.wait and args.no_start:
+        raise CliError("--wait would wait for ever on a job left READY; drop one of them")
+    pipeline = await pipeline_ref(client, args.pipeline)
+    job = await client.submit_run(
+        pipeline.id,
+        start=not args.no_start,
+        dry_run=args.dry_run,
+        idempotency_key=args.idempotency_key,
+    )
+    # A plan is worth seeing: a dry run waits for it, and exits as it ended.
+    if not (args.wait or (args.dry_run and not args.no_start)):
+        emit(args, as_dict(job), job.id)
+        return 0
+    if not args.json:
+        print(f"job {job.id}  (pipeline {pipeline.name})", flush=True)
+    return await _follow(client, job.id, args, session)
+
+
+async def jobs_get(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    job = await client.get_job(args.id)
+    emit(args, as_dict(job), job_block(job))
+    return 0
+
+
+async def jobs_start(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    job = await client.start_job(args.id)
+    emit(args, as_dict(job), f"job {job.id} is {job_state(job)}")
+    return 0
+
+
+async def jobs_wait(client: SetuClient, args: argparse.Namespace, session: Session) -> int:
+    await client.get_job(args.id)  # reached (and known) before the wait rides outages
+    session.watching = args.id
+    # On timeout _report_end shows the state the job is still in, and exits 4.
+    with contextlib.suppress(TimeoutError):
+        try:
+            await client.wait_for_job(args.id, timeout=args.timeout)
+        except JobNotStarted:
+            raise CliError(
+                f"job {args.id} is READY and would never end: start it with "
+                f"`setu jobs start {args.id}`"
+            ) from None
+    session.watching = ""
+    return await _report_end(client, await client.get_job(args.id), args)
+
+
+async def jobs_watch(client: SetuClient, args: argparse.Namespace, session: Session) -> int:
+    return await _follow(client, args.id, args, session)
+
+
+async def jobs_cancel(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    job = await client.cancel_job(args.id, args.reason)
+    if job.terminal:
+        human = f"job {job.id} is {job_state(job)}"
+    else:
+        human = f"cancel requested: job {job.id} is {job_state(job)}"
+    emit(args, as_dict(job), human)
+    return 0
+
+
+async def jobs_events(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    events = [e async for e in client.job_events(args.id)]
+    rows = [
+        (
+            when(e.created_at),
+            enum_name(e.level),
+            e.stream or "-",
+            e.message,
+        )
+        for e in events
+    ]
+    human = table(("TIME", "LEVEL", "STREAM", "MESSAGE"), rows) if rows else "no events"
+    emit(args, {"events": [as_dict(e) for e in events]}, human)
+    return 0
+
+
+async def jobs_outputs(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    outputs = await client.job_outputs(args.id)
+    t = outputs.totals
+    totals = f"total: extracted {t.rows_extracted:,}, loaded {t.rows_loaded:,}"
+    emit(args, as_dict(outputs), f"{outputs_table(outputs)}\n\n{totals}")
+    return 0
+
+
+async def jobs_list(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    pipeline_id = (await pipeline_ref(client, args.pipeline)).id if args.pipeline else ""
+    states = [JobState[s.upper()] for s in args.state]
+    found: list[Job] = []
+    listing = client.list_jobs(
+        states=states, pipeline_id=pipeline_id, page_size=min(args.limit, 500)
+    )
+    async for job in listing:
+        found.append(job)
+        if len(found) == args.limit:
+            break  # asyncio.run closes the abandoned listing on the way out
+    rows = [
+        (
+            j.id,
+            job_state(j),
+            enum_name(j.kind),
+            enum_name(j.phase),
+            f"{j.progress.rows_extracted:,}",
+            f"{j.progress.rows_loaded:,}",
+            when(j.created_at),
+            when(j.finished_at),
+        )
+        for j in found
+    ]
+    headers = ("ID", "STATE", "KIND", "PHASE", "EXTRACTED", "LOADED", "CREATED", "FINISHED")
+    emit(args, {"jobs": [as_dict(j) for j in found]}, table(headers, rows) if rows else "no jobs")
+    return 0
+
+
+_STATES = ("ready", "pending", "running", "succeeded", "failed", "cancelled")
+
+
+def register(commands: CommandSet) -> None:
+    """Adds `run` and the `jobs` commands."""
+    codes = {"epilog": EXIT_CODES_HELP, "formatter_class": argparse.RawDescriptionHelpFormatter}
+    runner = commands.command(
+        "run", run, "submit a run of a pipeline and print its job id", "PIPELINE", **codes
+    )
+    runner.add_argument("--wait", action="store_true", help="show progress until the run ends")
+    runner.add_argument("--no-start", action="store_true", help="leave it READY (jobs start ID)")
+    runner.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="plan the run against the source and destination, write nothing; print the plan "
+        "and exit non-zero when the real run would fail",
+    )
+    runner.add_argument("--idempotency-key", default="", metavar="K", help="submit at most once")
+
+    leaves = commands.noun("jobs", "inspect, wait for and cancel jobs")
+    leaves.add("get", jobs_get, "show a job", "ID")
+    leaves.add("start", jobs_start, "start a READY job", "ID")
+    leaves.add("wait", jobs_wait, "wait until a job ends", "ID", **codes).add_argument(
+        "--timeout", type=float, metavar="S", help="give up after S seconds (exit 4)"
+    )
+    leaves.add("watch", jobs_watch, "show a job's progress until it ends", "ID", **codes)
+    leaves.add("cancel", jobs_cancel, "ask a job to stop (a no-op once ended)", "ID").add_argument(
+        "--reason", default="", help="recorded in the job's events"
+    )
+    leaves.add("events", jobs_events, "a job's timeline", "ID")
+    leaves.add("outputs", jobs_outputs, "a job's rows per stream", "ID")
+    listing = leaves.add("list", jobs_list, "recent jobs, newest first")
+    listing.add_argument(
+        "--state",
+        nargs="+",
+        action="extend",
+        default=[],
+        choices=_STATES,
+        metavar="S",
+        help=f"only jobs in these states: {', '.join(_STATES)}",
+    )
+    listing.add_argument("--pipeline", default="", metavar="P", help="a pipeline name or id")
+    listing.add_argument("--limit", type=int, default=20, metavar="N", help="at most N (20)")

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from setu_agent.runtime import Handler, TaskContext
-from setu_agent.runtime.grpc_source import stored_part_progress
 from setu_agent.runtime.task import NonRetryable
 from setu_client.errors import DeadlineExceeded, LeaseLost, Unavailable
 from setu_engine.movement import dry_run, transfer
@@ -46,6 +45,7 @@ from setu_engine.staged.staging import Manifest, StoredPart, read_manifest
 from setu_engine.support.secrets import SecretStore, references
 from setu_engine.values.special import JSON_NULL, Infinite, nonfinite_text, shortest_real
 from setu_engine.values.types import Column, Row
+from setu_tasks.codec.agents import stored_part_progress
 from setu_tasks.results import (
     Artifact,
     DiscoverResult,

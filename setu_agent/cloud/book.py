@@ -11,33 +11,23 @@ from typing import Any, Protocol
 
 import grpc
 
-from setu_agent.runtime.grpc_source import (
-    CALL_TIMEOUT_SECONDS,
-    WRITE_MODES,
-    artifact_message,
-    changes_message,
-    connection_spec,
-    stored_part_message,
-    stored_part_of,
-)
+from setu_agent.runtime.grpc_source import CALL_TIMEOUT_SECONDS
 from setu_agent.runtime.task import LeasedTask
-from setu_client import struct_to_dict
 from setu_client._proto.setu.v1 import cloud_pb2, cloud_pb2_grpc, common_pb2
 from setu_client.errors import from_rpc_error
 from setu_engine.planning.incremental import CursorMark
 from setu_engine.providers.base import RowChanges
-from setu_engine.staged.blob import BlobSettings
 from setu_engine.staged.staging import StoredPart
+from setu_tasks.codec.cloud import PHASE_MESSAGES, migrate_spec_of
+from setu_tasks.codec.common import (
+    artifact_message,
+    changes_message,
+    cursor_message,
+    stored_part_message,
+)
 from setu_tasks.results import Artifact
 from setu_tasks.specs import MigrateSpec
 
-PHASES = {
-    common_pb2.PHASE_UNSPECIFIED: None,
-    common_pb2.PHASE_EXTRACT: "extract",
-    common_pb2.PHASE_LOAD: "load",
-    common_pb2.PHASE_DIRECT: "direct",
-}
-PHASE_MESSAGES = {name: number for number, name in PHASES.items() if name}
 LEVELS = {
     "info": common_pb2.EVENT_LEVEL_INFO,
     "warning": common_pb2.EVENT_LEVEL_WARNING,
@@ -120,27 +110,7 @@ class GrpcRunBook:
         answer: cloud_pb2.MigrateSpec = await self._call(
             self._stub.GetMigrateSpec, cloud_pb2.GetMigrateSpecRequest(lease=self._lease)
         )
-        blob = answer.blob
-        return MigrateSpec(
-            job_id=answer.job_id,
-            workspace_id=answer.workspace_id,
-            pipeline_id=answer.pipeline_id,
-            source=connection_spec(answer.source),
-            destination=connection_spec(answer.destination),
-            streams=list(answer.streams),
-            spec=struct_to_dict(answer.spec),  # whole numbers as ints (mask keep: 4)
-            write_mode=WRITE_MODES[answer.write_mode],
-            phase=PHASES.get(answer.phase),
-            dry_run=answer.dry_run,
-            load_on_agent=answer.load_on_agent,
-            rows_extracted=answer.rows_extracted,
-            blob_prefix=answer.blob_prefix,
-            blob=BlobSettings(blob.backend, blob.root, blob.endpoint_url, blob.region),
-            cancel_requested=answer.cancel_requested,
-            ended=answer.ended,
-            cursors=dict(answer.cursors),
-            stored_parts=[stored_part_of(p) for p in answer.stored_parts],
-        )
+        return migrate_spec_of(answer)
 
     async def plan(
         self,
@@ -208,11 +178,7 @@ class GrpcRunBook:
             rows_loaded=loaded,
             checksum=checksum,
             changes=changes_message(changes) if changes is not None else None,
-            cursor=(
-                common_pb2.StreamCursor(column=cursor.column, type=cursor.type, value=cursor.value)
-                if cursor is not None
-                else None
-            ),
+            cursor=cursor_message(cursor) if cursor is not None else None,
         )
         answer: cloud_pb2.RecordStreamLoadedResponse = await self._call(
             self._stub.RecordStreamLoaded, request

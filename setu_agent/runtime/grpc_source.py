@@ -7,32 +7,17 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.json_format import ParseDict
 
 from setu_agent.runtime.task import LeasedTask
-from setu_client import struct_to_dict
 from setu_client._proto.setu.v1 import agents_pb2 as pb
-from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
+from setu_client._proto.setu.v1 import agents_pb2_grpc
 from setu_client.errors import ServerClosing, SetuError, Unimplemented, from_rpc_error
 from setu_client.long_poll import LongPollWindow
 from setu_client.replicas import Replicas
-from setu_engine.providers.base import RowChanges, WriteMode
-from setu_engine.staged.blob import BlobSettings
-from setu_engine.staged.staging import Part, StoredPart
-from setu_engine.values.types import Column, Stream
-from setu_tasks.results import (
-    Artifact,
-    DiscoverResult,
-    ExtractResult,
-    LoadResult,
-    MalformedResult,
-    MigrateResult,
-    PlannedStream,
-    PreviewResult,
-    TaskResult,
-    TestResult,
-)
-from setu_tasks.specs import ConnectionSpec, ExtractSpec, LoadSpec
+from setu_tasks.codec.agents import completion, extract_spec_of, leased_task, load_spec_of
+from setu_tasks.results import TaskResult
+from setu_tasks.specs import ExtractSpec, LoadSpec
 
 # Room above the server's wait that a lease's window should leave, so the
 # server's empty answer wins the race (docs/jobs-and-tasks.md); the window
@@ -41,22 +26,6 @@ LEASE_TIMEOUT_MARGIN_SECONDS = 15.0
 CALL_TIMEOUT_SECONDS = 30.0
 # A stopping runtime does not wait long to say so: the presence window covers a miss.
 SIGN_OFF_TIMEOUT_SECONDS = 5.0
-
-KIND_NAMES = {v: k.removeprefix("TASK_KIND_").lower() for k, v in pb.TaskKind.items()}
-
-
-WRITE_MODES = {getattr(common_pb2, f"WRITE_MODE_{m.name}"): m for m in WriteMode} | {
-    common_pb2.WRITE_MODE_UNSPECIFIED: WriteMode.APPEND
-}
-
-
-def connection_spec(spec: pb.ConnectionSpec) -> ConnectionSpec:
-    # Whole numbers (a port) come back as ints, as the connection was created.
-    return ConnectionSpec(spec.connection_id, spec.provider, struct_to_dict(spec.config))
-
-
-def _blob(blob: pb.BlobSettings) -> BlobSettings:
-    return BlobSettings(blob.backend, blob.root, blob.endpoint_url, blob.region)
 
 
 class GrpcTaskSource:
@@ -135,33 +104,12 @@ class GrpcTaskSource:
     async def extract_spec(self, task: LeasedTask) -> ExtractSpec:
         request = pb.GetExtractSpecRequest(task_id=task.id, lease_token=task.lease_token)
         spec: pb.ExtractSpec = await self._call(self._stub.GetExtractSpec, request)
-        return ExtractSpec(
-            job_id=spec.job_id,
-            pipeline_id=spec.pipeline_id,
-            source=connection_spec(spec.source),
-            streams=list(spec.streams),
-            blob_prefix=spec.blob_prefix,
-            blob=_blob(spec.blob),
-            spec=struct_to_dict(spec.spec),
-            write_mode=WRITE_MODES[spec.write_mode],
-            cursors=dict(spec.cursors),
-            stored_parts=[stored_part_of(p) for p in spec.stored_parts],
-        )
+        return extract_spec_of(spec)
 
     async def load_spec(self, task: LeasedTask) -> LoadSpec:
         request = pb.GetLoadSpecRequest(task_id=task.id, lease_token=task.lease_token)
         spec: pb.LoadSpec = await self._call(self._stub.GetLoadSpec, request)
-        return LoadSpec(
-            job_id=spec.job_id,
-            pipeline_id=spec.pipeline_id,
-            destination=connection_spec(spec.destination),
-            write_mode=WRITE_MODES[spec.write_mode],
-            spec=struct_to_dict(spec.spec),  # whole numbers as ints (mask keep: 4)
-            blob_prefix=spec.artifact.blob_prefix,
-            blob=_blob(spec.blob),
-            manifest_path=spec.artifact.manifest_path,
-            streams=[s.stream for s in spec.artifact.streams],
-        )
+        return load_spec_of(spec)
 
     async def complete(
         self, task: LeasedTask, result: TaskResult, *, lease_next: bool = False
@@ -227,154 +175,3 @@ class GrpcTaskSource:
             return await method(request, timeout=timeout)
         except grpc.aio.AioRpcError as exc:
             raise from_rpc_error(exc) from exc
-
-
-def leased_task(task: pb.Task) -> LeasedTask:
-    return LeasedTask(
-        id=task.id,
-        job_id=task.job_id,
-        kind=KIND_NAMES.get(task.kind, "unspecified"),
-        attempt=task.attempt,
-        max_attempts=task.max_attempts,
-        lease_token=task.lease_token,
-        payload=MessageToDict(task.payload),
-    )
-
-
-# -- a typed result as the CompleteTaskRequest oneof: the agent's one edge
-
-
-def changes_message(changes: RowChanges) -> common_pb2.RowChanges:
-    return common_pb2.RowChanges(
-        inserted=changes.inserted, updated=changes.updated, unchanged=changes.unchanged
-    )
-
-
-def completion(task: LeasedTask, result: TaskResult) -> pb.CompleteTaskRequest:
-    request = pb.CompleteTaskRequest(task_id=task.id, lease_token=task.lease_token)
-    if isinstance(result, ExtractResult):
-        request.extract.CopyFrom(
-            pb.ExtractResult(
-                artifact=artifact_message(result.artifact),
-                rows_extracted=result.rows_extracted,
-                notes=[pb.LoadNote(stream=s, message=m) for s, m in result.notes],
-            )
-        )
-    elif isinstance(result, LoadResult):
-        request.load.CopyFrom(
-            pb.LoadResult(
-                rows_loaded=result.rows_loaded,
-                rows_by_stream=result.rows_by_stream,
-                changes_by_stream={
-                    stream: changes_message(c) for stream, c in result.changes_by_stream.items()
-                },
-                dry_run=result.dry_run,
-                planned=[planned_message(p) for p in result.planned],
-                notes=[pb.LoadNote(stream=s, message=m) for s, m in result.notes],
-                cursors_by_stream={
-                    s: common_pb2.StreamCursor(column=c.column, type=c.type, value=c.value)
-                    for s, c in result.cursors_by_stream.items()
-                },
-            )
-        )
-    elif isinstance(result, TestResult):
-        request.test.CopyFrom(pb.TestResult(ok=result.ok, message=result.message))
-    elif isinstance(result, DiscoverResult):
-        request.discover.CopyFrom(
-            pb.DiscoverResult(streams=[_catalog_stream(s) for s in result.streams])
-        )
-    elif isinstance(result, PreviewResult):
-        message = pb.PreviewResult(columns=[_column(c) for c in result.columns])
-        for row in result.rows:
-            message.rows.add().update(row)
-        request.preview.CopyFrom(message)
-    elif isinstance(result, MigrateResult):
-        request.migrate.CopyFrom(
-            pb.MigrateResult(
-                mode=result.mode.value,
-                rows_extracted=result.rows_extracted,
-                rows_loaded=result.rows_loaded,
-                streams=[
-                    pb.StreamCounts(
-                        stream=s.stream, rows_extracted=s.rows_extracted, rows_loaded=s.rows_loaded
-                    )
-                    for s in result.streams
-                ],
-                planned=[planned_message(p) for p in result.planned],
-                reason=result.reason,
-            )
-        )
-    else:
-        raise MalformedResult(f"a {result.kind} result is not reported over gRPC")
-    return request
-
-
-def planned_message(p: PlannedStream) -> pb.PlannedStream:
-    return pb.PlannedStream(
-        stream=p.stream,
-        destination=p.destination,
-        rows_estimate=p.rows_estimate,
-        columns=[_column(c) for c in p.columns],
-        key=p.key,
-        schema=p.schema,
-        table=p.table,
-        actions=p.actions,
-        incompatibilities=p.incompatibilities,
-        mapping=[
-            pb.PlannedColumn(
-                column=m.column, type=m.type, source=m.source, destination_type=m.destination_type
-            )
-            for m in p.mapping
-        ],
-    )
-
-
-def stored_part_message(stored: StoredPart) -> pb.StoredPart:
-    part = stored.part
-    return pb.StoredPart(
-        stream_index=stored.stream_index,
-        stream=stored.stream,
-        number=stored.number,
-        path=part.path,
-        rows=part.rows,
-        bytes=part.size,
-        sha256=part.sha256,
-        position=stored.position,
-    )
-
-
-def stored_part_progress(stored: StoredPart) -> dict[str, Any]:
-    """A stored part as a heartbeat's progress carries it (TaskProgress)."""
-    return MessageToDict(stored_part_message(stored), preserving_proto_field_name=True)
-
-
-def stored_part_of(message: pb.StoredPart) -> StoredPart:
-    part = Part(message.path, message.rows, message.bytes, message.sha256)
-    return StoredPart(message.stream_index, message.stream, message.number, part, message.position)
-
-
-def artifact_message(artifact: Artifact) -> pb.Artifact:
-    return pb.Artifact(
-        blob_prefix=artifact.blob_prefix,
-        manifest_path=artifact.manifest_path,
-        streams=[
-            pb.StagedStream(stream=s.stream, rows=s.rows, parts=s.parts, checksum=s.checksum)
-            for s in artifact.streams
-        ],
-    )
-
-
-def _column(column: Column) -> common_pb2.Column:
-    return common_pb2.Column(
-        name=column.name, type=column.type, nullable=column.nullable, sql_type=column.sql_type
-    )
-
-
-def _catalog_stream(stream: Stream) -> common_pb2.CatalogStream:
-    return common_pb2.CatalogStream(
-        namespace=stream.namespace,
-        name=stream.name,
-        columns=[_column(c) for c in stream.columns],
-        primary_key=stream.primary_key,
-        row_estimate=stream.row_estimate,
-    )

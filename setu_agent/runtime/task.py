@@ -18,7 +18,7 @@ from setu_tasks.specs import LeasedTask as LeasedTask
 # Shorter values (a port, "on") would blank out unrelated text.
 MIN_REDACTED = 3
 # What a heartbeat carries (TaskProgress in protos/setu/v1/agents.proto).
-# stored_parts: an extract's parts stored whole (grpc_source.stored_part_progress).
+# stored_parts: an extract's parts stored whole (setu_tasks/codec/agents.py stored_part_progress).
 PROGRESS_FIELDS = frozenset({"rows_read", "rows_written", "stream", "message", "stored_parts"})
 
 

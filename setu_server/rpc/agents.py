@@ -10,7 +10,6 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from setu_agent.runtime.grpc_source import stored_part_message
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
 from setu_engine.providers.base import RowChanges
@@ -28,6 +27,7 @@ from setu_server.service.agents import AgentPresence
 from setu_server.service.runs import RunService
 from setu_server.service.tasks import TaskService
 from setu_server.worker.endpoints import OwnDatabase
+from setu_tasks.codec.common import stored_part_message
 from setu_tasks.results import (
     Artifact,
     ArtifactStream,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from setu_agent.runtime.grpc_source import stored_part_message
 from setu_client._proto.setu.v1 import cloud_pb2 as pb
 from setu_client._proto.setu.v1 import cloud_pb2_grpc, common_pb2
 from setu_client.errors import InvalidArgument
@@ -15,6 +14,7 @@ from setu_server.rpc.convert import LEVELS, PHASES, WRITE_MODES, uid
 from setu_server.rpc.cursors import cursor_of
 from setu_server.rpc.types import Ctx
 from setu_server.service.cloud_runs import CloudRuns
+from setu_tasks.codec.common import stored_part_message
 from setu_tasks.results import check_changes
 
 PHASES_BACK = {number: phase for phase, number in PHASES.items()}

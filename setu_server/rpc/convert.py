@@ -10,7 +10,6 @@ from uuid import UUID
 from google.protobuf import struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from setu_agent.runtime.grpc_source import stored_part_of
 from setu_client import struct_to_dict
 from setu_client._proto.setu.v1 import admin_pb2, common_pb2
 from setu_client._proto.setu.v1.agents_pb2 import StoredPart as StoredPartMessage
@@ -30,6 +29,7 @@ from setu_server.models import (
     Workspace,
     WriteMode,
 )
+from setu_tasks.codec.common import stored_part_of
 
 JOB_KINDS = {k: getattr(common_pb2, f"JOB_KIND_{k.name}") for k in JobKind}
 JOB_STATES = {s: getattr(common_pb2, f"JOB_STATE_{s.name}") for s in JobState}

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from setu_agent.runtime.grpc_source import completion
 from setu_agent.runtime.task import LeasedTask
 from setu_client import Job, JobKind, JobState
 from setu_engine.operators.chain import SchemaEvolution
@@ -17,6 +16,7 @@ from setu_engine.planning.destination_plan import (
 from setu_engine.providers.base import WriteMode
 from setu_engine.values.types import Column
 from setu_server.rpc.agents import RESULT_READERS
+from setu_tasks.codec.agents import completion
 from setu_tasks.results import (
     LoadResult,
     MigrateMode,

@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from setu_client.clock import Clock
-from setu_client.errors import InvalidArgument, LeaseLost, NotFound, ServerClosing
+from setu_client.errors import ServerClosing
 from setu_engine.staged.staging import StoredPart
 from setu_server.hooks import Hooks
 from setu_server.metrics import Metrics
@@ -35,8 +35,9 @@ from setu_server.service.outcomes import TaskOutcomes
 from setu_server.service.signals import TaskSignals
 from setu_server.service.watch import CLOCK_SLACK
 from setu_server.store import jobs, runs, tasks
+from setu_server.store.completer import Completion, TaskCompleter
 from setu_server.store.db import Connection, Database, Executor, transaction
-from setu_server.store.group_commit import GroupCommit, Merge
+from setu_server.store.group_commit import GroupCommit
 from setu_tasks.results import TaskResult
 
 # A leased task, and its job if this lease moved it to running (once per job).
@@ -78,6 +79,7 @@ class TaskService:
         self.hooks: Hooks[str] = Hooks("parked")
         # Concurrent leases and completions share a transaction (and its commit).
         self.group: GroupCommit[_Row] = GroupCommit(pool, self._lease_rows)
+        self.completer = TaskCompleter(self.group, self.outcomes, clock)
 
     # -- leasing
 
@@ -201,102 +203,25 @@ class TaskService:
         two commit (and notify) once; a refused completion leases nothing.
         None from a closing server.
 
-        Completions and leases arriving together share one transaction
-        (setu_server/store/group_commit.py); each completion rolls back
-        alone if refused."""
-        eager = lease_next and not self._signals.closing.is_set()
-        ends_job = result is not None and self.outcomes.success_ends_job(result)
-        merge: Merge[tasks.Completion, Callable[[], None]] | None = None
-        if result is not None and ends_job:
-            result.validate()  # as the part would: refused before it queues
-            merge = Merge(
-                self._complete_merged,
-                tasks.Completion(task_id, runtime, token, result.to_json(), result.kind),
-            )
-        publish, leased = await self.group.run(
-            lambda db: self._record_success(db, runtime, task_id, token, result),
-            then_lease=runtime if eager else None,
-            # Its success ends its job: one statement, no transaction needed.
-            one_statement=ends_job,
-            # Beside other such completions: one statement for all of them.
-            merge=merge,
+        Decided here once (does the success end the job?), recorded by the
+        completer (setu_server/store/completer.py: completions and leases
+        arriving together share one transaction, each completion rolls back
+        alone if refused), published here after commit."""
+        completion = Completion(
+            task_id,
+            runtime,
+            token,
+            result,
+            ends_job=result is not None and self.outcomes.success_ends_job(result),
+            lease_next=lease_next and not self._signals.closing.is_set(),
         )
-        publish()
+        done, leased = await self.completer.complete(completion)
+        if done.ended is not None:
+            self._lifecycle.moved([done.ended])
+        if done.changed:
+            self._lifecycle.published(done.changed)
         handed = self._leased(leased)
         return handed[0] if handed else None
-
-    async def _record_success(
-        self, db: Executor, runtime: str, task_id: UUID, token: UUID, result: TaskResult | None
-    ) -> Callable[[], None]:
-        """The completion on `db` (a transaction's connection unless its
-        success ends its job: one statement); what to publish once it commits."""
-        now = self._clock.sql_now()
-        if result is None:
-            await self._repeated_completion(db, runtime, task_id, token, check_kind=None)
-            return _nothing
-        record = result.to_json()
-        if self.outcomes.success_ends_job(result):
-            result.validate()
-            done = await tasks.complete_task_and_job(
-                db, task_id, runtime, token, record, now, result.kind
-            )
-            if done is None:
-                await self._repeated_completion(db, runtime, task_id, token, check_kind=result.kind)
-                return _nothing
-            ended = done[1]
-            return (lambda: self._lifecycle.moved([ended])) if ended is not None else _nothing
-        conn = db  # here a transaction's connection (the group commit opens one)
-        task = await tasks.complete_task(conn, task_id, runtime, token, record, now)
-        if task is None:
-            await self._repeated_completion(conn, runtime, task_id, token)
-            return _nothing
-        if result.kind != task.kind.value:
-            raise _wrong_result(task, result.kind)  # rolls the completion back
-        result.validate()  # so does a malformed one
-        changed = await self.outcomes.succeeded(conn, task, result)
-        return lambda: self._lifecycle.published(changed)
-
-    async def _complete_merged(
-        self, db: Executor, asked: list[tasks.Completion]
-    ) -> list[Callable[[], None] | None]:
-        """Completions whose success ends their job, in one statement: what
-        each publishes, or None for one the statement left out (refused or a
-        repeat: its caller's part runs alone and says which)."""
-        rows = await tasks.complete_tasks_and_jobs(db, asked, self._clock.sql_now())
-        done = {(task.id, task.lease_token, task.runtime): job for task, job in rows}
-        answers: list[Callable[[], None] | None] = []
-        for one in asked:
-            key = (one.id, one.token, one.runtime)
-            if key not in done:
-                answers.append(None)
-                continue
-            ended = done.pop(key)
-            answers.append(_publish_ended(self._lifecycle, ended))
-        return answers
-
-    async def _repeated_completion(
-        self,
-        db: Executor,
-        runtime: str,
-        task_id: UUID,
-        token: UUID,
-        *,
-        check_kind: str | bool | None = False,
-    ) -> None:
-        """Nothing was completed: fine if this lease already completed it,
-        else the lease is lost, or (`check_kind`: the kind the result
-        claimed) the result does not fit the task."""
-        existing = await self._own(db, runtime, task_id)
-        live = (
-            existing.state is TaskState.LEASED
-            and existing.lease_token == token
-            and existing.lease_expires_at is not None
-            and existing.lease_expires_at > self._clock.now()
-        )
-        if live and check_kind is not False and check_kind != existing.kind.value:
-            raise _wrong_result(existing, str(check_kind or "none"))
-        if existing.state is not TaskState.SUCCEEDED or existing.lease_token != token:
-            raise _lost_lease(existing)
 
     async def fail(
         self, runtime: str, task_id: UUID, token: UUID, error: str, retryable: bool
@@ -317,13 +242,13 @@ class TaskService:
             )
             if task is None:
                 # Nothing failed: fine if this lease already reported it.
-                current = await self._own(conn, runtime, task_id)
+                current = await tasks.own_task(conn, task_id, runtime)
                 if current.lease_token == token and current.state in (
                     TaskState.FAILED,
                     TaskState.PENDING,
                 ):
                     return current.state is TaskState.PENDING
-                raise _lost_lease(current)
+                raise tasks.lease_lost(current)
             changed = await self._after_failure(conn, task)
         self._metrics.task_failed(task, retryable)
         self._lifecycle.published(changed)
@@ -367,9 +292,9 @@ class TaskService:
                     level=EventLevel.WARNING if outage else EventLevel.INFO,
                 )
             else:
-                current = await self._own(conn, runtime, task_id)
-                if not self._live(current, token):
-                    raise _lost_lease(current)
+                current = await tasks.own_task(conn, task_id, runtime)
+                if not tasks.lease_live(current, token, self._clock.now()):
+                    raise tasks.lease_lost(current)
         if task is not None:
             self._metrics.task_released(task, outage)
             return True, True
@@ -397,14 +322,6 @@ class TaskService:
             f"no attempt spent ({counts})"
         )
 
-    def _live(self, task: Task, token: UUID) -> bool:
-        return (
-            task.state is TaskState.LEASED
-            and task.lease_token == token
-            and task.lease_expires_at is not None
-            and task.lease_expires_at > self._clock.now()
-        )
-
     async def _after_failure(self, conn: Connection, task: Task) -> list[Job]:
         if task.state is TaskState.PENDING:
             backoff = (task.run_after - task.updated_at).total_seconds()
@@ -430,36 +347,5 @@ class TaskService:
         self._lifecycle.published(changed)
         return len(failed)
 
-    async def _own(self, conn: Executor, runtime: str, task_id: UUID) -> Task:
-        task = await tasks.get_agent_task(conn, task_id, runtime)
-        if task is None:
-            raise NotFound(f"task {task_id} not found")
-        return task
-
     async def _lost(self, runtime: str, task_id: UUID) -> Exception:
-        return _lost_lease(await self._own(self._pool, runtime, task_id))
-
-
-def _wrong_result(task: Task, claimed: str) -> InvalidArgument:
-    kind = task.kind.value
-    return InvalidArgument(
-        f"task {task.id} is a {kind} task: its result must be a {kind} result, not {claimed}"
-    )
-
-
-def _nothing() -> None:
-    pass
-
-
-def _publish_ended(lifecycle: JobLifecycle, ended: Job | None) -> Callable[[], None]:
-    return (lambda: lifecycle.moved([ended])) if ended is not None else _nothing
-
-
-def _lost_lease(task: Task) -> LeaseLost:
-    if task.state is TaskState.LEASED:
-        why = "the lease token is not the current one, or the lease expired"
-    elif task.state is TaskState.PENDING:
-        why = "the lease expired and the task was requeued"
-    else:
-        why = f"the task is already {task.state.value}"
-    return LeaseLost(f"lease lost on task {task.id}: {why}; stop working on it")
+        return tasks.lease_lost(await tasks.own_task(self._pool, task_id, runtime))

@@ -3,13 +3,13 @@ task is one statement in store/queries/tasks.sql."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 import asyncpg
 
+from setu_client.errors import LeaseLost, NotFound
 from setu_server.models import Job, Task, TaskKind, TaskState
 from setu_server.store.db import Executor, translate_errors
 from setu_server.store.jobs import job_of
@@ -148,32 +148,22 @@ async def complete_task_and_job(
     return (task_of(row), _moved_job(row)) if row else None
 
 
-@dataclass(frozen=True)
-class Completion:
-    """One completion of a merged statement (see complete_task_and_job)."""
-
-    id: UUID
-    runtime: str
-    token: UUID
-    result: dict[str, Any]
-    kind: str | None
-
-
 async def complete_tasks_and_jobs(
-    db: Executor, asked: list[Completion], now: datetime | None
+    db: Executor,
+    ids: list[UUID],
+    tokens: list[UUID],
+    results: list[dict[str, Any]],
+    kinds: list[str],
+    runtimes: list[str],
+    now: datetime | None,
 ) -> list[tuple[Task, Job | None]]:
-    """complete_task_and_job for several tasks in one statement: the tasks
-    completed (each with its job), in no particular order; a completion whose
+    """complete_task_and_job for several tasks in one statement (the n-th
+    task with the n-th token, result, kind and runtime): the tasks completed
+    (each with its job), in no particular order; a completion whose
     conditions fail is left out."""
     with translate_errors():
         rows = await db.fetch(
-            QUERIES.complete_tasks_and_jobs,
-            [a.id for a in asked],
-            [a.token for a in asked],
-            [a.result for a in asked],
-            [a.kind for a in asked],
-            [a.runtime for a in asked],
-            now,
+            QUERIES.complete_tasks_and_jobs, ids, tokens, results, kinds, runtimes, now
         )
     return [(task_of(row), _moved_job(row)) for row in rows]
 
@@ -247,6 +237,35 @@ async def get_agent_task(db: Executor, id: UUID, runtime: str) -> Task | None:
     with translate_errors():
         row = await db.fetchrow(QUERIES.get_agent_task, id, runtime)
     return task_of(row) if row else None
+
+
+async def own_task(db: Executor, id: UUID, runtime: str) -> Task:
+    """The task of `runtime` a report names; NotFound when it has none such."""
+    task = await get_agent_task(db, id, runtime)
+    if task is None:
+        raise NotFound(f"task {id} not found")
+    return task
+
+
+def lease_live(task: Task, token: UUID, now: datetime) -> bool:
+    """`token` names the task's current lease, and it has not expired."""
+    return (
+        task.state is TaskState.LEASED
+        and task.lease_token == token
+        and task.lease_expires_at is not None
+        and task.lease_expires_at > now
+    )
+
+
+def lease_lost(task: Task) -> LeaseLost:
+    """The answer to a report whose lease is no longer live: stop the task."""
+    if task.state is TaskState.LEASED:
+        why = "the lease token is not the current one, or the lease expired"
+    elif task.state is TaskState.PENDING:
+        why = "the lease expired and the task was requeued"
+    else:
+        why = f"the task is already {task.state.value}"
+    return LeaseLost(f"lease lost on task {task.id}: {why}; stop working on it")
 
 
 async def reap_expired_leases(

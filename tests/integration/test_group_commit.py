@@ -19,6 +19,7 @@ from setu_client.errors import FailedPrecondition, InvalidArgument, LeaseLost
 from setu_server.models import JobKind, JobState, Task, TaskKind, TaskState
 from setu_server.service.tasks import TaskService
 from setu_server.store import jobs, tasks
+from setu_server.store.completer import Completion
 from setu_server.store.db import Executor
 from setu_server.store.group_commit import GroupCommit, Merge
 from setu_tasks.results import TestResult
@@ -271,13 +272,13 @@ async def test_plain_completions_in_one_batch_run_as_one_statement(
         await make_task(pool, tenant)
     held = await service.lease_many(runtime, 0, 3)
     merged: list[int] = []
-    statement = service._complete_merged
+    statement = service.completer._complete_merged
 
-    async def counted(db: Executor, asked: list[tasks.Completion]) -> list[Any]:
+    async def counted(db: Executor, asked: list[Completion]) -> list[Any]:
         merged.append(len(asked))
         return await statement(db, asked)
 
-    monkeypatch.setattr(service, "_complete_merged", counted)
+    monkeypatch.setattr(service.completer, "_complete_merged", counted)
     async with _listening(pool) as (conn, heard):
         async with batch_of(service.group, 3) as taken:
             answers = await asyncio.gather(
@@ -337,13 +338,13 @@ async def test_a_merged_batch_leaves_a_wrong_tokens_task_leased_when_its_lease_i
     stale, other = await service.lease_many(runtime, 0, 2)
     assert other.lease_token is not None
     merged: list[int] = []
-    statement = service._complete_merged
+    statement = service.completer._complete_merged
 
-    async def counted(db: Executor, asked: list[tasks.Completion]) -> list[Any]:
+    async def counted(db: Executor, asked: list[Completion]) -> list[Any]:
         merged.append(len(asked))
         return await statement(db, asked)
 
-    monkeypatch.setattr(service, "_complete_merged", counted)
+    monkeypatch.setattr(service.completer, "_complete_merged", counted)
     result = TestResult(True, "")
     async with batch_of(service.group, 2) as taken:
         answers = await asyncio.gather(

@@ -14,7 +14,9 @@ from setu_client._proto.setu.v1 import (
     jobs_pb2,
     jobs_pb2_grpc,
 )
+from setu_client.admin import AdminClient
 from setu_client.channel import open_channel
+from setu_client.errors import AlreadyExists, NotFound
 from tests.servers import ADMIN_TOKEN, in_process
 
 
@@ -109,3 +111,31 @@ async def test_unknown_workspace_is_not_found(admin) -> None:  # type: ignore[no
             apb.CreateApiKeyRequest(workspace_id="0b4f5e2c-1b7e-4f0e-9a55-3c2d1e0f9a11", name="k")
         )
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_admin_client_calls_each_rpc_and_raises_the_status_class(
+    database_url: str,
+) -> None:
+    async with (
+        in_process(database_url) as server,
+        AdminClient(f"127.0.0.1:{server.port}", ADMIN_TOKEN) as admin,
+    ):
+        ws = await admin.create_workspace("acme")
+        assert (await admin.get_workspace(ws.id)).name == "acme"
+        assert [w.name for w in await admin.list_workspaces()] == ["acme"]
+        with pytest.raises(AlreadyExists):
+            await admin.create_workspace("acme")
+
+        key = await admin.create_api_key(ws.id, "ci")
+        assert key.secret.startswith(key.api_key.prefix)
+        assert [k.name for k in await admin.list_api_keys(ws.id)] == ["ci"]
+        assert (await admin.revoke_api_key(key.api_key.id)).HasField("revoked_at")
+
+        agent = await admin.create_agent(ws.id, "edge")
+        assert agent.token.startswith("setu_ag_")
+        assert [a.name for a in await admin.list_agents(ws.id)] == ["edge"]
+        assert (await admin.get_agent(agent.agent.id)).active
+        assert not (await admin.deactivate_agent(agent.agent.id)).active
+
+        with pytest.raises(NotFound):
+            await admin.list_agents("0b4f5e2c-1b7e-4f0e-9a55-3c2d1e0f9a11")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import platform
 import signal
 import sys
@@ -21,23 +20,20 @@ from pathlib import Path
 from setu_agent.handlers import EngineHandlers, load_extra
 from setu_agent.runtime import Runtime
 from setu_agent.runtime.grpc_source import GrpcTaskSource
-from setu_agent.runtime.loop import REPORT_GRACE_SECONDS, backoff
+from setu_agent.runtime.loop import backoff
+from setu_agent.settings import AGENT, RuntimeSettings
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client.channel import open_channel
 from setu_client.diagnose import Outage
 from setu_client.errors import PermissionDenied, SetuError, Unauthenticated
-from setu_client.long_poll import LongPollWindow, add_long_poll_option
-from setu_client.tls import add_tls_options, tls_from_options
+from setu_client.long_poll import LongPollWindow
+from setu_client.tls import TlsConfig
 from setu_engine.staged.blob import BlobSettings
-from setu_engine.staged.resumable import DEFAULT_MIN_BYTES, ResumePolicy
+from setu_engine.staged.resumable import ResumePolicy
 from setu_engine.support.secrets import SecretStore
 
 VERSION = "0.1.0"
 log = logging.getLogger("setu.agent")
-
-
-def _env(name: str, default: str = "") -> str:
-    return os.environ.get(f"SETU_{name}", default)
 
 
 DESCRIPTION = """The edge runtime: it opens no ports, asks setu-server for work
@@ -49,109 +45,49 @@ EXIT_REFUSED = 2
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="setu-agent", description=DESCRIPTION)
-    p.add_argument(
-        "--server",
-        default=_env("SERVER", "127.0.0.1:50051"),
-        help="setu-server address (env SETU_SERVER)",
-    )
-    p.add_argument(
-        "--token", default=_env("AGENT_TOKEN"), help="this agent's token (env SETU_AGENT_TOKEN)"
-    )
-    add_tls_options(p)
-    p.add_argument(
-        "--concurrency",
-        type=int,
-        default=int(_env("AGENT_CONCURRENCY", "4")),
-        help="tasks run at once (env SETU_AGENT_CONCURRENCY)",
-    )
-    p.add_argument(
-        "--secrets-file",
-        default=_env("SECRETS_FILE"),
-        help="JSON file of secret name -> value; else secrets come from the "
-        "environment (env SETU_SECRETS_FILE)",
-    )
-    p.add_argument(
-        "--blob-url",
-        default=_env("BLOB_URL"),
-        help="override the staging location the server names (env SETU_BLOB_URL)",
-    )
-    p.add_argument(
-        "--batch-rows",
-        type=int,
-        default=int(_env("AGENT_BATCH_ROWS", "100000")),
-        help="rows per batch: the grain of progress and cancel (env SETU_AGENT_BATCH_ROWS)",
-    )
-    p.add_argument(
-        "--resumable-load-min-bytes",
-        type=int,
-        default=int(_env("AGENT_RESUMABLE_LOAD_MIN_BYTES", str(DEFAULT_MIN_BYTES))),
-        help="a staged stream of several parts and this many bytes loads part by part "
-        "(env SETU_AGENT_RESUMABLE_LOAD_MIN_BYTES)",
-    )
-    add_long_poll_option(p)
-    p.add_argument(
-        "--grace-seconds",
-        type=float,
-        default=float(_env("GRACE_SECONDS", "30")),
-        help="on SIGTERM, how long running tasks may finish (env SETU_GRACE_SECONDS)",
-    )
-    p.add_argument(
-        "--report-grace-seconds",
-        type=float,
-        default=float(_env("REPORT_GRACE_SECONDS", str(REPORT_GRACE_SECONDS))),
-        help="on SIGTERM, how much longer a result report in flight may take before its "
-        "task is left to its lease's expiry (env SETU_REPORT_GRACE_SECONDS)",
-    )
-    p.add_argument(
-        "--extra-handlers",
-        default=_env("AGENT_EXTRA_HANDLERS"),
-        help="MODULE:NAME of extra task handlers (env SETU_AGENT_EXTRA_HANDLERS)",
-    )
-    p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
-    return p
+    return RuntimeSettings.parser(AGENT, "setu-agent", DESCRIPTION)
 
 
-def blob_override(url: str) -> BlobSettings | None:
+def blob_override(url: str, endpoint_url: str = "") -> BlobSettings | None:
     """The agent's own view of the staging location, when its mount or bucket
     differs from the server's: a folder, or s3://bucket."""
     if not url:
         return None
     if url.startswith("s3://"):
-        return BlobSettings("s3", url[len("s3://") :].strip("/"), _env("S3_ENDPOINT_URL"))
+        return BlobSettings("s3", url[len("s3://") :].strip("/"), endpoint_url)
     return BlobSettings("local", str(Path(url).resolve()))
 
 
-async def run(args: argparse.Namespace) -> None:
-    secrets = SecretStore.from_file(Path(args.secrets_file) if args.secrets_file else None)
-    async with open_channel(args.server, args.token, tls=args.tls_config) as ch:
+async def run(settings: RuntimeSettings, tls: TlsConfig | None) -> None:
+    secrets = SecretStore.from_file(Path(settings.secrets_file) if settings.secrets_file else None)
+    async with open_channel(settings.server, settings.token, tls=tls) as ch:
         source = GrpcTaskSource(
             ch,
-            LongPollWindow(args.server, args.long_poll_seconds),
-            target=args.server,
-            reconnect=lambda target: open_channel(target, args.token, tls=args.tls_config),
+            LongPollWindow(settings.server, settings.long_poll_seconds),
+            target=settings.server,
+            reconnect=lambda target: open_channel(target, settings.token, tls=tls),
         )
         engine = EngineHandlers(
             secrets,
             source,
-            blob_override=blob_override(args.blob_url),
-            batch_rows=args.batch_rows,
-            resume=ResumePolicy(args.resumable_load_min_bytes),
+            blob_override=blob_override(settings.blob_url, settings.s3_endpoint_url),
+            batch_rows=settings.batch_rows,
+            resume=ResumePolicy(settings.resumable_load_min_bytes),
         )
         handlers = engine.table()
-        if args.extra_handlers:
-            handlers |= load_extra(args.extra_handlers)
+        if settings.extra_handlers:
+            handlers |= load_extra(settings.extra_handlers)
         runtime = Runtime(
             source,
             handlers,
             name="setu-agent",
-            concurrency=args.concurrency,
+            concurrency=settings.concurrency,
             sign_off=source.sign_off,
-            report_grace_seconds=args.report_grace_seconds,
-            server_outage=Outage(args.server, tls=args.tls_config is not None),
+            report_grace_seconds=settings.report_grace_seconds,
+            server_outage=Outage(settings.server, tls=tls is not None),
         )
         try:
-            await serve(runtime, source, sorted(handlers), args.grace_seconds, args.server)
+            await serve(runtime, source, sorted(handlers), settings.grace_seconds, settings.server)
         finally:
             await source.close()  # the channels it opened moving off closing replicas
 
@@ -205,15 +141,14 @@ async def _check_in(
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    if not args.token:
+    settings = RuntimeSettings.from_args(parser().parse_args(argv))
+    if not settings.token:
         parser().error("an agent token is required (--token or SETU_AGENT_TOKEN)")
     from setu_client import logs  # the same structured log lines as the server
 
-    logs.configure(args.log_level, "json")
+    logs.configure(settings.log_level, "json")
     try:
-        args.tls_config = tls_from_options(args)
-        asyncio.run(run(args))
+        asyncio.run(run(settings, settings.tls_config()))
     except ValueError as exc:  # a client certificate without its key
         sys.exit(_one_line(str(exc)))
     except OSError as exc:  # a certificate or key, the secrets file
@@ -221,12 +156,12 @@ def main(argv: list[str] | None = None) -> None:
     except (Unauthenticated, PermissionDenied) as exc:
         sys.exit(
             _one_line(
-                f"{args.server} refused the agent token: {exc.message}; pass the token "
+                f"{settings.server} refused the agent token: {exc.message}; pass the token "
                 "`setu admin agent create` printed, with --token or SETU_AGENT_TOKEN"
             )
         )
     except SetuError as exc:
-        sys.exit(_one_line(f"{args.server} answered {exc.code.name}: {exc.message}"))
+        sys.exit(_one_line(f"{settings.server} answered {exc.code.name}: {exc.message}"))
 
 
 def _one_line(message: str) -> int:

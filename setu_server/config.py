@@ -101,7 +101,10 @@ class Settings:
         metadata={"help": "JSON file of NAME -> value for cloud connections' secret references"},
     )
     batch_rows: int = field(
-        default=100_000, metadata={"help": "rows per batch: the grain of progress and cancel"}
+        # The runtimes' DEFAULT_BATCH_ROWS (setu_agent/settings.py; a test
+        # holds them equal): importing the engine here would slow every `setu`.
+        default=100_000,
+        metadata={"help": "rows per batch: the grain of progress and cancel"},
     )
     direct_max_rows: int = field(
         default=50_000,

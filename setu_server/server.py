@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from setu_agent.settings import WORKER, RuntimeSettings
 from setu_client._proto.setu.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -439,40 +440,41 @@ def _report_listen_health(parts: Services, servicer: health.aio.HealthServicer) 
 def worker_settings(settings: Settings, port: int, token: str) -> dict[str, str]:
     """The whole environment of this server's own cloud workers: what they
     need to lease the cloud's tasks, and no credential of the control plane
-    but the staging blob's (the server's own AWS_* keys, when it has them)."""
+    but the staging blob's (the server's own AWS_* keys, when it has them).
+    Written from the worker's settings class, which reads it back."""
     host = settings.listen.rpartition(":")[0].strip("[]")
     if host in ("", "0.0.0.0", "::"):
         host = "127.0.0.1"
     server = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     secrets_file = str(Path(settings.secrets_file).resolve()) if settings.secrets_file else ""
+    runtime = RuntimeSettings(
+        server=server,
+        token=token,
+        exit_with_stdin=True,
+        concurrency=settings.worker_concurrency,
+        idle_connection_seconds=settings.worker_idle_connection_seconds,
+        tls=bool(settings.tls_cert),
+        root_cert=_resolved(settings.tls_cert),
+        # For a server that requires client certificates (SETU_TLS_CLIENT_CA).
+        client_cert=_resolved(settings.worker_client_cert),
+        client_key=_resolved(settings.worker_client_key),
+        secrets_file=secrets_file,
+        shared_secrets=settings.shared_secrets,
+        cloud_reach=settings.cloud_reach,
+        cloud_allow_networks=settings.cloud_allow_networks,
+        local_files_root=str(settings.files_root.resolve()),
+        batch_rows=settings.batch_rows,
+        direct_max_rows=settings.direct_max_rows,
+        resumable_load_min_bytes=settings.resumable_load_min_bytes,
+        grace_seconds=settings.grace_seconds,
+        log_level=settings.log_level,
+        log_format=settings.log_format,
+        blob_access_key_id=os.environ.get("AWS_ACCESS_KEY_ID", ""),
+        blob_secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
+        blob_session_token=os.environ.get("AWS_SESSION_TOKEN", ""),
+    )
     return worker_environment(
-        {
-            "SETU_SERVER": server,
-            "SETU_WORKER_TOKEN": token,
-            "SETU_WORKER_SUPERVISED": "1",
-            "SETU_WORKER_CONCURRENCY": str(settings.worker_concurrency),
-            "SETU_WORKER_IDLE_CONNECTION_SECONDS": str(settings.worker_idle_connection_seconds),
-            "SETU_TLS": "1" if settings.tls_cert else "",
-            "SETU_ROOT_CERT": str(Path(settings.tls_cert).resolve()) if settings.tls_cert else "",
-            # For a server that requires client certificates (SETU_TLS_CLIENT_CA).
-            "SETU_CLIENT_CERT": _resolved(settings.worker_client_cert),
-            "SETU_CLIENT_KEY": _resolved(settings.worker_client_key),
-            "SETU_SECRETS_FILE": secrets_file,
-            "SETU_SHARED_SECRETS": settings.shared_secrets,
-            "SETU_CLOUD_REACH": settings.cloud_reach,
-            "SETU_CLOUD_ALLOW_NETWORKS": settings.cloud_allow_networks,
-            "SETU_LOCAL_FILES_ROOT": str(settings.files_root.resolve()),
-            "SETU_BATCH_ROWS": str(settings.batch_rows),
-            "SETU_DIRECT_MAX_ROWS": str(settings.direct_max_rows),
-            "SETU_RESUMABLE_LOAD_MIN_BYTES": str(settings.resumable_load_min_bytes),
-            "SETU_GRACE_SECONDS": str(settings.grace_seconds),
-            "SETU_LOG_LEVEL": settings.log_level,
-            "SETU_LOG_FORMAT": settings.log_format,
-            "SETU_BLOB_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", ""),
-            "SETU_BLOB_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
-            "SETU_BLOB_SESSION_TOKEN": os.environ.get("AWS_SESSION_TOKEN", ""),
-        }
-        | shared_secret_variables(settings.shared_secrets, os.environ),
+        runtime.to_env(WORKER) | shared_secret_variables(settings.shared_secrets, os.environ),
         os.environ,
     )
 

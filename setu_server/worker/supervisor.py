@@ -22,6 +22,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from setu_agent.cloud import main as worker_main
 from setu_engine.support.secrets import ENV_PREFIX
 
 log = logging.getLogger("setu.supervisor")
@@ -37,6 +38,12 @@ INHERITED = (
 STEADY_SECONDS = 30.0
 FIRST_RESTART_SECONDS = 0.5
 MAX_RESTART_SECONDS = 30.0
+
+# setu-worker, named through its imported module rather than a string: a
+# rename fails here, at import, not at every start of a worker. `python -m`
+# with this interpreter needs no console script on PATH, so it runs the same
+# from an installed venv, an editable one or a checkout the tests run in.
+WORKER_COMMAND = (sys.executable, "-m", worker_main.__name__)
 
 
 def shared_secret_variables(shared: str, parent: Mapping[str, str]) -> dict[str, str]:
@@ -67,7 +74,7 @@ class WorkerSupervisor:
 
     count: int
     env: dict[str, str]
-    command: list[str] = field(default_factory=lambda: [sys.executable, "-m", "setu_agent.cloud"])
+    command: list[str] = field(default_factory=lambda: list(WORKER_COMMAND))
     processes: dict[int, asyncio.subprocess.Process] = field(default_factory=dict)
     started: int = 0
     failed_starts: int = 0

@@ -5,6 +5,7 @@ real processes."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 from setu_server.worker.supervisor import WorkerSupervisor, worker_environment
@@ -41,3 +42,9 @@ def test_a_worker_inherits_only_the_basics_and_its_own_settings() -> None:
     parent = {"PATH": "/bin", "PGPASSWORD": "x", "AWS_SECRET_ACCESS_KEY": "y", "LANG": "C"}
     env = worker_environment({"SETU_SERVER": "h:1", "SETU_TLS": ""}, parent)
     assert env == {"PATH": "/bin", "LANG": "C", "SETU_SERVER": "h:1"}
+
+
+def test_the_default_command_is_the_setu_worker_program() -> None:
+    command = WorkerSupervisor(1, {}).command
+    shown = subprocess.run([*command, "--help"], capture_output=True, text=True, check=True)
+    assert shown.stdout.startswith("usage: setu-worker")

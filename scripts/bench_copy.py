@@ -59,10 +59,10 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from setu_engine.kinds import WriteMode
 from setu_engine.movement import transfer
 from setu_engine.operators.chain import parse_spec
 from setu_engine.providers import get_provider
-from setu_engine.providers.base import WriteMode
 from setu_engine.providers.postgres import PROVIDER
 from setu_engine.staged.blob import LocalBlobStore
 from setu_engine.staged.markers import LoadIdentity

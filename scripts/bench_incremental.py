@@ -35,10 +35,10 @@ import asyncpg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scripts.bench_copy import COLUMNS, Quiet, config_of, with_database
+from setu_engine.kinds import WriteMode
 from setu_engine.movement import transfer
 from setu_engine.operators.chain import parse_spec
 from setu_engine.planning import incremental
-from setu_engine.providers.base import WriteMode
 from setu_engine.providers.postgres import PROVIDER
 from setu_engine.staged.blob import LocalBlobStore
 from setu_engine.staged.markers import LoadIdentity

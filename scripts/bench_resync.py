@@ -29,9 +29,9 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from setu_engine.kinds import WriteMode
 from setu_engine.movement import transfer
 from setu_engine.operators.chain import parse_spec
-from setu_engine.providers.base import WriteMode
 from setu_engine.providers.postgres import PROVIDER
 from setu_engine.staged.markers import LoadIdentity
 

@@ -24,24 +24,19 @@ from typing import Any, Protocol
 from setu_agent.runtime import Handler, TaskContext
 from setu_agent.runtime.task import NonRetryable
 from setu_client.errors import DeadlineExceeded, LeaseLost, Unavailable
+from setu_engine.errors import ConfigError, PermanentError, ProviderError, SpecError
 from setu_engine.movement import dry_run, transfer
 from setu_engine.movement.transfer import read_said
-from setu_engine.operators.chain import PipelineSpec, SpecError, parse_spec
+from setu_engine.operators.chain import PipelineSpec, parse_spec
 from setu_engine.planning import incremental
 from setu_engine.providers import get_provider
-from setu_engine.providers.base import (
-    ConfigError,
-    Connector,
-    CountsRows,
-    Egress,
-    PermanentError,
-    ProviderError,
-)
+from setu_engine.providers.base import Connector, CountsRows
 from setu_engine.staged.blob import BlobSettings, BlobStore, open_blob
 from setu_engine.staged.markers import LoadIdentity
 from setu_engine.staged.resumable import DEFAULT_POLICY, ResumePolicy
 from setu_engine.staged.s3 import S3Settings
 from setu_engine.staged.staging import Manifest, StoredPart, read_manifest
+from setu_engine.support.egress import Egress
 from setu_engine.support.secrets import SecretStore, references
 from setu_engine.values.special import JSON_NULL, Infinite, nonfinite_text, shortest_real
 from setu_engine.values.types import Column, Row

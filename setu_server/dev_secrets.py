@@ -14,12 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from setu_engine.support.secrets_file import (
-    InvalidSecretsFile,
-    ensure_file,
-    ensure_section,
-    set_secret,
-)
+from setu_engine.errors import InvalidSecretsFile
+from setu_engine.support.secrets_file import ensure_file, ensure_section, set_secret
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 

@@ -9,8 +9,8 @@ from typing import Any
 from uuid import UUID
 
 # The engine's enum, re-exported: a pipeline's mode reaches the writers unconverted.
-from setu_engine.providers.base import RowChanges as RowChanges
-from setu_engine.providers.base import WriteMode as WriteMode
+from setu_engine.kinds import RowChanges as RowChanges
+from setu_engine.kinds import WriteMode as WriteMode
 
 # How long an agent may go unseen and still count as online, with the
 # default lease settings. A server derives its own from its settings

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from setu_engine.kinds import RowChanges
 from setu_engine.planning.incremental import MARK_TYPES, CursorMark
 
 # A result carries a dry run's plan (setu_engine/planning/plans.py) and is refused with
@@ -27,7 +28,6 @@ from setu_engine.planning.plans import PlannedColumn as PlannedColumn
 from setu_engine.planning.plans import PlannedStream as PlannedStream
 from setu_engine.planning.plans import incompatibilities as incompatibilities
 from setu_engine.planning.plans import plans_from_json as plans_from_json
-from setu_engine.providers.base import RowChanges
 from setu_engine.staged.staging import MANIFEST, Manifest
 from setu_engine.values.strict_json import MalformedResult as MalformedResult
 from setu_engine.values.strict_json import an_object as _fields_any

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from setu_engine.providers.base import WriteMode
+from setu_engine.kinds import WriteMode
 from setu_engine.staged.blob import BlobSettings
 from setu_engine.staged.staging import MANIFEST, StoredPart
 

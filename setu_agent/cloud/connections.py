@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from setu_agent.handlers import open_provider
-from setu_engine.providers.base import Connector, Egress
+from setu_engine.providers.base import Connector
+from setu_engine.support.egress import Egress
 
 log = logging.getLogger("setu.worker.connections")
 

@@ -26,15 +26,17 @@ from setu_agent.handlers import ConnectPolicy, open_connector
 from setu_agent.runtime import TaskContext
 from setu_agent.runtime.task import LeasedTask, NonRetryable, TaskCancelled
 from setu_client.errors import FailedPrecondition, LeaseLost
+from setu_engine.errors import ConfigError, SpecError
 from setu_engine.movement import dry_run, transfer
 from setu_engine.movement.transfer import read_said
-from setu_engine.operators.chain import SpecError, parse_spec
+from setu_engine.operators.chain import parse_spec
 from setu_engine.planning import incremental
-from setu_engine.providers.base import ConfigError, Connector, CountsRows, Egress
+from setu_engine.providers.base import Connector, CountsRows
 from setu_engine.staged.blob import BlobSettings, BlobStore
 from setu_engine.staged.markers import LoadIdentity
 from setu_engine.staged.resumable import DEFAULT_POLICY, ResumePolicy
 from setu_engine.staged.staging import Manifest, StoredPart, read_manifest
+from setu_engine.support.egress import Egress
 from setu_engine.support.secrets import SecretStore
 from setu_tasks.results import (
     Artifact,

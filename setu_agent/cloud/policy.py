@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from setu_engine.providers.base import ConfigError
+from setu_engine.errors import ConfigError
 from setu_engine.support.egress import AddressPolicy, IPNetwork, parse_networks, protect_database
 
 

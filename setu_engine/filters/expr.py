@@ -35,6 +35,8 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal
 
+from setu_engine.errors import ExprError
+
 # How deeply a filter's operators and parentheses may nest.
 MAX_FILTER_DEPTH = 64
 # Values in one IN list (compiled to a chain of comparisons).
@@ -56,14 +58,6 @@ _TOKEN = re.compile(
     """,
     re.VERBOSE,
 )
-
-
-class ExprError(ValueError):
-    """A filter that does not parse or does not type-check; `pos` is 1-based."""
-
-    def __init__(self, message: str, pos: int = 0) -> None:
-        super().__init__(message)
-        self.pos = pos
 
 
 @dataclass(frozen=True)

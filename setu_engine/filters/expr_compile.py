@@ -29,11 +29,11 @@ from decimal import Decimal
 from operator import itemgetter
 from typing import Any
 
+from setu_engine.errors import CastError, ExprError, OperatorError, RowFault
 from setu_engine.filters.expr import (
     COMPARISONS,
     Between,
     Binary,
-    ExprError,
     InList,
     IsNull,
     Literal,
@@ -41,28 +41,7 @@ from setu_engine.filters.expr import (
     Node,
     Unary,
 )
-from setu_engine.values.special import ValueFault
 from setu_engine.values.types import INTEGERS, NUMBERS, PG_TYPES, Row
-
-
-class OperatorError(ValueError):
-    """A row the chain cannot process (an uncastable value, a division by
-    zero); PostgreSQL raises for the same row in the compiled SQL."""
-
-
-class CastError(OperatorError):
-    """A value a cast cannot convert, with its column and the value."""
-
-    def __init__(self, reason: str, column: str, value: Any) -> None:
-        self.reason = reason
-        self.column = column
-        self.value = value
-        super().__init__(f"column {column!r}: {reason}")
-
-
-class RowFault(ValueFault, OperatorError):
-    """An OperatorError met running a chain over a row, located: a bad
-    value, so permanent (ValueFault), naming column (for a cast) and row."""
 
 
 def row_fault(

@@ -20,12 +20,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from setu_engine.errors import ConfigError, SpecError
+from setu_engine.kinds import WriteMode
 from setu_engine.movement import transfer
-from setu_engine.operators.chain import PipelineSpec, SchemaEvolution, SpecError
+from setu_engine.operators.chain import PipelineSpec, SchemaEvolution
 from setu_engine.planning import destination_plan
 from setu_engine.planning.plans import PlannedColumn, PlannedStream, plans_from_json
-from setu_engine.providers.base import ConfigError, WriteMode, qualified
-from setu_engine.values.types import Stream
+from setu_engine.values.types import Stream, qualified
 
 # The task payload key of a plan handed on to where the load would run (the
 # destination's agent, or the cloud after a source agent planned).

@@ -22,31 +22,25 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from dataclasses import dataclass
 from typing import Protocol, TypeGuard, TypeVar, runtime_checkable
 
+from setu_engine.errors import ConfigError, PermanentError, ValueFault
+from setu_engine.kinds import CopyBatch, RowChanges, WriteMode, changes_of
 from setu_engine.operators.chain import Chain, PipelineSpec, Plan
 from setu_engine.planning import destination_plan
+from setu_engine.planning.destination_plan import SchemaChanges
 from setu_engine.planning.incremental import OBJECTS, CursorMark
 from setu_engine.providers.base import (
-    ConfigError,
     Connector,
-    CopyBatch,
     CopyDestination,
     CopySource,
-    PermanentError,
     ResumableCopies,
     ResumableRows,
     ResumableSource,
-    RowChanges,
-    SchemaChanges,
-    WriteMode,
-    changes_of,
-    qualified,
 )
 from setu_engine.staged import pgcopy, resumable, staging
 from setu_engine.staged.blob import BlobStore
 from setu_engine.staged.markers import LoadIdentity, LoadMarker
 from setu_engine.support.closing import closing
-from setu_engine.values.special import ValueFault
-from setu_engine.values.types import Batch, Column, Stream
+from setu_engine.values.types import Batch, Column, Stream, qualified
 
 # Rows per batch: the grain of progress, cancellation and staged parts.
 DEFAULT_BATCH_ROWS = 100_000

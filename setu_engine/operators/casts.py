@@ -31,11 +31,10 @@ from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
+from setu_engine.errors import CastError, OperatorError
 from setu_engine.filters.expr_compile import (
     NUMERIC_CTX,
-    CastError,
     Compiled,
-    OperatorError,
     check_int,
     constant,
     quote_literal,

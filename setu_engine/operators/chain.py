@@ -27,10 +27,10 @@ from enum import StrEnum
 from operator import itemgetter
 from typing import Any
 
-from setu_engine.filters.expr import ExprError, Node, parse
+from setu_engine.errors import BlockingError, ExprError, OperatorError, SpecError, TypeNameError
+from setu_engine.filters.expr import Node, parse
 from setu_engine.filters.expr_compile import (
     Compiled,
-    OperatorError,
     column_refs,
     compile_filter,
     constant,
@@ -39,17 +39,9 @@ from setu_engine.filters.expr_compile import (
     row_fault,
 )
 from setu_engine.operators.casts import cast_column, cast_literal, from_json, sql_literal, supported
-from setu_engine.operators.whole_stream import (
-    METRICS,
-    SEQ,
-    Aggregate,
-    BlockingError,
-    Dedupe,
-    Metric,
-    Step,
-)
+from setu_engine.operators.whole_stream import METRICS, SEQ, Aggregate, Dedupe, Metric, Step
 from setu_engine.values import sqltypes
-from setu_engine.values.types import Batch, Column, Row, TypeNameError, neutral
+from setu_engine.values.types import Batch, Column, Row, neutral
 
 __all__ = [
     "Chain",
@@ -61,11 +53,6 @@ __all__ = [
     "cast_literal",
     "parse_spec",
 ]
-
-
-class SpecError(ValueError):
-    """The spec is wrong; the message names the path, e.g.
-    "spec.operators[2].columns: unknown column 'x' (stream has: id, name)"."""
 
 
 OPS = (

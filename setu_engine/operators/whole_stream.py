@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
 
-from setu_engine.filters.expr_compile import NUMERIC_CTX, OperatorError, quote_ident
+from setu_engine.errors import BlockingError, OperatorError
+from setu_engine.filters.expr_compile import NUMERIC_CTX, quote_ident
 from setu_engine.values.types import INTEGERS, Column, Row
 
 # The staging table's row order, carried to dedupe's tie-break (SQL side).
@@ -40,10 +41,6 @@ _SUMMABLE = INTEGERS | {"numeric", "real", "double"}
 _ORDERED = _SUMMABLE | {"text", "boolean", "date", "time", "timestamp", "timestamptz"}
 _SUM_TYPE = {"smallint": "bigint", "integer": "bigint", "bigint": "numeric", "numeric": "numeric"}
 _BIGINT = 2**63
-
-
-class BlockingError(ValueError):
-    """The operator does not fit the stream's columns; names the path."""
 
 
 class Accumulator(Protocol):

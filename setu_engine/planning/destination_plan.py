@@ -26,9 +26,27 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
+from setu_engine.errors import PermanentError
+from setu_engine.kinds import WriteMode
 from setu_engine.operators.chain import SchemaEvolution
-from setu_engine.providers.base import PermanentError, SchemaChanges, WriteMode
 from setu_engine.values.types import Column
+
+
+@dataclass(frozen=True)
+class SchemaChanges:
+    """What a load changes in its destination's shape ahead of its rows
+    (setu_engine/planning/destination_plan.py): a schema to create, nullable columns to
+    add to the existing table. A destination with transactional DDL makes
+    them inside the load's transaction, so they commit with the rows or not
+    at all: a failed run leaves the shape as it was."""
+
+    # How people name the target ("edge"."orders", 'orders').
+    target: str
+    schema: str | None = None
+    columns: tuple[Column, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.schema is not None or bool(self.columns)
 
 
 @dataclass(frozen=True)

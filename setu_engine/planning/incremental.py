@@ -22,8 +22,9 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Protocol, runtime_checkable
 
-from setu_engine.providers.base import ConfigError, qualified
-from setu_engine.values.types import INTEGERS, NUMBERS, Column, Stream
+from setu_engine.errors import ConfigError
+from setu_engine.errors import SyncError as SyncError  # also read as incremental.SyncError
+from setu_engine.values.types import INTEGERS, NUMBERS, Column, Stream, qualified
 
 SYNC_KEY = "sync"
 ALL_STREAMS = "*"
@@ -41,10 +42,6 @@ MARK_TYPES = ORDERABLE | {OBJECTS}
 
 _LOOKBACK = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-class SyncError(ValueError):
-    """A `sync` section that cannot be run; the message names the path."""
 
 
 @dataclass(frozen=True)

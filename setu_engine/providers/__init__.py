@@ -6,7 +6,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from setu_engine.providers.base import ConfigError, Provider
+from setu_engine.errors import ConfigError
+from setu_engine.providers.base import Provider
 
 _MODULES: dict[str, str] = {
     "postgres": "setu_engine.providers.postgres",

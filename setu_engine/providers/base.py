@@ -9,104 +9,16 @@ unresolved config, as the server stores it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from setu_engine.kinds import CopyBatch, WriteMode
 from setu_engine.values.types import Batch, Column, Stream
 
 if TYPE_CHECKING:
-    from setu_engine.operators.chain import Plan
+    from setu_engine.planning.destination_plan import SchemaChanges
     from setu_engine.staged.markers import LoadMarker
-
-
-class WriteMode(StrEnum):
-    APPEND = "append"
-    OVERWRITE = "overwrite"
-    UPSERT = "upsert"
-    MERGE = "merge"
-
-    @property
-    def needs_key(self) -> bool:
-        return self in (WriteMode.UPSERT, WriteMode.MERGE)
-
-
-class ConfigError(ValueError):
-    """The connection's config is wrong; the message says which field and why.
-    Another attempt cannot fix it."""
-
-    retryable = False
-
-
-class ProviderError(Exception):
-    """The provider failed (unreachable, refused, bad data); the message is
-    the provider's own, fit to show the user.
-
-    `retryable` is how the runtime reports a task that fails with it. A
-    provider classifies its driver's errors where it raises them
-    (providers/failures.py, docs/errors.md): PermanentError or
-    TransientError. One it cannot place stays a plain ProviderError and is
-    retried, as a transient one is."""
-
-    plain_message = True
-    retryable = True
-
-
-class PermanentError(ProviderError):
-    """Another attempt cannot fix it (credentials refused, an object missing,
-    a constraint violated, a spec or type that does not fit, a bad value):
-    the task fails at once, and the message names the fix.
-
-    `fields` names the config fields a person should check (the credentials
-    refused): the runtime, which knows which of them are secret references,
-    names those secrets, never their values."""
-
-    retryable = False
-
-    def __init__(self, message: str, *, fields: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.fields = fields
-
-
-class TransientError(ProviderError):
-    """Another attempt may well succeed (connection refused or reset, a
-    timeout, a serialization failure or deadlock, S3 throttling or 5xx):
-    the task is retried with backoff."""
-
-    retryable = True
-
-
-class OutageError(TransientError):
-    """The database went away for a moment (connection refused or reset, the
-    server shutting down or starting up): not the work's fault, so the task
-    is handed back for a retry without spending an attempt, as long as the
-    server grants free retries (SETU_OUTAGE_FREE_RETRIES)."""
-
-    outage = True
-
-
-class ConnectionClosed(ProviderError):
-    """A call met its connection closed under it: this runtime closed it,
-    as a cancelled or stopping task unwinds. Neither the data's fault nor
-    the spec's, so it names no fix; a run that was not cancelled retries."""
-
-
-@dataclass(frozen=True)
-class SchemaChanges:
-    """What a load changes in its destination's shape ahead of its rows
-    (setu_engine/planning/destination_plan.py): a schema to create, nullable columns to
-    add to the existing table. A destination with transactional DDL makes
-    them inside the load's transaction, so they commit with the rows or not
-    at all: a failed run leaves the shape as it was."""
-
-    # How people name the target ("edge"."orders", 'orders').
-    target: str
-    schema: str | None = None
-    columns: tuple[Column, ...] = ()
-
-    def __bool__(self) -> bool:
-        return self.schema is not None or bool(self.columns)
+    from setu_engine.support.egress import Egress
 
 
 class Connector(Protocol):
@@ -154,17 +66,6 @@ class Connector(Protocol):
     async def close(self) -> None: ...
 
 
-class Egress(Protocol):
-    """Vets the host a connection is about to open a socket to
-    (setu_engine/support/egress.py); None where the runtime's own network is the limit."""
-
-    async def address(self, host: str, port: int, field: str) -> str:
-        """The address to connect to for `host`: resolved and allowed.
-        Raises ConfigError (naming `field`) for a denied address, and
-        ProviderError when the name does not resolve."""
-        ...
-
-
 class Provider(Protocol):
     name: str
 
@@ -182,45 +83,6 @@ class Provider(Protocol):
         limit); raises ProviderError. Never falls back to the process's
         environment or files for what the config leaves out."""
         ...
-
-
-@dataclass(frozen=True)
-class CopyBatch:
-    """Rows as one complete PostgreSQL binary COPY stream (engine.pgcopy)."""
-
-    data: bytes
-    rows: int
-    # Where the source's read stood after these rows, for a read that can
-    # resume there (ResumableSource); "" otherwise.
-    position: str = ""
-
-
-@dataclass(frozen=True)
-class RowChanges:
-    """What a write's rows did to the destination: rows new to it, rows whose
-    values changed, and rows already there with the same values (which an
-    upsert or merge leaves untouched: no new row version, no WAL)."""
-
-    inserted: int
-    updated: int = 0
-    unchanged: int = 0
-
-
-class Written(int):
-    """The rows a write took (the int every caller reads), with the changes
-    they made when the provider can tell: a write that returns a plain int
-    (a file, a load found already done) reports no changes."""
-
-    changes: RowChanges
-
-    def __new__(cls, rows: int, changes: RowChanges) -> Written:
-        written = super().__new__(cls, rows)
-        written.changes = changes
-        return written
-
-
-def changes_of(written: int) -> RowChanges | None:
-    return written.changes if isinstance(written, Written) else None
 
 
 @runtime_checkable
@@ -273,6 +135,21 @@ class CopySource(Protocol):
     def copy_batches(self, stream: Stream, batch_rows: int) -> AsyncIterator[CopyBatch]: ...
 
 
+class CompiledChain(Protocol):
+    """What a COPY destination needs of the operator chain bound to a
+    stream's columns (the engine's Plan, setu_engine/operators/chain.py):
+    the columns it outputs, whether it leaves every row as it is, and the
+    SELECT that computes it in SQL from a relation holding the input."""
+
+    @property
+    def output(self) -> tuple[Column, ...]: ...
+
+    @property
+    def identity(self) -> bool: ...
+
+    def select_sql(self, relation: str, extra: str = "") -> str: ...
+
+
 @runtime_checkable
 class CopyDestination(Protocol):
     """A destination that loads binary COPY batches itself and runs the
@@ -283,7 +160,7 @@ class CopyDestination(Protocol):
         stream: str,
         columns: Sequence[Column],
         parts: AsyncIterator[CopyBatch],
-        plan: Plan,
+        plan: CompiledChain,
         mode: WriteMode,
         key: Sequence[str],
         *,
@@ -295,16 +172,3 @@ class CopyDestination(Protocol):
         writes under the mode, atomically, naming the target and honouring
         `marker` and `changes` as `write` does. Returns the rows written."""
         ...
-
-
-def find_stream(streams: Sequence[Stream], wanted: str) -> Stream:
-    """A stream by `name` or `namespace.name`; raises ProviderError."""
-    for stream in streams:
-        if wanted in (stream.name, f"{stream.namespace}.{stream.name}"):
-            return stream
-    known = ", ".join(qualified(s) for s in streams) or "none"
-    raise PermanentError(f"stream {wanted!r} not found (the connection offers: {known})")
-
-
-def qualified(stream: Stream) -> str:
-    return f"{stream.namespace}.{stream.name}" if stream.namespace else stream.name

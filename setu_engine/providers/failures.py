@@ -13,7 +13,7 @@ import errno
 import sqlite3
 from typing import Any
 
-from setu_engine.providers.base import (
+from setu_engine.errors import (
     ConnectionClosed,
     OutageError,
     PermanentError,

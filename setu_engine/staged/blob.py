@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
+from setu_engine.errors import BlobError, BlobNotFound
 from setu_engine.staged.s3 import S3Settings, error_code, error_message, is_not_found, s3_client
 
 BACKENDS = ("local", "s3")
@@ -26,16 +27,6 @@ BACKENDS = ("local", "s3")
 # mistakes a half-written file for an object.
 TEMP_MARK = ".setu-tmp-"
 DELETE_BATCH = 1000
-
-
-class BlobError(Exception):
-    """A blob operation failed; the message names the key, the backend and why."""
-
-    plain_message = True
-
-
-class BlobNotFound(BlobError):
-    pass
 
 
 class BlobStore(Protocol):

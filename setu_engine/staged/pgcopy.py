@@ -24,13 +24,8 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from setu_engine.values.special import (
-    INFINITY,
-    JSON_NULL,
-    MINUS_INFINITY,
-    Infinite,
-    ValueFault,
-)
+from setu_engine.errors import ValueFault
+from setu_engine.values.special import INFINITY, JSON_NULL, MINUS_INFINITY, Infinite
 from setu_engine.values.types import Batch, Column, Row
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00"

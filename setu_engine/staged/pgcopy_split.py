@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-from setu_engine.providers.base import CopyBatch
+from setu_engine.kinds import CopyBatch
 from setu_engine.staged.pgcopy import HEADER, SIGNATURE, TRAILER
 
 _I2 = struct.Struct("!h")

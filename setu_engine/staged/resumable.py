@@ -51,14 +51,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
+from setu_engine.errors import ValueFault
+from setu_engine.kinds import CopyBatch, WriteMode, Written
 from setu_engine.operators.chain import Chain, Plan
-from setu_engine.providers.base import CopyBatch, SchemaChanges, WriteMode, Written
+from setu_engine.planning.destination_plan import SchemaChanges
 from setu_engine.staged import pgcopy, staging
 from setu_engine.staged.blob import BlobStore
 from setu_engine.staged.markers import LoadIdentity, LoadMarker
 from setu_engine.support import testpoints
 from setu_engine.support.closing import closing
-from setu_engine.values.special import ValueFault
 from setu_engine.values.types import Batch, Column
 
 # Staged bytes (compressed) from which a stream of several parts loads part

@@ -19,7 +19,8 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from botocore import UNSIGNED  # type: ignore[import-untyped]
 from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 
-from setu_engine.providers.base import ConfigError, Egress
+from setu_engine.errors import ConfigError
+from setu_engine.support.egress import Egress
 
 # S3 needs every part but the last to be at least 5 MiB; above this size an
 # upload goes in parts so no single request carries the whole file.

@@ -38,23 +38,18 @@ from typing import Any
 
 import zstandard
 
+from setu_engine.errors import BlobNotFound, StagingError
+from setu_engine.kinds import CopyBatch
 from setu_engine.planning.incremental import CursorMark
-from setu_engine.providers.base import CopyBatch, qualified
-from setu_engine.staged.blob import BlobNotFound, BlobStore
+from setu_engine.staged.blob import BlobStore
 from setu_engine.support import testpoints
 from setu_engine.support.closing import closing
-from setu_engine.values.types import Stream
+from setu_engine.values.types import Stream, qualified
 
 FORMAT = "setu-staged/1"
 PART_FORMAT = "pgcopy-binary+zstd"
 MANIFEST = "manifest.json"
 ZSTD_LEVEL = 1
-
-
-class StagingError(Exception):
-    """Staged data is missing, or does not match its manifest."""
-
-    plain_message = True
 
 
 def run_prefix(workspace_id: object, pipeline_id: object, job_id: object) -> str:

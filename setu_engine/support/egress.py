@@ -29,8 +29,9 @@ import socket
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from setu_engine.providers.base import ConfigError, Egress, ProviderError
+from setu_engine.errors import ConfigError, ProviderError
 from setu_engine.support.this_machine import is_this_machine
 
 __all__ = ["AddressPolicy", "Egress", "parse_networks", "protect_database", "why_denied"]
@@ -40,6 +41,17 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 _COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+class Egress(Protocol):
+    """Vets the host a connection is about to open a socket to (AddressPolicy
+    below); None where the runtime's own network is the limit."""
+
+    async def address(self, host: str, port: int, field: str) -> str:
+        """The address to connect to for `host`: resolved and allowed.
+        Raises ConfigError (naming `field`) for a denied address, and
+        ProviderError when the name does not resolve."""
+        ...
 
 
 def parse_networks(text: str | Iterable[str], setting: str) -> tuple[IPNetwork, ...]:

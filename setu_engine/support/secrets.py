@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from setu_engine.providers.base import ConfigError
-from setu_engine.support.secrets_file import InvalidSecretsFile, SecretsContent, SecretsFile
+from setu_engine.errors import ConfigError, InvalidSecretsFile
+from setu_engine.support.secrets_file import SecretsContent, SecretsFile
 
 SECRET_KEY = "$secret"
 ENV_PREFIX = "SETU_SECRET_"

@@ -20,13 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from setu_engine.errors import InvalidSecretsFile
+
 log = logging.getLogger(__name__)
 
 _SHAPE = 'NAME -> string, with optional "workspaces": {"<workspace id>": {NAME -> string}}'
-
-
-class InvalidSecretsFile(ValueError):
-    """The file cannot be read or is not in the format above."""
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,8 @@ from __future__ import annotations
 import math
 import struct
 from datetime import date
-from typing import Any, Final
+from typing import Final
 
-from setu_engine.providers.base import PermanentError
 from setu_engine.values import spellings
 
 
@@ -143,61 +142,3 @@ def shortest_real(value: float) -> float:
 
 
 # --- a bad value -------------------------------------------------------------
-
-
-def excerpt(value: Any, limit: int = 60) -> str:
-    """A short, printable piece of a value for a message."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-class ValueFault(PermanentError, ValueError):
-    """A value that cannot be read, converted or written. Another attempt
-    would meet the same value, so it is permanent; the message names the
-    stream, column, row (1-based, in the order read) and a short excerpt.
-
-    Also a ValueError, as a converter's own failures are.
-
-    Raised where the value is met (often knowing only its column and its
-    place in a batch) and `located` on its way up by whoever knows the
-    stream and how many rows came before."""
-
-    def __init__(
-        self,
-        reason: str,
-        *,
-        column: str | None,
-        value: Any,
-        row: int | None = None,
-        stream: str | None = None,
-    ) -> None:
-        self.reason = reason
-        self.column = column
-        self.value = value
-        self.row = row
-        self.stream = stream
-        super().__init__(self._message())
-
-    def _message(self) -> str:
-        where = [f"stream {self.stream!r}"] if self.stream else []
-        if self.column is not None:
-            where.append(f"column {self.column!r}")
-        if self.row is not None:
-            where.append(f"row {self.row}")
-        place = ", ".join(where) or "a value"
-        return f"{place}: {self.reason} (value {excerpt(self.value)})"
-
-    def located(self, stream: str | None = None, rows_before: int = 0) -> ValueFault:
-        """This fault with the stream named and its row counted from the
-        stream's start (rows_before: rows of earlier batches). A fault
-        already located is returned as it is."""
-        if self.stream:
-            return self
-        row = None if self.row is None else self.row + rows_before
-        return ValueFault(
-            self.reason,
-            column=self.column,
-            value=self.value,
-            row=row,
-            stream=self.stream or stream,
-        )

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from setu_engine.errors import SqlTypeError as SqlTypeError  # also read as sqltypes.SqlTypeError
+
 # PostgreSQL's canonical names (as format_type spells them) -> the neutral
 # type their values travel as. The last group is kept exactly at a
 # PostgreSQL destination and travels as text.
@@ -114,10 +116,6 @@ _SHAPE = re.compile(
     r"(?:\(\s*(?P<args>-?\d+(?:\s*,\s*-?\d+)?)\s*\)\s*(?P<tail>[a-z][a-z ]*?)?)?"
     r"\s*(?P<array>(?:\[\d*\]\s*)*)"
 )
-
-
-class SqlTypeError(ValueError):
-    """A SQL type name Setu does not keep; the message lists what it takes."""
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from setu_engine.errors import PermanentError, TypeNameError
 from setu_engine.values import sqltypes
 
 if TYPE_CHECKING:
@@ -131,10 +132,6 @@ INTEGERS = frozenset({"smallint", "integer", "bigint"})
 NUMBERS = INTEGERS | {"real", "double", "numeric"}
 
 
-class TypeNameError(ValueError):
-    pass
-
-
 def neutral(name: str) -> str:
     """The neutral type a user-written type name means; raises TypeNameError."""
     key = name.strip().lower()
@@ -213,3 +210,16 @@ class Stream:
 
 def columns_by_name(columns: Sequence[Column]) -> dict[str, Column]:
     return {c.name: c for c in columns}
+
+
+def find_stream(streams: Sequence[Stream], wanted: str) -> Stream:
+    """A stream by `name` or `namespace.name`; raises ProviderError."""
+    for stream in streams:
+        if wanted in (stream.name, f"{stream.namespace}.{stream.name}"):
+            return stream
+    known = ", ".join(qualified(s) for s in streams) or "none"
+    raise PermanentError(f"stream {wanted!r} not found (the connection offers: {known})")
+
+
+def qualified(stream: Stream) -> str:
+    return f"{stream.namespace}.{stream.name}" if stream.namespace else stream.name

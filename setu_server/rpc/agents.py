@@ -12,7 +12,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client._proto.setu.v1 import agents_pb2_grpc, common_pb2
-from setu_engine.providers.base import RowChanges
+from setu_engine.kinds import RowChanges
 from setu_engine.staged.blob import BlobSettings
 from setu_engine.values import sqltypes
 from setu_engine.values.types import Column, Stream

@@ -14,7 +14,8 @@ from setu_client import struct_to_dict
 from setu_client._proto.setu.v1 import admin_pb2, common_pb2
 from setu_client._proto.setu.v1.agents_pb2 import StoredPart as StoredPartMessage
 from setu_client.errors import InvalidArgument
-from setu_engine.staged.blob import BlobError, check_key
+from setu_engine.errors import BlobError
+from setu_engine.staged.blob import check_key
 from setu_engine.staged.staging import StoredPart
 from setu_server.models import (
     Agent,

@@ -15,8 +15,8 @@ from uuid import UUID
 
 from setu_client.clock import Clock
 from setu_client.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from setu_engine.errors import ConfigError
 from setu_engine.providers import validate_config
-from setu_engine.providers.base import ConfigError
 from setu_server.models import Connection, Placement
 from setu_server.service import paging
 from setu_server.store import connections, pipelines, tenancy

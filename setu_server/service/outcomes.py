@@ -35,9 +35,8 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from setu_client.errors import InvalidArgument
+from setu_engine.errors import ConfigError, ProviderError, SpecError
 from setu_engine.movement import transfer
-from setu_engine.operators.chain import SpecError
-from setu_engine.providers.base import ConfigError, ProviderError
 from setu_engine.staged.staging import run_prefix
 from setu_server.models import EventLevel, Job, JobKind, JobState, Task, TaskKind, runtime_name
 from setu_server.service.dry_runs import DryRunPlans

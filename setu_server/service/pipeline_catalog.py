@@ -13,11 +13,12 @@ from typing import Any
 from uuid import UUID
 
 from setu_client.errors import InvalidArgument
+from setu_engine.errors import ConfigError, ProviderError, SpecError, TypeNameError
+from setu_engine.kinds import WriteMode
 from setu_engine.movement import dry_run, transfer
-from setu_engine.operators.chain import SpecError, parse_spec
+from setu_engine.operators.chain import parse_spec
 from setu_engine.planning import incremental
-from setu_engine.providers.base import ConfigError, ProviderError, WriteMode
-from setu_engine.values.types import Column, Stream, TypeNameError
+from setu_engine.values.types import Column, Stream
 from setu_server.store import catalog
 from setu_server.store.db import Executor
 from setu_tasks.results import incompatibilities

@@ -18,8 +18,9 @@ from croniter import CroniterError, croniter
 
 from setu_client.clock import Clock
 from setu_client.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from setu_engine.operators.chain import SpecError, parse_spec
-from setu_engine.planning.incremental import SyncError, check_provider, parse_sync
+from setu_engine.errors import SpecError, SyncError
+from setu_engine.operators.chain import parse_spec
+from setu_engine.planning.incremental import check_provider, parse_sync
 from setu_server.models import JobState, Pipeline, WriteMode
 from setu_server.service import paging
 from setu_server.service.connections import DEFAULT_PAGE_SIZE, check_name, merge_fields

@@ -21,8 +21,9 @@ from setu_client.errors import (
     LeaseLost,
     NotFound,
 )
+from setu_engine.errors import SpecError
 from setu_engine.movement import dry_run
-from setu_engine.operators.chain import SpecError, parse_spec
+from setu_engine.operators.chain import parse_spec
 from setu_engine.staged.blob import BlobSettings
 from setu_engine.staged.staging import run_prefix
 from setu_server.models import (

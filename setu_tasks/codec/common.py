@@ -10,10 +10,11 @@ from setu_client import struct_to_dict
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client._proto.setu.v1 import common_pb2
 from setu_client.errors import InvalidArgument
+from setu_engine.errors import BlobError
+from setu_engine.kinds import RowChanges, WriteMode
 from setu_engine.planning.incremental import MARK_TYPES, CursorMark
 from setu_engine.planning.plans import PlannedColumn, PlannedStream
-from setu_engine.providers.base import RowChanges, WriteMode
-from setu_engine.staged.blob import BlobError, BlobSettings, check_key
+from setu_engine.staged.blob import BlobSettings, check_key
 from setu_engine.staged.staging import Part, StoredPart
 from setu_engine.values import sqltypes
 from setu_engine.values.strict_json import MalformedResult

@@ -17,7 +17,7 @@ import asyncpg
 import pytest
 
 from setu_client import SetuClient
-from setu_engine.providers.base import ProviderError
+from setu_engine.errors import ProviderError
 from setu_engine.providers.postgres import PROVIDER as POSTGRES
 from tests.factories import Tenant, make_tenant
 from tests.s3server import S3Endpoint

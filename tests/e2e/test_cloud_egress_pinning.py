@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from setu_engine.providers.base import ProviderError
+from setu_engine.errors import ProviderError
 from setu_engine.providers.postgres import PROVIDER as POSTGRES
 from setu_engine.support.egress import AddressPolicy
 from tests.e2e.test_cloud_egress import FakePostgres

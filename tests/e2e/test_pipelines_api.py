@@ -23,7 +23,8 @@ from setu_client.errors import (
     NotFound,
     from_rpc_error,
 )
-from setu_engine.operators.chain import SpecError, parse_spec
+from setu_engine.errors import SpecError
+from setu_engine.operators.chain import parse_spec
 from setu_server.models import Connection, JobKind, JobState
 from setu_server.server import Running
 from setu_server.store import jobs

@@ -9,14 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from setu_engine.staged.blob import (
-    BlobError,
-    BlobNotFound,
-    BlobSettings,
-    BlobStore,
-    LocalBlobStore,
-    open_blob,
-)
+from setu_engine.errors import BlobError, BlobNotFound
+from setu_engine.staged.blob import BlobSettings, BlobStore, LocalBlobStore, open_blob
 from tests.s3server import S3Endpoint
 
 PREFIX = "ws/1/pl/2/run/3/"

@@ -21,7 +21,9 @@ from setu_agent.cloud.connections import ConnectionCache
 from setu_agent.cloud.migrate import Migrate, MigrateSettings
 from setu_agent.cloud.policy import CloudPolicy
 from setu_agent.runtime.task import LeasedTask, TaskContext
-from setu_engine.providers.base import ConfigError, Connector, WriteMode
+from setu_engine.errors import ConfigError
+from setu_engine.kinds import WriteMode
+from setu_engine.providers.base import Connector
 from setu_engine.staged.blob import BlobSettings
 from setu_engine.support.egress import AddressPolicy
 from setu_engine.support.secrets import SecretStore

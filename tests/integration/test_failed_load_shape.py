@@ -16,8 +16,9 @@ from typing import Any
 import asyncpg
 import pytest
 
+from setu_engine.errors import PermanentError
 from setu_engine.providers import get_provider
-from setu_engine.providers.base import Connector, PermanentError
+from setu_engine.providers.base import Connector
 from setu_engine.staged.markers import LoadIdentity
 from setu_engine.staged.resumable import ResumePolicy
 from setu_engine.staged.staging import Manifest

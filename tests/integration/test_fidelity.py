@@ -35,15 +35,17 @@ import asyncpg
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 
+from setu_engine.errors import ValueFault
+from setu_engine.kinds import WriteMode
 from setu_engine.movement import transfer
 from setu_engine.operators.chain import parse_spec
 from setu_engine.providers import get_provider
-from setu_engine.providers.base import Connector, WriteMode
+from setu_engine.providers.base import Connector
 from setu_engine.providers.files import arrays as pgarrays
 from setu_engine.providers.files import parquet as files_parquet
 from setu_engine.staged.blob import LocalBlobStore
 from setu_engine.staged.markers import LoadIdentity
-from setu_engine.values.special import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault
+from setu_engine.values.special import INFINITY, JSON_NULL, MINUS_INFINITY
 from setu_engine.values.types import Column, Row, Stream
 from tests.databases import postgres_config, scratch_database
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from setu_engine.providers.base import ConfigError, Connector, PermanentError
+from setu_engine.errors import ConfigError, PermanentError, ValueFault
+from setu_engine.providers.base import Connector
 from setu_engine.providers.files import PROVIDER
 from setu_engine.providers.files.codec import _Source
 from setu_engine.providers.files.csv import CsvOptions, csv_records
-from setu_engine.values.special import ValueFault
 from setu_engine.values.types import Column, Row, Stream
 from tests import flights_csv
 from tests.integration.test_files_provider import Place, read_all

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from setu_engine.providers.base import CopyBatch
+from setu_engine.errors import ValueFault
+from setu_engine.kinds import CopyBatch
 from setu_engine.providers.files import encode as files_encode
 from setu_engine.providers.files import merge as files_merge
-from setu_engine.values.special import ValueFault
 from setu_engine.values.types import Batch, Column, Row
 
 

@@ -16,15 +16,10 @@ from typing import Any
 
 import pytest
 
+from setu_engine.errors import ConfigError, PermanentError, ProviderError, TransientError
+from setu_engine.kinds import WriteMode
 from setu_engine.providers import get_provider
-from setu_engine.providers.base import (
-    ConfigError,
-    Connector,
-    PermanentError,
-    ProviderError,
-    TransientError,
-    WriteMode,
-)
+from setu_engine.providers.base import Connector
 from setu_engine.providers.files import PROVIDER
 from setu_engine.providers.files.storage import _LocalFiles
 from setu_engine.staged import s3

@@ -14,8 +14,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from setu_engine.kinds import CopyBatch, WriteMode
 from setu_engine.operators.chain import parse_spec
-from setu_engine.providers.base import Connector, CopyBatch, WriteMode
+from setu_engine.providers.base import Connector
 from setu_engine.providers.postgres import PROVIDER as POSTGRES
 from setu_engine.providers.postgres.connector import PostgresConnector
 from setu_engine.providers.sqlite import PROVIDER as SQLITE

@@ -11,7 +11,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_engine.filters.expr_compile import RowFault, quote_ident
+from setu_engine.errors import RowFault
+from setu_engine.filters.expr_compile import quote_ident
 from setu_engine.operators.casts import TEXT_OUT
 from setu_engine.operators.chain import Plan, parse_spec
 from setu_engine.values.special import INFINITY, MINUS_INFINITY

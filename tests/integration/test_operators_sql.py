@@ -11,7 +11,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from setu_engine.filters.expr_compile import OperatorError, quote_ident
+from setu_engine.errors import OperatorError
+from setu_engine.filters.expr_compile import quote_ident
 from setu_engine.operators.chain import Plan, parse_spec
 from setu_engine.values.types import PG_TYPES, Column, Row
 

@@ -19,10 +19,12 @@ from typing import Any
 import asyncpg
 import pytest
 
+from setu_engine.errors import PermanentError
+from setu_engine.kinds import CopyBatch, WriteMode
 from setu_engine.movement import transfer
 from setu_engine.operators.chain import parse_spec
 from setu_engine.providers import get_provider
-from setu_engine.providers.base import Connector, CopyBatch, PermanentError, WriteMode
+from setu_engine.providers.base import Connector
 from setu_engine.staged import staging
 from setu_engine.staged.blob import LocalBlobStore
 from setu_engine.staged.markers import MARKERS, LoadIdentity

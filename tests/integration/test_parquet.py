@@ -20,10 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from setu_engine.providers.base import ConfigError, PermanentError, ProviderError, WriteMode
+from setu_engine.errors import ConfigError, PermanentError, ProviderError, ValueFault
+from setu_engine.kinds import WriteMode
 from setu_engine.providers.files import PROVIDER
 from setu_engine.providers.files.parquet import ParquetOptions, ParquetWriter
-from setu_engine.values.special import JSON_NULL, ValueFault
+from setu_engine.values.special import JSON_NULL
 from setu_engine.values.types import Batch, Column, Row
 from tests.integration.test_files_provider import Place, read_all
 from tests.s3server import S3Endpoint

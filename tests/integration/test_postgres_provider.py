@@ -20,16 +20,10 @@ import pytest
 
 from setu_agent.handlers import open_connector
 from setu_agent.runtime.task import LeasedTask, TaskContext
+from setu_engine.errors import ConfigError, PermanentError, ProviderError, TransientError
+from setu_engine.kinds import CopyBatch, WriteMode
 from setu_engine.operators.chain import Plan, parse_spec
 from setu_engine.providers import get_provider
-from setu_engine.providers.base import (
-    ConfigError,
-    CopyBatch,
-    PermanentError,
-    ProviderError,
-    TransientError,
-    WriteMode,
-)
 from setu_engine.providers.postgres.connector import (
     FALLBACK_ROWS_PER_PAGE,
     PROVIDER,

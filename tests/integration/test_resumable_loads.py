@@ -17,10 +17,11 @@ from typing import Any
 import asyncpg
 import pytest
 
+from setu_engine.kinds import RowChanges, WriteMode
 from setu_engine.movement import transfer
 from setu_engine.operators.chain import parse_spec
 from setu_engine.providers import get_provider
-from setu_engine.providers.base import Connector, RowChanges, WriteMode
+from setu_engine.providers.base import Connector
 from setu_engine.staged.blob import LocalBlobStore
 from setu_engine.staged.markers import LoadIdentity
 from setu_engine.staged.resumable import ResumePolicy, stage_table

@@ -12,7 +12,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from setu_engine.providers.base import RowChanges, WriteMode
+from setu_engine.kinds import RowChanges, WriteMode
 from setu_engine.providers.postgres import PROVIDER as POSTGRES
 from setu_engine.providers.sqlite import PROVIDER as SQLITE
 from tests.databases import postgres_config, scratch_database

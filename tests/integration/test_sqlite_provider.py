@@ -14,15 +14,10 @@ from typing import Any
 
 import pytest
 
+from setu_engine.errors import ConfigError, PermanentError, ProviderError, TransientError
+from setu_engine.kinds import WriteMode
 from setu_engine.providers import get_provider
-from setu_engine.providers.base import (
-    ConfigError,
-    Connector,
-    PermanentError,
-    ProviderError,
-    TransientError,
-    WriteMode,
-)
+from setu_engine.providers.base import Connector
 from setu_engine.providers.sqlite.connector import PROVIDER, SqliteConnector
 from setu_engine.values.types import Batch, Column, Stream
 

@@ -24,8 +24,9 @@ from typing import Any
 import asyncpg
 import pytest
 
+from setu_engine.kinds import WriteMode
 from setu_engine.providers import get_provider
-from setu_engine.providers.base import Connector, WriteMode
+from setu_engine.providers.base import Connector
 from setu_engine.providers.postgres.connector import MARKERS_DDL as PG_MARKERS_DDL
 from setu_engine.providers.sqlite.connector import MARKERS_DDL as SQLITE_MARKERS_DDL
 from setu_engine.staged.markers import KEEP_MARKERS, LoadIdentity

@@ -20,9 +20,11 @@ from zoneinfo import ZoneInfo
 import asyncpg
 import pytest
 
+from setu_engine.errors import SpecError
+from setu_engine.kinds import WriteMode
 from setu_engine.movement import transfer
-from setu_engine.operators.chain import SpecError, parse_spec
-from setu_engine.providers.base import Connector, WriteMode
+from setu_engine.operators.chain import parse_spec
+from setu_engine.providers.base import Connector
 from setu_engine.providers.postgres import PROVIDER as POSTGRES
 from setu_engine.providers.sqlite import PROVIDER as SQLITE
 from setu_engine.staged.blob import LocalBlobStore

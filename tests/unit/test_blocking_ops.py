@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from setu_engine.operators.chain import SpecError, parse_spec
+from setu_engine.errors import SpecError
+from setu_engine.operators.chain import parse_spec
 from setu_engine.values.types import Column
 
 COLUMNS = [Column("id", "integer"), Column("name", "text", True, "character varying(20)")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from setu_agent.runtime.task import LeasedTask
 from setu_client import Job, JobKind, JobState
+from setu_engine.kinds import WriteMode
 from setu_engine.operators.chain import SchemaEvolution
 from setu_engine.planning.destination_plan import (
     Assessment,
@@ -13,7 +14,6 @@ from setu_engine.planning.destination_plan import (
     TableShape,
     assess,
 )
-from setu_engine.providers.base import WriteMode
 from setu_engine.values.types import Column
 from setu_server.rpc.agents import RESULT_READERS
 from setu_tasks.codec.agents import completion

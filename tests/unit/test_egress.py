@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from setu_engine.providers.base import ConfigError
+from setu_engine.errors import ConfigError
 from setu_engine.support.egress import AddressPolicy, parse_networks, protect_database, why_denied
 
 LOOPBACK_SPELLINGS = [

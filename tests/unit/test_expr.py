@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from setu_engine.errors import ExprError, OperatorError
 from setu_engine.filters.expr import (
     Between,
     Binary,
-    ExprError,
     InList,
     IsNull,
     Literal,
@@ -22,7 +22,7 @@ from setu_engine.filters.expr import (
     parse,
     tokenize,
 )
-from setu_engine.filters.expr_compile import OperatorError, column_refs, compile_filter
+from setu_engine.filters.expr_compile import column_refs, compile_filter
 from setu_engine.operators.chain import cast_literal
 
 

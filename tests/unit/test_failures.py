@@ -17,7 +17,7 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
     ReadTimeoutError,
 )
 
-from setu_engine.providers.base import (
+from setu_engine.errors import (
     ConnectionClosed,
     OutageError,
     PermanentError,

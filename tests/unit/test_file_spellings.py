@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
+from setu_engine.errors import ValueFault
 from setu_engine.providers.files.codec import MISSING, from_json, from_text, infer_json
 from setu_engine.providers.files.encode import csv_encoder, jsonl_encoder
-from setu_engine.values.special import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault
+from setu_engine.values.special import INFINITY, JSON_NULL, MINUS_INFINITY
 from setu_engine.values.types import Column
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from setu_engine.errors import ConfigError, SyncError
 from setu_engine.planning import incremental
-from setu_engine.planning.incremental import CursorMark, SyncError, SyncRule, parse_sync, since
-from setu_engine.providers.base import ConfigError
+from setu_engine.planning.incremental import CursorMark, SyncRule, parse_sync, since
 from setu_engine.values.types import Column, Stream
 from setu_tasks.results import LoadResult, MalformedResult
 

@@ -13,7 +13,7 @@ import pytest
 
 from setu_agent.cloud.migrate import Migrate, MigrateSettings
 from setu_agent.runtime.task import LeasedTask, TaskContext
-from setu_engine.providers.base import WriteMode
+from setu_engine.kinds import WriteMode
 from setu_engine.staged.blob import BlobSettings
 from setu_engine.support.secrets import SecretStore
 from setu_tasks.results import MigrateMode

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from setu_engine.filters.expr_compile import OperatorError, RowFault
+from setu_engine.errors import OperatorError, RowFault
 from setu_engine.operators.chain import parse_spec
 from setu_engine.values.special import INFINITY, JSON_NULL, MINUS_INFINITY
 from setu_engine.values.types import Column, Row

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from setu_engine.operators.chain import OperatorError, SpecError, parse_spec
+from setu_engine.errors import SpecError
+from setu_engine.operators.chain import OperatorError, parse_spec
 from setu_engine.values.types import Column, Row
 
 USERS = [Column("id", "bigint", False), Column("name", "text"), Column("email", "text")]

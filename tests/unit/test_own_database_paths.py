@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from setu_agent.cloud.policy import CloudPolicy, cloud_egress
-from setu_engine.providers.base import ConfigError, ProviderError
+from setu_engine.errors import ConfigError, ProviderError
 from setu_engine.providers.postgres import PROVIDER as POSTGRES
 from setu_engine.support import this_machine
 from setu_engine.support.egress import AddressPolicy, parse_networks

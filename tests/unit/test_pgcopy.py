@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from setu_engine.errors import ValueFault
 from setu_engine.staged import pgcopy
-from setu_engine.values.special import INFINITY, JSON_NULL, MINUS_INFINITY, ValueFault
+from setu_engine.values.special import INFINITY, JSON_NULL, MINUS_INFINITY
 from setu_engine.values.types import TYPES, Column
 
 ALL_TYPES = [Column(f"c_{t}", t) for t in TYPES]

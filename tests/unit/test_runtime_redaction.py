@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from setu_agent.runtime.task import LeasedTask, NonRetryable, TaskContext
-from setu_engine.providers.base import ProviderError
+from setu_engine.errors import ProviderError
 from setu_tasks.results import TaskResult, TestResult
 from tests.unit.test_runtime_slots import Source, _runtime, _task
 

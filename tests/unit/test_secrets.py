@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from setu_engine.providers.base import ConfigError
+from setu_engine.errors import ConfigError
 from setu_engine.support.secrets import SecretStore, references
 from setu_engine.support.secrets_file import ensure_file, ensure_section, set_secret
 

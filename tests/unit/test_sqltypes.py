@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from setu_engine.kinds import RowChanges
 from setu_engine.operators.chain import parse_spec
-from setu_engine.providers.base import RowChanges
 from setu_engine.values import sqltypes
 from setu_engine.values.types import Column
 from setu_tasks.results import LoadResult, MalformedResult, result_from_json

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from setu_engine.kinds import WriteMode
 from setu_engine.movement.transfer import plan_stream
 from setu_engine.operators.chain import parse_spec
-from setu_engine.providers.base import WriteMode
 from setu_engine.values.types import Column, Stream
 
 COLUMNS = (Column("id", "bigint", False),)

@@ -19,13 +19,8 @@ from setu_client._proto.setu.v1 import (
     pipelines_pb2,
 )
 from setu_client.errors import InvalidArgument
-from setu_engine.filters.expr import (
-    MAX_FILTER_DEPTH,
-    MAX_IN_ITEMS,
-    MAX_NUMBER_LENGTH,
-    ExprError,
-    parse,
-)
+from setu_engine.errors import ExprError
+from setu_engine.filters.expr import MAX_FILTER_DEPTH, MAX_IN_ITEMS, MAX_NUMBER_LENGTH, parse
 from setu_engine.filters.expr_compile import column_refs, compile_filter
 from setu_engine.operators.chain import cast_literal
 from setu_server.rpc.validation import (

@@ -22,8 +22,8 @@ from datetime import UTC, date, datetime, time
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar
 
-from setu_engine.providers.base import ProviderError
-from setu_engine.values.special import INFINITIES, JSON_NULL, NONFINITE_TEXTS, ValueFault
+from setu_engine.errors import ProviderError, ValueFault
+from setu_engine.values.special import INFINITIES, JSON_NULL, NONFINITE_TEXTS
 from setu_engine.values.types import INTEGERS, Column, Row
 
 SAMPLE_ROWS = 1000

@@ -33,15 +33,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from setu_engine.providers.base import (
-    ConfigError,
-    Connector,
-    CopyBatch,
-    Egress,
-    ProviderError,
-    SchemaChanges,
-    WriteMode,
-)
+from setu_engine.errors import ConfigError, ProviderError, TypeNameError, ValueFault
+from setu_engine.kinds import CopyBatch, WriteMode
+from setu_engine.planning.destination_plan import SchemaChanges
+from setu_engine.providers.base import Connector
 from setu_engine.providers.failures import file_error
 from setu_engine.providers.files import csv as files_csv
 from setu_engine.providers.files import merge as files_merge
@@ -63,9 +58,9 @@ from setu_engine.providers.files.encode import (
 from setu_engine.providers.files.storage import _LocalFiles, _S3Files, _Storage
 from setu_engine.staged import s3
 from setu_engine.staged.markers import MARKERS, LoadMarker
+from setu_engine.support.egress import Egress
 from setu_engine.support.secrets import check_reference, is_reference
-from setu_engine.values.special import ValueFault
-from setu_engine.values.types import Batch, Column, Row, Stream, TypeNameError, neutral
+from setu_engine.values.types import Batch, Column, Row, Stream, neutral
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet"}
 _S3_KEYS = ("endpoint_url", "region", "access_key_id", "secret_access_key")

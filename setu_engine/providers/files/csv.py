@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from datetime import date, datetime, time
 from typing import Any
 
-from setu_engine.providers.base import ConfigError, PermanentError
+from setu_engine.errors import ConfigError, PermanentError, ValueFault
 from setu_engine.providers.files.codec import _check_header, _dropped, _Source, from_text
-from setu_engine.values.special import INFINITIES, NONFINITE_TEXTS, ValueFault
+from setu_engine.values.special import INFINITIES, NONFINITE_TEXTS
 from setu_engine.values.types import Column, Row
 
 # Markers that read as NULL in a column that is not text, unless the

@@ -33,14 +33,9 @@ from uuid import UUID
 
 import orjson
 
+from setu_engine.errors import ValueFault
 from setu_engine.values import spellings
-from setu_engine.values.special import (
-    JSON_NULL,
-    Infinite,
-    ValueFault,
-    nonfinite_text,
-    shortest_real,
-)
+from setu_engine.values.special import JSON_NULL, Infinite, nonfinite_text, shortest_real
 from setu_engine.values.types import Column, Row
 
 Encoder = Callable[[Sequence[Row]], bytes]

@@ -49,8 +49,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
-from setu_engine.providers.base import CopyBatch, PermanentError
-from setu_engine.values.special import ValueFault
+from setu_engine.errors import PermanentError, ValueFault
+from setu_engine.kinds import CopyBatch
 from setu_engine.values.types import Batch, Row
 
 T = TypeVar("T")

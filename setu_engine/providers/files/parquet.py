@@ -49,7 +49,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
-from setu_engine.providers.base import ConfigError, PermanentError
+from setu_engine.errors import ConfigError, PermanentError, ValueFault
 from setu_engine.providers.failures import file_error
 from setu_engine.providers.files import arrays as pgarrays
 from setu_engine.providers.files.codec import _dropped, _Source, to_json
@@ -61,7 +61,7 @@ from setu_engine.providers.files.storage import (
     _Storage,
 )
 from setu_engine.values import sqltypes
-from setu_engine.values.special import JSON_NULL, ValueFault, shortest_real
+from setu_engine.values.special import JSON_NULL, shortest_real
 from setu_engine.values.types import Column, Row
 
 SQL_TYPE_KEY = b"setu.sql_type"

@@ -23,19 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from setu_engine.errors import ConfigError, PermanentError, ProviderError, ValueFault
+from setu_engine.kinds import CopyBatch, RowChanges, WriteMode, Written
 from setu_engine.operators.chain import Plan, parse_spec
-from setu_engine.planning.destination_plan import TableShape
-from setu_engine.providers.base import (
-    ConfigError,
-    CopyBatch,
-    Egress,
-    PermanentError,
-    ProviderError,
-    RowChanges,
-    SchemaChanges,
-    WriteMode,
-    Written,
-)
+from setu_engine.planning.destination_plan import SchemaChanges, TableShape
 from setu_engine.providers.failures import postgres_error
 from setu_engine.providers.postgres import json as postgres_json
 from setu_engine.providers.postgres import shape as postgres_shape
@@ -44,9 +35,9 @@ from setu_engine.staged import pgcopy
 from setu_engine.staged.markers import KEEP_MARKERS, MARKERS, LoadMarker
 from setu_engine.staged.pgcopy_split import CopySplitter
 from setu_engine.support.closing import closing
+from setu_engine.support.egress import Egress
 from setu_engine.support.secrets import check_reference, is_reference
 from setu_engine.values import sqltypes
-from setu_engine.values.special import ValueFault
 from setu_engine.values.types import FROM_PG, PG_TYPES, Batch, Column, Stream
 
 if TYPE_CHECKING:

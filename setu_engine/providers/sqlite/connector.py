@@ -23,25 +23,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from setu_engine.planning.destination_plan import TableShape
-from setu_engine.providers.base import (
-    ConfigError,
-    Connector,
-    CopyBatch,
-    Egress,
-    PermanentError,
-    ProviderError,
-    RowChanges,
-    SchemaChanges,
-    WriteMode,
-    Written,
-)
+from setu_engine.errors import ConfigError, PermanentError, ProviderError
+from setu_engine.kinds import CopyBatch, RowChanges, WriteMode, Written
+from setu_engine.planning.destination_plan import SchemaChanges, TableShape
+from setu_engine.providers.base import Connector
 from setu_engine.providers.failures import sqlite_error
 from setu_engine.providers.sqlite import shape as sqlite_shape
 from setu_engine.providers.sqlite import stage as sqlite_stage
 from setu_engine.providers.sqlite.values import DECLARED, neutral_of, row_reader, row_writer
 from setu_engine.staged.markers import KEEP_MARKERS, MARKERS, LoadMarker
 from setu_engine.staged.resumable import STAGE_PREFIX
+from setu_engine.support.egress import Egress
 from setu_engine.values.sqltypes import kept
 from setu_engine.values.types import Batch, Column, Stream
 

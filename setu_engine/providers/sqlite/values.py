@@ -17,8 +17,8 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from setu_engine.providers.base import ProviderError
-from setu_engine.values.special import INFINITIES, JSON_NULL, Infinite, ValueFault, shortest_real
+from setu_engine.errors import ProviderError, ValueFault
+from setu_engine.values.special import INFINITIES, JSON_NULL, Infinite, shortest_real
 from setu_engine.values.types import Column, Row
 
 Convert = Callable[[Any], Any]

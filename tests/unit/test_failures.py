@@ -24,12 +24,9 @@ from setu_engine.errors import (
     ProviderError,
     TransientError,
 )
-from setu_engine.providers.failures import (
-    file_error,
-    postgres_error,
-    s3_error,
-    sqlite_error,
-)
+from setu_engine.providers.files.failures import file_error, s3_error
+from setu_engine.providers.postgres.failures import postgres_error
+from setu_engine.providers.sqlite.failures import sqlite_error
 
 PG_PERMANENT = [
     asyncpg.exceptions.InvalidPasswordError,  # 28P01

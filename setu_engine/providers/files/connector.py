@@ -37,7 +37,6 @@ from setu_engine.errors import ConfigError, ProviderError, TypeNameError, ValueF
 from setu_engine.kinds import CopyBatch, WriteMode
 from setu_engine.planning.destination_plan import SchemaChanges
 from setu_engine.providers.base import Connector
-from setu_engine.providers.failures import file_error
 from setu_engine.providers.files import csv as files_csv
 from setu_engine.providers.files import merge as files_merge
 from setu_engine.providers.files import parquet as files_parquet
@@ -55,6 +54,7 @@ from setu_engine.providers.files.encode import (
     jsonl_encoder,
     line_encoder,
 )
+from setu_engine.providers.files.failures import file_error
 from setu_engine.providers.files.storage import _LocalFiles, _S3Files, _Storage
 from setu_engine.staged import s3
 from setu_engine.staged.markers import MARKERS, LoadMarker

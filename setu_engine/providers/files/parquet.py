@@ -50,9 +50,9 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
 from setu_engine.errors import ConfigError, PermanentError, ValueFault
-from setu_engine.providers.failures import file_error
 from setu_engine.providers.files import arrays as pgarrays
 from setu_engine.providers.files.codec import _dropped, _Source, to_json
+from setu_engine.providers.files.failures import file_error
 from setu_engine.providers.files.s3_ranges import S3RangeFile
 from setu_engine.providers.files.storage import (
     _LocalFiles,

@@ -22,7 +22,7 @@ from typing import Any, BinaryIO, Protocol
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
 from setu_engine.errors import ConfigError, PermanentError, ProviderError
-from setu_engine.providers.failures import file_error, s3_error
+from setu_engine.providers.files.failures import file_error, s3_error
 from setu_engine.staged import s3
 
 READ_HINT = 1024 * 1024

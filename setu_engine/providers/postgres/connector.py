@@ -27,10 +27,10 @@ from setu_engine.errors import ConfigError, PermanentError, ProviderError, Value
 from setu_engine.kinds import CopyBatch, RowChanges, WriteMode, Written
 from setu_engine.operators.chain import Plan, parse_spec
 from setu_engine.planning.destination_plan import SchemaChanges, TableShape
-from setu_engine.providers.failures import postgres_error
 from setu_engine.providers.postgres import json as postgres_json
 from setu_engine.providers.postgres import shape as postgres_shape
 from setu_engine.providers.postgres import stage as postgres_stage
+from setu_engine.providers.postgres.failures import postgres_error
 from setu_engine.staged import pgcopy
 from setu_engine.staged.markers import KEEP_MARKERS, MARKERS, LoadMarker
 from setu_engine.staged.pgcopy_split import CopySplitter

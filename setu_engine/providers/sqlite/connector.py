@@ -27,9 +27,9 @@ from setu_engine.errors import ConfigError, PermanentError, ProviderError
 from setu_engine.kinds import CopyBatch, RowChanges, WriteMode, Written
 from setu_engine.planning.destination_plan import SchemaChanges, TableShape
 from setu_engine.providers.base import Connector
-from setu_engine.providers.failures import sqlite_error
 from setu_engine.providers.sqlite import shape as sqlite_shape
 from setu_engine.providers.sqlite import stage as sqlite_stage
+from setu_engine.providers.sqlite.failures import sqlite_error
 from setu_engine.providers.sqlite.values import DECLARED, neutral_of, row_reader, row_writer
 from setu_engine.staged.markers import KEEP_MARKERS, MARKERS, LoadMarker
 from setu_engine.staged.resumable import STAGE_PREFIX

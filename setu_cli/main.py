@@ -21,9 +21,13 @@ def add_client_commands(sub: Any) -> CommandSet:
     """Registers the client's commands (connections, pipelines, run, jobs,
     apply, delete, export, agents) on `setu`'s subparsers."""
     commands = CommandSet(sub, server_options())
+    register_client_commands(commands)
+    return commands
+
+
+def register_client_commands(commands: CommandSet) -> None:
     for module in CLIENT_MODULES:
         module.register(commands)
-    return commands
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from setu_client import RetryPolicy, SetuClient, SetuError
+from setu_client.admin import AdminClient
 from setu_client.diagnose import cause_of
 from setu_client.replicas import Replicas
 from setu_client.tls import TlsConfig, add_tls_options, tls_defaults, tls_from_options
@@ -68,6 +69,7 @@ class Session:
 
 # What a leaf command runs, given the client its credential opened.
 ClientHandler = Callable[[SetuClient, argparse.Namespace, Session], Awaitable[int]]
+AdminHandler = Callable[[AdminClient, argparse.Namespace, Session], Awaitable[int]]
 
 
 class ServerWatch:
@@ -131,10 +133,13 @@ def fill_defaults(args: argparse.Namespace, credential: Credential) -> None:
         defaults |= {"api_key": os.environ.get("SETU_API_KEY", ""), **tls_defaults()}
         defaults["json"] = False
     else:
-        defaults |= {"admin_token": os.environ.get("SETU_ADMIN_TOKEN", ""), **tls_defaults()}
+        defaults |= {"admin_token": "", **tls_defaults()}
     for name, value in defaults.items():
         if not hasattr(args, name):
             setattr(args, name, value)
+    if credential == "admin_token":
+        # An empty --admin-token falls back to the environment too.
+        args.admin_token = args.admin_token or os.environ.get("SETU_ADMIN_TOKEN", "")
 
 
 # ---------------------------------------------------------------- errors
@@ -177,19 +182,41 @@ async def _with_client(args: argparse.Namespace, session: Session) -> int:
         return await handler(client, args, session)
 
 
+async def _with_admin(args: argparse.Namespace, session: Session) -> int:
+    handler: AdminHandler = args.handler
+    # One attempt per call and no deadline, as an operator's command always had.
+    async with AdminClient(
+        args.server, args.admin_token, tls=args.tls_config or False, call_timeout=None
+    ) as admin:
+        try:
+            return await handler(admin, args, session)
+        except SetuError as error:
+            # An admin refusal names its status: `error: ALREADY_EXISTS: …`.
+            if cause_of(error, tls=args.tls_config is not None) is not None:
+                raise CliError(one_line_error(error, args.server, args.tls_config)) from None
+            raise CliError(f"{error.code.name}: {error.message}") from None
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Runs the parsed command (its `handler`, signed with its `credential`);
     returns the process's exit code."""
     credential: Credential = getattr(args, "credential", "api_key")
     fill_defaults(args, credential)
     session = Session()
+    if credential == "admin_token" and not args.admin_token:
+        print(
+            "error: an admin token is required (--admin-token or SETU_ADMIN_TOKEN)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     try:
         args.tls_config = tls_from_options(args)
     except (OSError, ValueError) as exc:
         print(f"error: TLS: {file_error(exc)}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        return asyncio.run(_with_client(args, session))
+        run = _with_admin if credential == "admin_token" else _with_client
+        return asyncio.run(run(args, session))
     except KeyboardInterrupt:
         if session.watching:
             print(

@@ -13,31 +13,17 @@ import logging
 import os
 import signal
 import sys
-import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import grpc
-from google.protobuf.message import Message
-
-from setu_cli.main import add_client_commands
-from setu_cli.session import (
-    EXIT_CODES_HELP,
-    CliError,
-    file_error,
-    fill_defaults,
-    one_line_error,
-    run_command,
-    server_options,
-)
-from setu_client import SetuClient, logs, message_to_dict
+from setu_cli import admin as admin_commands
+from setu_cli.command_set import CommandSet
+from setu_cli.main import register_client_commands
+from setu_cli.session import EXIT_CODES_HELP, run_command, server_options
+from setu_client import SetuClient, logs
 from setu_client import admin as apb
-from setu_client.channel import open_channel
-from setu_client.diagnose import cause_of
-from setu_client.errors import SetuError, from_rpc_error
-from setu_client.tls import tls_from_options
+from setu_client.errors import SetuError
 from setu_server import dev_secrets
 from setu_server.config import Settings
 from setu_server.service.secrets import TokenKind, new_secret
@@ -62,18 +48,14 @@ def _save_credentials(path: Path, credentials: dict[str, str]) -> None:
     path.write_text(json.dumps(credentials, indent=2) + "\n")
 
 
-async def _ensure_dev_tenant(
-    admin: apb.AdminServiceAsyncStub, credentials: dict[str, str]
-) -> dict[str, str]:
+async def _ensure_dev_tenant(admin: apb.AdminClient, credentials: dict[str, str]) -> dict[str, str]:
     """The dev workspace and its API key, created on first run only."""
-    listed = await admin.ListWorkspaces(apb.ListWorkspacesRequest())
-    workspace = next((w for w in listed.workspaces if w.name == DEV_WORKSPACE), None)
+    listed = await admin.list_workspaces()
+    workspace = next((w for w in listed if w.name == DEV_WORKSPACE), None)
     if workspace is None:
-        workspace = await admin.CreateWorkspace(apb.CreateWorkspaceRequest(name=DEV_WORKSPACE))
+        workspace = await admin.create_workspace(DEV_WORKSPACE)
     if credentials.get("workspace_id") != workspace.id or not credentials.get("api_key"):
-        key = await admin.CreateApiKey(
-            apb.CreateApiKeyRequest(workspace_id=workspace.id, name="dev")
-        )
+        key = await admin.create_api_key(workspace.id, "dev")
         credentials = credentials | {"workspace_id": workspace.id, "api_key": key.secret}
     return credentials
 
@@ -118,8 +100,9 @@ async def _dev(args: argparse.Namespace, data_dir: Path) -> None:
         stack.push_async_callback(running.stop)
         host = settings.listen.rsplit(":", 1)[0]
         address = f"{host}:{running.port}"
-        async with open_channel(address, credentials["admin_token"]) as channel:
-            credentials = await _ensure_dev_tenant(apb.AdminServiceStub(channel), credentials)
+        admin = apb.AdminClient(address, credentials["admin_token"], call_timeout=None)
+        async with admin:
+            credentials = await _ensure_dev_tenant(admin, credentials)
         credentials["address"] = address  # for `setu dev env` in a later shell
         _save_credentials(credentials_path, credentials)
         dev_secrets.prepare(secrets_path, credentials["workspace_id"])
@@ -175,98 +158,6 @@ async def _with_demo(dev: DevServer, settings: Settings, url: str) -> DevServer:
     return replace(dev, demo=seeded)
 
 
-# ---------------------------------------------------------------- setu admin
-
-
-def _print(message: Message) -> None:
-    # The field names of the .proto, as the client commands print them.
-    print(json.dumps(message_to_dict(message), indent=2))
-
-
-async def _admin_call(
-    args: argparse.Namespace,
-    call: Callable[[apb.AdminServiceAsyncStub], Awaitable[Message]],
-) -> None:
-    token = args.admin_token or os.environ.get("SETU_ADMIN_TOKEN", "")
-    if not token:
-        raise CliError("an admin token is required (--admin-token or SETU_ADMIN_TOKEN)")
-    try:
-        tls = tls_from_options(args)
-    except (OSError, ValueError) as exc:
-        raise CliError(f"TLS: {file_error(exc)}") from None
-    async with open_channel(args.server, token, tls=tls) as channel:
-        try:
-            stub = apb.AdminServiceStub(channel)
-            if getattr(args, "workspace", ""):
-                args.workspace = await _workspace_id(stub, args.workspace)
-            _print(await call(stub))
-        except grpc.aio.AioRpcError as exc:
-            error = from_rpc_error(exc)
-            if cause_of(error, tls=tls is not None) is not None:
-                raise CliError(one_line_error(error, args.server, tls)) from None
-            raise CliError(f"{error.code.name}: {error.message}") from None
-
-
-async def _workspace_id(admin: apb.AdminServiceAsyncStub, ref: str) -> str:
-    """A workspace's id from its id or its name (`--workspace acme`)."""
-    try:
-        return str(uuid.UUID(ref))
-    except ValueError:
-        pass
-    listed = await admin.ListWorkspaces(apb.ListWorkspacesRequest())
-    found = [w.id for w in listed.workspaces if w.name == ref]
-    if not found:
-        raise CliError(f"no workspace named {ref!r} (setu admin workspace list shows them)")
-    return found[0]
-
-
-_ADMIN_ACTIONS: dict[tuple[str, str], Callable[[Any, argparse.Namespace], Awaitable[Message]]] = {
-    ("workspace", "create"): lambda s, a: s.CreateWorkspace(
-        apb.CreateWorkspaceRequest(name=a.name)
-    ),
-    ("workspace", "list"): lambda s, a: s.ListWorkspaces(apb.ListWorkspacesRequest()),
-    ("api-key", "create"): lambda s, a: s.CreateApiKey(
-        apb.CreateApiKeyRequest(workspace_id=a.workspace, name=a.name)
-    ),
-    ("api-key", "list"): lambda s, a: s.ListApiKeys(
-        apb.ListApiKeysRequest(workspace_id=a.workspace)
-    ),
-    ("api-key", "revoke"): lambda s, a: s.RevokeApiKey(apb.RevokeApiKeyRequest(api_key_id=a.id)),
-    ("agent", "create"): lambda s, a: s.CreateAgent(
-        apb.CreateAgentRequest(workspace_id=a.workspace, name=a.name)
-    ),
-    ("agent", "list"): lambda s, a: s.ListAgents(apb.ListAgentsRequest(workspace_id=a.workspace)),
-    ("agent", "deactivate"): lambda s, a: s.DeactivateAgent(
-        apb.DeactivateAgentRequest(agent_id=a.id)
-    ),
-}
-
-
-def _admin_parser(sub: Any) -> None:
-    admin = sub.add_parser(
-        "admin",
-        help="manage workspaces, API keys and agents",
-        description="Manage workspaces, API keys and agents. Prints the answer as JSON; "
-        "an error is one line on stderr and exits 2.",
-        parents=[server_options("admin_token")],
-    )
-    leaf = {"parents": [server_options("admin_token")]}
-    objects = admin.add_subparsers(dest="object", required=True)
-    ws = objects.add_parser("workspace").add_subparsers(dest="action", required=True)
-    ws.add_parser("create", **leaf).add_argument("name")
-    ws.add_parser("list", **leaf)
-    for name in ("api-key", "agent"):
-        actions = objects.add_parser(name).add_subparsers(dest="action", required=True)
-        create = actions.add_parser("create", **leaf)
-        create.add_argument("--workspace", required=True, help="workspace id or name")
-        create.add_argument("name")
-        actions.add_parser("list", **leaf).add_argument(
-            "--workspace", required=True, help="workspace id or name"
-        )
-        verb = "revoke" if name == "api-key" else "deactivate"
-        actions.add_parser(verb, **leaf).add_argument("id")
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="setu",
@@ -293,8 +184,9 @@ def main(argv: list[str] | None = None) -> None:
         "SETU_API_KEY and SETU_ADMIN_TOKEN as the last `setu dev` printed them.",
     )
     env.add_argument("--data-dir", default=argparse.SUPPRESS)
-    _admin_parser(sub)
-    add_client_commands(sub)
+    commands = CommandSet(sub, server_options())
+    admin_commands.register(commands)
+    register_client_commands(commands)
     args = parser.parse_args(argv)
     if hasattr(args, "handler"):
         sys.exit(run_command(args))
@@ -305,13 +197,6 @@ def main(argv: list[str] | None = None) -> None:
             print(_dev_env(Path(args.data_dir).resolve()))
         elif args.command == "dev":
             asyncio.run(_dev(args, Path(args.data_dir).resolve()))
-        elif args.command == "admin":
-            fill_defaults(args, "admin_token")
-            action = _ADMIN_ACTIONS[(args.object, args.action)]
-            asyncio.run(_admin_call(args, lambda stub: action(stub, args)))
-    except CliError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
     except SetuError as exc:
         sys.exit(f"error: {exc.code.name}: {exc.message}")
 

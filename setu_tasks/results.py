@@ -2,8 +2,8 @@
 kind, made by the handler and read as it is by the server's outcomes.
 
 Results cross two edges. Over gRPC (an agent's CompleteTask) they travel as
-the `CompleteTaskRequest.result` oneof, converted once on each side
-(setu_agent/runtime/grpc_source.py and setu_server/rpc/agents.py). Into the
+the `CompleteTaskRequest.result` oneof, converted both ways by one codec
+(setu_tasks/codec/agents.py, one writer and one reader per kind). Into the
 database (the task's result, and the job's for kinds whose success ends it)
 they travel as JSON, converted here: `to_json` writes, `result_from_json`
 reads back and refuses a field it does not know, or one that is missing or

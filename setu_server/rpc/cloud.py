@@ -7,14 +7,12 @@ from uuid import UUID
 from setu_client._proto.setu.v1 import cloud_pb2 as pb
 from setu_client._proto.setu.v1 import cloud_pb2_grpc, common_pb2
 from setu_client.errors import InvalidArgument
-from setu_server.models import EventLevel, JobOutput, Phase
-from setu_server.rpc import convert
-from setu_server.rpc.agents import artifact_of, blob_message, changes_of, connection_message
-from setu_server.rpc.convert import LEVELS, PHASES, WRITE_MODES, uid
-from setu_server.rpc.cursors import cursor_of
+from setu_server.models import EventLevel, JobOutput
+from setu_server.rpc.convert import LEVELS, PHASES, uid
 from setu_server.rpc.types import Ctx
 from setu_server.service.cloud_runs import CloudRuns
-from setu_tasks.codec.common import stored_part_message
+from setu_tasks.codec.cloud import migrate_spec_message
+from setu_tasks.codec.common import artifact_of, changes_of, cursor_of, stored_parts_of
 from setu_tasks.results import check_changes
 
 PHASES_BACK = {number: phase for phase, number in PHASES.items()}
@@ -42,27 +40,7 @@ class CloudRunServicer(cloud_pb2_grpc.CloudRunServiceServicer):
         self, request: pb.GetMigrateSpecRequest, context: Ctx
     ) -> pb.MigrateSpec:
         spec = await self._runs.spec(*_lease(request.lease))
-        answer = pb.MigrateSpec(
-            job_id=spec.job_id,
-            workspace_id=spec.workspace_id,
-            pipeline_id=spec.pipeline_id,
-            source=connection_message(spec.source),
-            destination=connection_message(spec.destination),
-            streams=spec.streams,
-            write_mode=WRITE_MODES[spec.write_mode],
-            phase=PHASES[Phase(spec.phase)] if spec.phase else common_pb2.PHASE_UNSPECIFIED,
-            dry_run=spec.dry_run,
-            load_on_agent=spec.load_on_agent,
-            rows_extracted=spec.rows_extracted,
-            blob_prefix=spec.blob_prefix,
-            blob=blob_message(spec.blob),
-            cancel_requested=spec.cancel_requested,
-            ended=spec.ended,
-            cursors=spec.cursors,
-            stored_parts=[stored_part_message(p) for p in spec.stored_parts],
-        )
-        answer.spec.update(spec.spec)
-        return answer
+        return migrate_spec_message(spec)
 
     async def RecordRunPlan(
         self, request: pb.RecordRunPlanRequest, context: Ctx
@@ -99,7 +77,7 @@ class CloudRunServicer(cloud_pb2_grpc.CloudRunServiceServicer):
             *_lease(request.lease),
             request.rows_extracted,
             request.rows_loaded,
-            convert.stored_parts_of(request.stored_parts, "stored_parts"),
+            stored_parts_of(request.stored_parts, "stored_parts"),
         )
         return pb.ReportRunProgressResponse(cancel_requested=cancel)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -12,11 +11,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from setu_client import struct_to_dict
 from setu_client._proto.setu.v1 import admin_pb2, common_pb2
-from setu_client._proto.setu.v1.agents_pb2 import StoredPart as StoredPartMessage
 from setu_client.errors import InvalidArgument
-from setu_engine.errors import BlobError
-from setu_engine.staged.blob import check_key
-from setu_engine.staged.staging import StoredPart
 from setu_server.models import (
     Agent,
     ApiKey,
@@ -30,7 +25,6 @@ from setu_server.models import (
     Workspace,
     WriteMode,
 )
-from setu_tasks.codec.common import stored_part_of
 
 JOB_KINDS = {k: getattr(common_pb2, f"JOB_KIND_{k.name}") for k in JobKind}
 JOB_STATES = {s: getattr(common_pb2, f"JOB_STATE_{s.name}") for s in JobState}
@@ -169,18 +163,3 @@ def struct_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
     whole ones come back as ints (a port is 5432, not 5432.0), by the same
     rule the SDK applies to what it receives."""
     return struct_to_dict(struct)
-
-
-def stored_parts_of(messages: Iterable[StoredPartMessage], field: str) -> list[StoredPart]:
-    """The parts a runtime says it stored, as the run's books keep them; a
-    path that would leave the run's blob prefix (absolute, `..`, empty or
-    backslashed segments) is refused, naming the field, before anything is
-    recorded."""
-    parts = []
-    for index, message in enumerate(messages):
-        try:
-            check_key(message.path)
-        except BlobError as exc:
-            raise InvalidArgument(f"{field}[{index}].path: {exc}") from exc
-        parts.append(stored_part_of(message))
-    return parts

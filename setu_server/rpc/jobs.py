@@ -8,12 +8,12 @@ from setu_client._proto.setu.v1 import common_pb2, jobs_pb2_grpc
 from setu_client._proto.setu.v1 import jobs_pb2 as pb
 from setu_server.config import Settings
 from setu_server.rpc import convert
-from setu_server.rpc.agents import changes_message
 from setu_server.rpc.convert import uid
 from setu_server.rpc.interceptor import caller_workspace
 from setu_server.rpc.types import Ctx
 from setu_server.service.jobs import JobService
 from setu_server.service.runs import RunService
+from setu_tasks.codec.common import changes_message
 
 # Answer this long before the caller's deadline, so a long-poll ends in OK
 # rather than DEADLINE_EXCEEDED (docs/jobs-and-tasks.md, WaitJob).

@@ -8,11 +8,11 @@ from setu_client.errors import InvalidArgument
 from setu_server.models import Pipeline, WriteMode
 from setu_server.rpc import convert
 from setu_server.rpc.convert import WRITE_MODES, optional_uid, struct_dict, uid
-from setu_server.rpc.cursors import cursor_message
 from setu_server.rpc.interceptor import caller_workspace
 from setu_server.rpc.types import Ctx
 from setu_server.service.pipelines import PipelineDraft, PipelineService
 from setu_server.store.stream_state import StreamState
+from setu_tasks.codec.common import cursor_message
 
 WRITE_MODES_BACK = {v: k for k, v in WRITE_MODES.items()} | {
     common_pb2.WRITE_MODE_UNSPECIFIED: WriteMode.APPEND

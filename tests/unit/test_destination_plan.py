@@ -15,8 +15,7 @@ from setu_engine.planning.destination_plan import (
     assess,
 )
 from setu_engine.values.types import Column
-from setu_server.rpc.agents import RESULT_READERS
-from setu_tasks.codec.agents import completion
+from setu_tasks.codec.agents import RESULT_READERS, completion
 from setu_tasks.results import (
     LoadResult,
     MigrateMode,

@@ -5,7 +5,7 @@ import pytest
 
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client.errors import InvalidArgument
-from setu_server.rpc.convert import stored_parts_of
+from setu_tasks.codec.common import stored_parts_of
 
 
 def part(path: str) -> pb.StoredPart:

@@ -12,8 +12,7 @@ from setu_agent.runtime.task import LeasedTask
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_engine.kinds import RowChanges
 from setu_engine.values.types import Column, Stream
-from setu_server.rpc.agents import task_result
-from setu_tasks.codec.agents import completion
+from setu_tasks.codec.agents import completion, task_result
 from setu_tasks.results import (
     NOTES_PER_STREAM,
     Artifact,

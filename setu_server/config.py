@@ -19,6 +19,70 @@ DEFAULT_DATA_DIR = Path(".setu")
 _EMPTY_MEANS_OFF = frozenset({"http_listen"})
 
 
+# The settings each service takes, one section of Settings each. They live
+# here, below the services, so reading the configuration imports no service.
+
+
+@dataclass(frozen=True)
+class LeasePolicy:
+    """TaskService's leases: how long one lasts, how long LeaseTask and its
+    poll wait, and how failed tasks are retried."""
+
+    ttl_seconds: float = 60.0
+    wait_cap_seconds: float = 30.0
+    # Only a fallback: new work arrives by NOTIFY.
+    poll_seconds: float = 10.0
+    retry_backoff_seconds: float = 5.0
+    max_backoff_seconds: float = 600.0
+    # Outages (a database gone for a moment) a task may be handed back for
+    # without spending an attempt; past them, an outage is a failure.
+    outage_free_retries: int = 5
+
+
+@dataclass(frozen=True)
+class ReaperSettings:
+    """The Reaper's loop (setu_server/maintenance/reaper.py): expired leases requeued."""
+
+    interval_seconds: float = 5.0
+    # Leases reaped per transaction; a pass repeats until none is left.
+    batch: int = 500
+
+
+@dataclass(frozen=True)
+class JanitorSettings:
+    """The Janitor's loop (setu_server/maintenance/janitor.py): staged data past its
+    retention deleted."""
+
+    interval_seconds: float = 60.0
+    retention_seconds: float = 24 * 3600.0
+    # Runs looked at per pass, purged or skipped.
+    batch: int = 50
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    """The Scheduler's loop (setu_server/maintenance/scheduler.py): due pipeline ticks."""
+
+    interval_seconds: float = 1.0
+    # Due pipelines fired per pass.
+    batch: int = 100
+
+
+@dataclass(frozen=True)
+class FallbackSettings:
+    """The listen fallback (setu_server/maintenance/listen_fallback.py): re-checks while
+    the LISTEN session does not deliver."""
+
+    interval_seconds: float = 1.0
+
+
+@dataclass(frozen=True)
+class GaugeSettings:
+    """The /metrics gauges' refresh (setu_server/maintenance/gauges.py)."""
+
+    interval_seconds: float = 10.0
+
+
 @dataclass(frozen=True)
 class Settings:
     listen: str = field(default="127.0.0.1:50051", metadata={"help": "host:port to serve on"})

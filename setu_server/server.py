@@ -35,13 +35,21 @@ from setu_client.clock import Clock, SystemClock
 from setu_engine.staged.blob import BlobSettings, open_blob
 from setu_engine.staged.s3 import S3Settings
 from setu_engine.support import testpoints
-from setu_server.config import Settings
+from setu_server.config import (
+    FallbackSettings,
+    GaugeSettings,
+    JanitorSettings,
+    LeasePolicy,
+    ReaperSettings,
+    SchedulerSettings,
+    Settings,
+)
 from setu_server.hooks import Hooks
-from setu_server.maintenance.gauges import GaugeRefresh, GaugeSettings
-from setu_server.maintenance.janitor import Janitor, JanitorSettings
-from setu_server.maintenance.listen_fallback import FallbackSettings, ListenFallback
-from setu_server.maintenance.reaper import Reaper, ReaperSettings
-from setu_server.maintenance.scheduler import Scheduler, SchedulerSettings
+from setu_server.maintenance.gauges import GaugeRefresh
+from setu_server.maintenance.janitor import Janitor
+from setu_server.maintenance.listen_fallback import ListenFallback
+from setu_server.maintenance.reaper import Reaper
+from setu_server.maintenance.scheduler import Scheduler
 from setu_server.metrics import Metrics
 from setu_server.rpc import reflection
 from setu_server.rpc.admin import AdminServicer
@@ -67,7 +75,7 @@ from setu_server.service.runbook import RunBook
 from setu_server.service.runs import RunService
 from setu_server.service.secrets import digest
 from setu_server.service.signals import TaskSignals
-from setu_server.service.tasks import LeasePolicy, TaskService
+from setu_server.service.tasks import TaskService
 from setu_server.service.watch import WatchHub
 from setu_server.services import Services
 from setu_server.store import databases, db, jobs

@@ -7,16 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from setu_server.config import GaugeSettings
 from setu_server.maintenance.periodic import PeriodicService
 from setu_server.metrics import Metrics, TaskCount
 from setu_server.models import Agent
 from setu_server.store import gauges, tenancy
 from setu_server.store.db import Database
-
-
-@dataclass(frozen=True)
-class GaugeSettings:
-    interval_seconds: float = 10.0
 
 
 @dataclass(frozen=True)

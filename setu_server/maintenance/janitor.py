@@ -16,6 +16,7 @@ from uuid import UUID
 from setu_client.clock import Clock
 from setu_engine.staged.blob import BlobStore
 from setu_engine.staged.staging import is_run_prefix, run_prefix
+from setu_server.config import JanitorSettings
 from setu_server.maintenance.periodic import PeriodicService
 from setu_server.models import StagedRun
 from setu_server.store import runs
@@ -32,14 +33,6 @@ def own_prefixes(run: StagedRun) -> set[str]:
     if run.pipeline_id is not None:
         found.add(run_prefix(run.workspace_id, run.pipeline_id, run.id))
     return found
-
-
-@dataclass(frozen=True)
-class JanitorSettings:
-    interval_seconds: float = 60.0
-    retention_seconds: float = 24 * 3600.0
-    # Runs looked at per pass, purged or skipped.
-    batch: int = 50
 
 
 @dataclass(frozen=True)

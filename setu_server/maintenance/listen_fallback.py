@@ -19,6 +19,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
+from setu_server.config import FallbackSettings
 from setu_server.maintenance.periodic import PeriodicService
 from setu_server.service.signals import TaskSignals
 from setu_server.service.watch import WatchHub
@@ -29,11 +30,6 @@ FIX = (
     "set SETU_LISTEN_DATABASE_URL to PostgreSQL itself (or a session-mode pooler) "
     "so that LISTEN holds a session of its own"
 )
-
-
-@dataclass(frozen=True)
-class FallbackSettings:
-    interval_seconds: float = 1.0
 
 
 @dataclass(frozen=True)

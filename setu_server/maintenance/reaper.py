@@ -9,11 +9,11 @@ from typing import Protocol
 from uuid import UUID
 
 from setu_client.clock import Clock
+from setu_server.config import LeasePolicy, ReaperSettings
 from setu_server.maintenance.periodic import PeriodicService
 from setu_server.metrics import Metrics
 from setu_server.models import EventLevel, Job, Task, TaskState, runtime_name
 from setu_server.service.lifecycle import JobLifecycle
-from setu_server.service.tasks import LeasePolicy
 from setu_server.store import jobs, tasks
 from setu_server.store.db import Database, Executor, transaction
 
@@ -24,13 +24,6 @@ class FailedTasks(Protocol):
     """What happens to a job whose task failed for good (service/outcomes.py)."""
 
     async def failed(self, db: Executor, task: Task) -> list[Job]: ...
-
-
-@dataclass(frozen=True)
-class ReaperSettings:
-    interval_seconds: float = 5.0
-    # Leases reaped per transaction; a pass repeats until none is left.
-    batch: int = 500
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from uuid import UUID
 
 from setu_client.clock import Clock
 from setu_client.errors import AlreadyExists
+from setu_server.config import SchedulerSettings
 from setu_server.maintenance.periodic import PeriodicService
 from setu_server.models import Job
 from setu_server.service.pipelines import next_tick
@@ -24,13 +25,6 @@ from setu_server.store import runs
 from setu_server.store.db import Database, transaction
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SchedulerSettings:
-    interval_seconds: float = 1.0
-    # Due pipelines fired per pass.
-    batch: int = 100
 
 
 @dataclass(frozen=True)

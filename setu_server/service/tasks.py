@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -20,6 +19,7 @@ from uuid import UUID
 from setu_client.clock import Clock
 from setu_client.errors import ServerClosing
 from setu_engine.staged.staging import StoredPart
+from setu_server.config import LeasePolicy
 from setu_server.hooks import Hooks
 from setu_server.metrics import Metrics
 from setu_server.models import (
@@ -42,19 +42,6 @@ from setu_tasks.results import TaskResult
 
 # A leased task, and its job if this lease moved it to running (once per job).
 _Row = tuple[Task, Job | None]
-
-
-@dataclass(frozen=True)
-class LeasePolicy:
-    ttl_seconds: float = 60.0
-    wait_cap_seconds: float = 30.0
-    # Only a fallback: new work arrives by NOTIFY.
-    poll_seconds: float = 10.0
-    retry_backoff_seconds: float = 5.0
-    max_backoff_seconds: float = 600.0
-    # Outages (a database gone for a moment) a task may be handed back for
-    # without spending an attempt; past them, an outage is a failure.
-    outage_free_retries: int = 5
 
 
 class TaskService:

@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from setu_engine.kinds import RowChanges
-from setu_engine.planning.incremental import MARK_TYPES, CursorMark
+from setu_engine.planning.incremental import MARK_TYPES
 
 # A result carries a dry run's plan (setu_engine/planning/plans.py) and is refused with
 # the engine's strict reader's error: both re-exported for the callers of results.
@@ -36,6 +36,7 @@ from setu_engine.values.strict_json import columns as _columns
 from setu_engine.values.strict_json import fields as _fields
 from setu_engine.values.strict_json import strings as _strings
 from setu_engine.values.types import Column, Stream
+from setu_engine.values.window import CursorMark
 
 
 @dataclass(frozen=True)

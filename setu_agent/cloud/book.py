@@ -16,8 +16,8 @@ from setu_agent.runtime.task import LeasedTask
 from setu_client._proto.setu.v1 import cloud_pb2, cloud_pb2_grpc, common_pb2
 from setu_client.errors import from_rpc_error
 from setu_engine.kinds import RowChanges
-from setu_engine.planning.incremental import CursorMark
 from setu_engine.staged.staging import StoredPart
+from setu_engine.values.window import CursorMark
 from setu_tasks.codec.cloud import PHASE_MESSAGES, migrate_spec_of
 from setu_tasks.codec.common import (
     artifact_message,

@@ -27,7 +27,6 @@ from setu_engine.kinds import CopyBatch, RowChanges, WriteMode, changes_of
 from setu_engine.operators.chain import Chain, PipelineSpec, Plan
 from setu_engine.planning import destination_plan
 from setu_engine.planning.destination_plan import SchemaChanges
-from setu_engine.planning.incremental import OBJECTS, CursorMark
 from setu_engine.providers.base import (
     Connector,
     CopyDestination,
@@ -41,6 +40,7 @@ from setu_engine.staged.blob import BlobStore
 from setu_engine.staged.markers import LoadIdentity, LoadMarker
 from setu_engine.support.closing import closing
 from setu_engine.values.types import Batch, Column, Stream, qualified
+from setu_engine.values.window import OBJECTS, CursorMark
 
 # Rows per batch: the grain of progress, cancellation and staged parts.
 DEFAULT_BATCH_ROWS = 100_000

@@ -40,11 +40,11 @@ import zstandard
 
 from setu_engine.errors import BlobNotFound, StagingError
 from setu_engine.kinds import CopyBatch
-from setu_engine.planning.incremental import CursorMark
 from setu_engine.staged.blob import BlobStore
 from setu_engine.support import testpoints
 from setu_engine.support.closing import closing
 from setu_engine.values.types import Stream, qualified
+from setu_engine.values.window import CursorMark
 
 FORMAT = "setu-staged/1"
 PART_FORMAT = "pgcopy-binary+zstd"

@@ -36,7 +36,7 @@ from setu_engine.errors import PermanentError, TypeNameError
 from setu_engine.values import sqltypes
 
 if TYPE_CHECKING:
-    from setu_engine.planning.incremental import Since
+    from setu_engine.values.window import Since
 
 TYPES: tuple[str, ...] = (
     "boolean",
@@ -181,7 +181,7 @@ class Stream:
     row_estimate: int = 0
     # Provider-specific locator (a qualified table name, a file path).
     locator: dict[str, Any] = field(default_factory=dict, compare=False)
-    # An incremental read's window (setu_engine/planning/incremental.py); None: read all.
+    # An incremental read's window (setu_engine/values/window.py); None: read all.
     since: Since | None = field(default=None, compare=False)
 
     @property

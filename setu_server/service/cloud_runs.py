@@ -15,9 +15,9 @@ from uuid import UUID
 
 from setu_client.clock import Clock
 from setu_client.errors import FailedPrecondition, InvalidArgument, LeaseLost, NotFound
-from setu_engine.planning.incremental import CursorMark
 from setu_engine.staged.blob import BlobSettings
 from setu_engine.staged.staging import StoredPart, run_prefix
+from setu_engine.values.window import CursorMark
 from setu_server.models import (
     CLOUD,
     EventLevel,

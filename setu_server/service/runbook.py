@@ -10,8 +10,8 @@ from datetime import datetime
 from uuid import UUID
 
 from setu_client.clock import Clock
-from setu_engine.planning.incremental import CursorMark
 from setu_engine.staged.staging import StoredPart
+from setu_engine.values.window import CursorMark
 from setu_server.models import EventLevel, Job, JobOutput, Phase, RowChanges
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.store import jobs, runs, stream_state

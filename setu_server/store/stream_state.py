@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from setu_engine.planning.incremental import CursorMark
+from setu_engine.values.window import CursorMark
 from setu_server.store.db import Executor, translate_errors
 from setu_server.store.queries import QUERIES
 

@@ -12,13 +12,14 @@ from setu_client._proto.setu.v1 import common_pb2
 from setu_client.errors import InvalidArgument
 from setu_engine.errors import BlobError
 from setu_engine.kinds import RowChanges, WriteMode
-from setu_engine.planning.incremental import MARK_TYPES, CursorMark
+from setu_engine.planning.incremental import MARK_TYPES
 from setu_engine.planning.plans import PlannedColumn, PlannedStream
 from setu_engine.staged.blob import BlobSettings, check_key
 from setu_engine.staged.staging import Part, StoredPart
 from setu_engine.values import sqltypes
 from setu_engine.values.strict_json import MalformedResult
 from setu_engine.values.types import Column, Stream
+from setu_engine.values.window import CursorMark
 from setu_tasks.results import Artifact, ArtifactStream
 from setu_tasks.specs import ConnectionSpec
 

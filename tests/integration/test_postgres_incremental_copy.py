@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from setu_engine.planning.incremental import Since
 from setu_engine.values.types import Row, Stream
+from setu_engine.values.window import Since
 from tests.databases import postgres_config, scratch_database
 from tests.integration.test_postgres_provider import collect, connected, decoded, stream_named
 

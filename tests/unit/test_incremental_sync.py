@@ -7,8 +7,9 @@ import pytest
 
 from setu_engine.errors import ConfigError, SyncError
 from setu_engine.planning import incremental
-from setu_engine.planning.incremental import CursorMark, SyncRule, parse_sync, since
+from setu_engine.planning.incremental import SyncRule, parse_sync, since
 from setu_engine.values.types import Column, Stream
+from setu_engine.values.window import CursorMark
 from setu_tasks.results import LoadResult, MalformedResult
 
 ORDERS = Stream("orders", (Column("id", "bigint"), Column("at", "timestamptz")), "public")

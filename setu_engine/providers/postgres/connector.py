@@ -41,8 +41,8 @@ from setu_engine.values import sqltypes
 from setu_engine.values.types import FROM_PG, PG_TYPES, Batch, Column, Stream
 
 if TYPE_CHECKING:
-    from setu_engine.planning.incremental import Since
     from setu_engine.staged.resumable import Target
+    from setu_engine.values.window import Since
 
 KEYS = frozenset(
     {"host", "port", "database", "user", "password", "schema", "ssl", "connect_timeout"}

@@ -38,8 +38,8 @@ from setu_engine.values.sqltypes import kept
 from setu_engine.values.types import Batch, Column, Stream
 
 if TYPE_CHECKING:
-    from setu_engine.planning.incremental import Since
     from setu_engine.staged.resumable import Target
+    from setu_engine.values.window import Since
 
 T = TypeVar("T")
 

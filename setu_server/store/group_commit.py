@@ -13,7 +13,7 @@ How: a caller enqueues what it wants and waits. One drain takes everything
 queued, runs it in one transaction, commits once and answers each caller.
 - Lease requests of one runtime become one lease statement (a token each;
   SKIP LOCKED as always), its rows dealt out in arrival order.
-- Other parts (completions) run one after another, each inside a savepoint:
+- Other parts (completions: store/completer.py) run one after another, each inside a savepoint:
   a part that fails rolls back alone, and only its caller sees the error.
   A part may ask for a lease once it succeeded (an eager lease); that joins
   its runtime's lease statement, so a refused part leases nothing.

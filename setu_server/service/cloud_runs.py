@@ -26,7 +26,6 @@ from setu_server.models import (
     Phase,
     RowChanges,
     TaskKind,
-    TaskState,
 )
 from setu_server.service.runbook import RunBook
 from setu_server.service.runs import connection_spec, pipeline_gone, snapshot_of
@@ -48,13 +47,7 @@ class CloudRuns:
         task = await tasks.get_agent_task(self._pool, task_id, CLOUD)
         if task is None or task.kind is not TaskKind.MIGRATE:
             raise NotFound(f"task {task_id} not found")
-        live = (
-            task.state is TaskState.LEASED
-            and task.lease_token == token
-            and task.lease_expires_at is not None
-            and task.lease_expires_at > self._clock.now()
-        )
-        if not live:
+        if not tasks.lease_live(task, token, self._clock.now()):
             raise LeaseLost(f"lease lost on task {task_id}; stop working on it")
         job = await jobs.get_job_any(self._pool, task.job_id)
         assert job is not None, "a task's job outlives it"

@@ -7,8 +7,8 @@ the two ends allow:
 - A CopyDestination loads COPY batches and runs the operator chain itself;
   anything else gets decoded rows with the chain applied in Python.
 
-The Reporter hears of every batch, and may raise TaskCancelled there: a
-batch is the grain of progress and of cancellation.
+The runtime's Progress hears of every batch, and may raise TaskCancelled
+there: a batch is the grain of progress and of cancellation.
 """
 
 from __future__ import annotations
@@ -54,7 +54,10 @@ def read_said(rows: int) -> str:
     return f"source rows read in this attempt: {rows:,}"
 
 
-class Reporter(Protocol):
+class Progress(Protocol):
+    """Hears of every batch a move extracts and loads (the runtime's progress
+    report; it may raise TaskCancelled)."""
+
     async def extracted(self, stream: str, rows: int) -> None: ...
 
     async def loaded(self, stream: str, rows: int) -> None: ...
@@ -206,7 +209,7 @@ async def stage(
     streams: Sequence[Stream],
     blob: BlobStore,
     prefix: str,
-    reporter: Reporter,
+    reporter: Progress,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     *,
     earlier: Sequence[staging.StoredPart] = (),
@@ -314,7 +317,7 @@ async def stage_and_load(
     prefix: str,
     spec: PipelineSpec,
     mode: WriteMode,
-    reporter: Reporter,
+    reporter: Progress,
     *,
     identity: LoadIdentity,
     staged: StagedHook,
@@ -391,7 +394,7 @@ async def _load_beside(
     feed: _Feed,
     spec: PipelineSpec,
     mode: WriteMode,
-    reporter: Reporter,
+    reporter: Progress,
     identity: LoadIdentity,
 ) -> int:
     name = qualified(stream)
@@ -418,7 +421,7 @@ async def _stepped_aside(
     loading: asyncio.Task[int],
     feed: _Feed,
     name: str,
-    reporter: Reporter,
+    reporter: Progress,
     resume: resumable.ResumePolicy,
 ) -> None:
     """Once the load beside a large stream rolled back (its outcome does not
@@ -456,7 +459,7 @@ async def _stage_stream(
     prefix: str,
     index: int,
     stream: Stream,
-    reporter: Reporter,
+    reporter: Progress,
     batch_rows: int,
     on_part: Callable[[staging.Part, CopyBatch | None], None] | None = None,
     *,
@@ -501,7 +504,7 @@ async def _resumed(
     index: int,
     name: str,
     earlier: Sequence[staging.StoredPart],
-    reporter: Reporter,
+    reporter: Progress,
 ) -> list[staging.StoredPart]:
     """The parts of this stream an earlier attempt stored that the extract
     can build on: numbered from 0 without a gap, each with a position, and
@@ -542,7 +545,7 @@ async def load(
     prefix: str,
     spec: PipelineSpec,
     mode: WriteMode,
-    reporter: Reporter,
+    reporter: Progress,
     *,
     identity: LoadIdentity,
     resume: resumable.ResumePolicy = resumable.DEFAULT_POLICY,
@@ -610,7 +613,7 @@ async def _load_resumably(
     prefix: str,
     landing: StreamPlan,
     mode: WriteMode,
-    reporter: Reporter,
+    reporter: Progress,
     identity: LoadIdentity,
 ) -> int:
     target = resumable.Target(
@@ -628,7 +631,7 @@ async def direct(
     streams: Sequence[Stream],
     spec: PipelineSpec,
     mode: WriteMode,
-    reporter: Reporter,
+    reporter: Progress,
     batch_rows: int = DEFAULT_BATCH_ROWS,
     *,
     identity: LoadIdentity,
@@ -665,7 +668,7 @@ async def _prepare(
     return dataclasses.replace(landing, changes=changes)
 
 
-async def _said(landing: StreamPlan, stream: str, reporter: Reporter) -> None:
+async def _said(landing: StreamPlan, stream: str, reporter: Progress) -> None:
     """Once the write committed: the schema changes it made, on the timeline."""
     if isinstance(reporter, Noting):
         for words in destination_plan.said(landing.changes):
@@ -687,7 +690,7 @@ async def _direct_stream(
     stream: Stream,
     landing: StreamPlan,
     mode: WriteMode,
-    reporter: Reporter,
+    reporter: Progress,
     batch_rows: int,
     identity: LoadIdentity,
 ) -> StreamTotals:
@@ -856,7 +859,7 @@ async def _applied(batches: AsyncIterator[Batch], plan: Plan) -> AsyncIterator[B
 
 
 async def _counted_parts(
-    parts: AsyncIterator[CopyBatch], name: str, reporter: Reporter
+    parts: AsyncIterator[CopyBatch], name: str, reporter: Progress
 ) -> AsyncIterator[CopyBatch]:
     async with closing(parts):
         async for part in parts:

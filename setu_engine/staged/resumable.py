@@ -182,7 +182,10 @@ class StagingDestination(Protocol):
         ...
 
 
-class Reporter(Protocol):
+class LoadProgress(Protocol):
+    """Hears of every part a resumable load commits (a transfer's Progress
+    is one)."""
+
     async def loaded(self, stream: str, rows: int) -> None: ...
 
 
@@ -203,7 +206,7 @@ async def load_stream(
     blob: BlobStore,
     prefix: str,
     target: Target,
-    reporter: Reporter,
+    reporter: LoadProgress,
     note: Note | None,
     identity: LoadIdentity,
 ) -> Written | int:
@@ -265,7 +268,7 @@ async def _load(
     blob: BlobStore,
     prefix: str,
     target: Target,
-    reporter: Reporter,
+    reporter: LoadProgress,
     note: Note | None,
     identity: LoadIdentity,
 ) -> Written | int:

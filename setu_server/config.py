@@ -9,7 +9,7 @@ import argparse
 import functools
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -115,13 +115,6 @@ class Settings:
             "through the pool must come back)"
         },
     )
-    listen_fallback_seconds: float = field(
-        default=1.0,
-        metadata={
-            "help": "while notifications do not arrive on the LISTEN session, how often "
-            "watched jobs and parked leases are re-checked"
-        },
-    )
     data_dir: Path = field(
         default=DEFAULT_DATA_DIR,
         metadata={"help": "folder for the embedded database and local blobs"},
@@ -214,37 +207,6 @@ class Settings:
         default=10.0, metadata={"help": "how long in-flight calls may finish on shutdown"}
     )
     wait_cap_seconds: float = field(default=60.0, metadata={"help": "WaitJob's long-poll cap"})
-    lease_wait_cap_seconds: float = field(
-        default=30.0, metadata={"help": "LeaseTask's long-poll cap"}
-    )
-    lease_ttl_seconds: float = field(
-        default=60.0, metadata={"help": "how long a task lease lasts without a heartbeat"}
-    )
-    lease_poll_seconds: float = field(
-        default=10.0, metadata={"help": "LeaseTask's fallback poll (work arrives by NOTIFY)"}
-    )
-    task_retry_backoff_seconds: float = field(
-        default=5.0, metadata={"help": "first retry delay of a failed task; doubles per attempt"}
-    )
-    outage_free_retries: int = field(
-        default=5,
-        metadata={
-            "help": "times a task whose database was unreachable for a moment is retried "
-            "without spending an attempt"
-        },
-    )
-    reaper_interval_seconds: float = field(
-        default=5.0, metadata={"help": "how often expired leases are requeued"}
-    )
-    staged_retention_hours: float = field(
-        default=24.0, metadata={"help": "how long a run's staged data outlives the run"}
-    )
-    janitor_interval_seconds: float = field(
-        default=60.0, metadata={"help": "how often expired staged data is looked for"}
-    )
-    scheduler_interval_seconds: float = field(
-        default=1.0, metadata={"help": "how often pipeline schedules are checked for due ticks"}
-    )
     worker_processes: int = field(
         default=1,
         metadata={
@@ -276,13 +238,64 @@ class Settings:
     watch_recheck_seconds: float = field(
         default=30.0, metadata={"help": "how often watched jobs are re-read as a safety net"}
     )
-    metrics_refresh_seconds: float = field(
-        default=10.0,
-        metadata={"help": "how often the task and agent gauges of /metrics are re-read"},
-    )
     db_pool_size: int = field(default=10, metadata={"help": "database connections per server"})
     log_level: str = field(default="info", metadata={"help": "debug, info, warning, error"})
     log_format: str = field(default="json", metadata={"help": "json or text (key=value)"})
+    # The sections: each the very settings object its service takes. Users
+    # set them through flat names (SETU_LEASE_TTL_SECONDS, --lease-ttl-seconds:
+    # SECTIONED below), which stay readable here as properties.
+    leasing: LeasePolicy = field(default_factory=LeasePolicy, metadata={"section": True})
+    reaper: ReaperSettings = field(default_factory=ReaperSettings, metadata={"section": True})
+    janitor: JanitorSettings = field(default_factory=JanitorSettings, metadata={"section": True})
+    scheduler: SchedulerSettings = field(
+        default_factory=SchedulerSettings, metadata={"section": True}
+    )
+    fallback: FallbackSettings = field(default_factory=FallbackSettings, metadata={"section": True})
+    gauges: GaugeSettings = field(default_factory=GaugeSettings, metadata={"section": True})
+
+    @property
+    def lease_ttl_seconds(self) -> float:
+        return self.leasing.ttl_seconds
+
+    @property
+    def lease_wait_cap_seconds(self) -> float:
+        return self.leasing.wait_cap_seconds
+
+    @property
+    def lease_poll_seconds(self) -> float:
+        return self.leasing.poll_seconds
+
+    @property
+    def task_retry_backoff_seconds(self) -> float:
+        return self.leasing.retry_backoff_seconds
+
+    @property
+    def outage_free_retries(self) -> int:
+        return self.leasing.outage_free_retries
+
+    @property
+    def reaper_interval_seconds(self) -> float:
+        return self.reaper.interval_seconds
+
+    @property
+    def staged_retention_hours(self) -> float:
+        return self.janitor.retention_seconds / 3600
+
+    @property
+    def janitor_interval_seconds(self) -> float:
+        return self.janitor.interval_seconds
+
+    @property
+    def scheduler_interval_seconds(self) -> float:
+        return self.scheduler.interval_seconds
+
+    @property
+    def listen_fallback_seconds(self) -> float:
+        return self.fallback.interval_seconds
+
+    @property
+    def metrics_refresh_seconds(self) -> float:
+        return self.gauges.interval_seconds
 
     @property
     def embedded_pg_dir(self) -> Path:
@@ -302,29 +315,118 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """The environment's SETU_* settings, then `overrides` (flat names,
+        as the flags spell them; None: not given)."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = env.get(cls.env_name(f.name))
-            if raw is not None and (raw != "" or f.name in _EMPTY_MEANS_OFF):
-                values[f.name] = _coerce(f.type, raw)
+        for name, kind in _flat_names().items():
+            raw = env.get(cls.env_name(name))
+            if raw is not None and (raw != "" or name in _EMPTY_MEANS_OFF):
+                values[name] = _coerce(kind, raw)
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+        return cls().updated(**values)
+
+    def updated(self, **values: Any) -> Settings:
+        """These settings with `values` changed: fields, sections, or the flat
+        names users set (`lease_ttl_seconds=5` changes `leasing.ttl_seconds`)."""
+        plain = {k: v for k, v in values.items() if k not in SECTIONED}
+        sections: dict[str, dict[str, Any]] = {}
+        for name, value in values.items():
+            if name in SECTIONED:
+                flat = SECTIONED[name]
+                sections.setdefault(flat.section, {})[flat.attr] = (
+                    value * flat.scale if flat.scale != 1.0 else value
+                )
+        for section, changes in sections.items():
+            plain[section] = replace(plain.get(section, getattr(self, section)), **changes)
+        return replace(self, **plain)
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        for f in fields(cls):
+        defaults = cls()
+        for name, kind in _flat_names().items():
+            help_text = SECTIONED[name].help if name in SECTIONED else _plain_help(name)
             parser.add_argument(
-                "--" + f.name.replace("_", "-"),
-                dest=f.name,
+                "--" + name.replace("_", "-"),
+                dest=name,
                 default=None,
-                type=functools.partial(_coerce, f.type),
-                help=f"{f.metadata['help']} (env {cls.env_name(f.name)}, default {f.default})",
+                type=functools.partial(_coerce, kind),
+                help=f"{help_text} (env {cls.env_name(name)}, default {getattr(defaults, name)})",
             )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
-        return cls.from_env(env, **{f.name: getattr(args, f.name, None) for f in fields(cls)})
+        return cls.from_env(env, **{name: getattr(args, name, None) for name in _flat_names()})
+
+
+@dataclass(frozen=True)
+class Sectioned:
+    """A setting users set by a flat name whose value lives in a section:
+    `section.attr` holds the flat value times `scale`."""
+
+    section: str
+    attr: str
+    help: str
+    scale: float = 1.0
+
+
+SECTIONED: dict[str, Sectioned] = {
+    "lease_wait_cap_seconds": Sectioned("leasing", "wait_cap_seconds", "LeaseTask's long-poll cap"),
+    "lease_ttl_seconds": Sectioned(
+        "leasing", "ttl_seconds", "how long a task lease lasts without a heartbeat"
+    ),
+    "lease_poll_seconds": Sectioned(
+        "leasing", "poll_seconds", "LeaseTask's fallback poll (work arrives by NOTIFY)"
+    ),
+    "task_retry_backoff_seconds": Sectioned(
+        "leasing",
+        "retry_backoff_seconds",
+        "first retry delay of a failed task; doubles per attempt",
+    ),
+    "outage_free_retries": Sectioned(
+        "leasing",
+        "outage_free_retries",
+        "times a task whose database was unreachable for a moment is retried "
+        "without spending an attempt",
+    ),
+    "reaper_interval_seconds": Sectioned(
+        "reaper", "interval_seconds", "how often expired leases are requeued"
+    ),
+    "staged_retention_hours": Sectioned(
+        "janitor", "retention_seconds", "how long a run's staged data outlives the run", 3600
+    ),
+    "janitor_interval_seconds": Sectioned(
+        "janitor", "interval_seconds", "how often expired staged data is looked for"
+    ),
+    "scheduler_interval_seconds": Sectioned(
+        "scheduler", "interval_seconds", "how often pipeline schedules are checked for due ticks"
+    ),
+    "listen_fallback_seconds": Sectioned(
+        "fallback",
+        "interval_seconds",
+        "while notifications do not arrive on the LISTEN session, how often "
+        "watched jobs and parked leases are re-checked",
+    ),
+    "metrics_refresh_seconds": Sectioned(
+        "gauges", "interval_seconds", "how often the task and agent gauges of /metrics are re-read"
+    ),
+}
+
+
+@functools.cache
+def _flat_names() -> dict[str, str]:
+    """Every name users set (SETU_<NAME>, --<name>) with its type: the plain
+    fields, then the sections' settings."""
+    names = {f.name: str(f.type) for f in fields(Settings) if not f.metadata.get("section")}
+    defaults = Settings()
+    for name, flat in SECTIONED.items():
+        kinds = {f.name: str(f.type) for f in fields(getattr(defaults, flat.section))}
+        names[name] = "float" if flat.scale != 1.0 else kinds[flat.attr]
+    return names
+
+
+def _plain_help(name: str) -> str:
+    return str(next(f for f in fields(Settings) if f.name == name).metadata["help"])
 
 
 def _coerce(type_name: Any, raw: str) -> Any:

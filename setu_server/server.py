@@ -36,12 +36,6 @@ from setu_engine.staged.blob import BlobSettings, open_blob
 from setu_engine.staged.s3 import S3Settings
 from setu_engine.support import testpoints
 from setu_server.config import (
-    FallbackSettings,
-    GaugeSettings,
-    JanitorSettings,
-    LeasePolicy,
-    ReaperSettings,
-    SchedulerSettings,
     Settings,
 )
 from setu_server.hooks import Hooks
@@ -267,7 +261,7 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         signals.wake_all()  # a task may have arrived while nobody listened
         await hub.refresh_all()
 
-    fallback = ListenFallback(hub, signals, FallbackSettings(settings.listen_fallback_seconds))
+    fallback = ListenFallback(hub, signals, settings.fallback)
 
     async def probe(channel: str, payload: str) -> None:
         await send_probe(pool, channel, payload)
@@ -289,42 +283,25 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
     await listener.start()
     hub.start()
     lifecycle = JobLifecycle(pool, hub, clock, metrics)
-    policy = LeasePolicy(
-        ttl_seconds=settings.lease_ttl_seconds,
-        wait_cap_seconds=settings.lease_wait_cap_seconds,
-        poll_seconds=settings.lease_poll_seconds,
-        retry_backoff_seconds=settings.task_retry_backoff_seconds,
-        outage_free_retries=settings.outage_free_retries,
-    )
     where = blob_settings(settings)
     blob = open_blob(where, S3Settings(where.endpoint_url, where.region or "us-east-1"))
-    window = presence_window(settings.lease_wait_cap_seconds, settings.lease_ttl_seconds)
+    window = presence_window(settings.leasing.wait_cap_seconds, settings.leasing.ttl_seconds)
     presence = AgentPresence(pool, clock, metrics, window=window)
     metrics.judge_online(presence.online)
     runs_service = RunService(pool, clock, lifecycle, where, presence)
     outcomes = TaskOutcomes(lifecycle, clock.sql_now, runs_service)
-    task_service = TaskService(pool, clock, lifecycle, signals, policy, outcomes, metrics)
+    task_service = TaskService(pool, clock, lifecycle, signals, settings.leasing, outcomes, metrics)
     reaper = Reaper(
         pool,
         clock,
         lifecycle,
         task_service.outcomes,
         task_service.policy,
-        ReaperSettings(interval_seconds=settings.reaper_interval_seconds),
+        settings.reaper,
         metrics,
     )
-    scheduler = Scheduler(
-        pool, clock, runs_service, SchedulerSettings(settings.scheduler_interval_seconds)
-    )
-    janitor = Janitor(
-        pool,
-        clock,
-        blob,
-        JanitorSettings(
-            interval_seconds=settings.janitor_interval_seconds,
-            retention_seconds=settings.staged_retention_hours * 3600,
-        ),
-    )
+    scheduler = Scheduler(pool, clock, runs_service, settings.scheduler)
+    janitor = Janitor(pool, clock, blob, settings.janitor)
     if settings.cloud_reach not in ("restricted", "local"):
         raise SystemExit(f"SETU_CLOUD_REACH is restricted or local, not {settings.cloud_reach!r}")
     job_service = JobService(pool, clock, hub, lifecycle, dispatcher=runs_service)
@@ -353,7 +330,7 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         blob=blob,
         connection_ops=ConnectionOps(pool, clock, job_service, presence),
         metrics=metrics,
-        gauges=GaugeRefresh(pool, metrics, GaugeSettings(settings.metrics_refresh_seconds)),
+        gauges=GaugeRefresh(pool, metrics, settings.gauges),
         fallback=fallback,
     )
     for service in services.maintenance:

@@ -29,14 +29,14 @@ from setu_server.service.secrets import TokenKind, new_secret
 def settings_for_tests(**overrides: object) -> Settings:
     """Settings for a server under test: free ports on 127.0.0.1 (gRPC and
     the monitor's HTTP), a fresh admin token, and a short shutdown grace;
-    `overrides` win."""
+    `overrides` (fields, sections or the flat names users set) win."""
     base = Settings(
         listen="127.0.0.1:0",
         http_listen="127.0.0.1:0",
         admin_token=new_secret(TokenKind.ADMIN).token,
         grace_seconds=1.0,
     )
-    return replace(base, **overrides)  # type: ignore[arg-type]
+    return base.updated(**overrides)
 
 
 @contextlib.asynccontextmanager

@@ -41,9 +41,9 @@ from setu_engine.staged.staging import run_prefix
 from setu_server.models import EventLevel, Job, JobKind, JobState, Task, TaskKind, runtime_name
 from setu_server.service.dry_runs import DryRunPlans
 from setu_server.service.lifecycle import JobLifecycle
-from setu_server.service.runbook import record_staged
+from setu_server.service.runbook import record_loaded, record_staged
 from setu_server.service.runs import RunService, snapshot_of
-from setu_server.store import jobs, runs, stream_state, tasks
+from setu_server.store import jobs, runs, tasks
 from setu_server.store.catalog import record_discovery
 from setu_server.store.db import Executor
 from setu_tasks.results import (
@@ -282,18 +282,16 @@ class LastLoadEndsRun:
             await jobs.insert_job_event(db, job.id, f"{said} on {where}", now=now, stream=stream)
         for stream, rows in loaded_now.rows_by_stream.items():
             changes = loaded_now.changes_by_stream.get(stream)
-            await runs.save_output(
-                db, job.id, stream, now=now, rows_loaded=rows, loaded=True, changes=changes
-            )
-            cursor = loaded_now.cursors_by_stream.get(stream)
-            if cursor is not None:  # committed at the edge: the state follows
-                await stream_state.advance(db, job.id, stream, cursor, rows, now)
-            await jobs.insert_job_event(
+            # Committed at the edge: its books (and saved cursor) follow.
+            await record_loaded(
                 db,
                 job.id,
-                f"Loaded {rows} rows on {where}{changes_said(changes)}",
-                now=now,
-                stream=stream,
+                stream,
+                rows,
+                now,
+                changes=changes,
+                cursor=loaded_now.cursors_by_stream.get(stream),
+                message=f"Loaded {rows} rows on {where}{changes_said(changes)}",
             )
         outputs = await jobs.job_outputs(db, job.id)
         loaded = sum(o.rows_loaded for o in outputs)

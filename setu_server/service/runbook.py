@@ -117,21 +117,18 @@ class RunBook:
         the outputs are returned; else nothing is."""
         now = self._clock.sql_now()
         async with transaction(self._pool) as conn:
-            await runs.save_output(
+            await record_loaded(
                 conn,
                 job_id,
                 stream,
-                now=now,
-                rows_extracted=extracted,
-                rows_loaded=loaded,
+                loaded,
+                now,
+                extracted=extracted,
                 checksum=checksum,
-                loaded=True,
                 changes=changes,
+                cursor=cursor,
+                message=message,
             )
-            if cursor is not None:
-                await stream_state.advance(conn, job_id, stream, cursor, loaded, now)
-            if message:
-                await jobs.insert_job_event(conn, job_id, message, now=now, stream=stream)
             if not record_progress:
                 return []
             return await _record_progress(conn, job_id, now)
@@ -188,3 +185,37 @@ async def record_staged(
             db, job_id, staged.stream, now=now, rows_extracted=staged.rows, checksum=staged.checksum
         )
     return await runs.set_run_phase(db, job_id, Phase.LOAD, message, now)
+
+
+async def record_loaded(
+    db: Executor,
+    job_id: UUID,
+    stream: str,
+    loaded: int,
+    now: datetime | None,
+    *,
+    extracted: int | None = None,
+    checksum: str | None = None,
+    changes: RowChanges | None = None,
+    cursor: CursorMark | None = None,
+    message: str = "",
+) -> None:
+    """A stream's committed load, wherever it ran: its output (loaded, with
+    its counts), an incremental stream's saved cursor advanced to what that
+    load carried, and `message` in the run's timeline. Call it inside a
+    transaction, so they all commit together."""
+    await runs.save_output(
+        db,
+        job_id,
+        stream,
+        now=now,
+        rows_extracted=extracted,
+        rows_loaded=loaded,
+        checksum=checksum,
+        loaded=True,
+        changes=changes,
+    )
+    if cursor is not None:
+        await stream_state.advance(db, job_id, stream, cursor, loaded, now)
+    if message:
+        await jobs.insert_job_event(db, job_id, message, now=now, stream=stream)

@@ -1,3 +1,3 @@
-from setu_cli.main import main
+from setu_cli.main import client_main
 
-main()
+client_main()

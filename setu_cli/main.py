@@ -1,6 +1,10 @@
-"""setu: a client's commands for a running Setu server: connections,
-pipelines, runs and jobs. (The `setu` of a server install also has `dev`
-and `admin`.)"""
+"""The `setu` command: `main` is every command (`dev`, `admin` and a client's
+commands), `client_main` a client's commands alone (`python -m setu_cli`).
+
+Each command module registers its commands on the CommandSet passed to its
+`register` (command_set.py); this module calls them in the order `setu
+--help` lists them, and hands the parsed arguments to session.run_command.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,18 @@ import argparse
 import sys
 from typing import Any
 
-from setu_cli import agents, apply, changes, jobs, objects, state
+from setu_cli import admin, agents, apply, changes, dev, jobs, objects, state
 from setu_cli.command_set import CommandSet
 from setu_cli.session import EXIT_CODES_HELP, run_command, server_options
+
+SETU_HELP = """setu: the command line. `setu dev` runs a local server with dev credentials;
+`setu admin …` manages workspaces, API keys and agents on a running server;
+`setu connections|pipelines|run|jobs …` are a client's commands (the setu_cli
+package, which needs only the SDK)."""
+
+CLIENT_HELP = """setu: a client's commands for a running Setu server: connections,
+pipelines, runs and jobs. (The `setu` of a server install also has `dev`
+and `admin`.)"""
 
 # In the order `setu --help` lists their commands; changes and state add
 # leaves to the nouns objects made.
@@ -30,14 +43,36 @@ def register_client_commands(commands: CommandSet) -> None:
         module.register(commands)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
+def _parser(description: str) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(
         prog="setu",
-        description=__doc__,
+        description=description,
         parents=[server_options()],
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`setu`: dev, admin and the client's commands."""
+    parser = _parser(SETU_HELP)
+    commands = CommandSet(parser.add_subparsers(dest="command", required=True), server_options())
+    for module in (dev, admin):
+        module.register(commands)
+    register_client_commands(commands)
+    # What follows `dev` is the server's to parse (setu_cli/dev.py); every
+    # other command is parsed whole here, as parse_args would.
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "dev":
+        sys.exit(dev.run(rest, parser.error))
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    sys.exit(run_command(args))
+
+
+def client_main(argv: list[str] | None = None) -> None:
+    """A client's commands alone: connections, pipelines, runs and jobs."""
+    parser = _parser(CLIENT_HELP)
     add_client_commands(parser.add_subparsers(dest="command", required=True))
     sys.exit(run_command(parser.parse_args(argv)))
 

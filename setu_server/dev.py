@@ -1,7 +1,8 @@
-"""setu: the command line. `setu dev` runs a local server with dev credentials;
-`setu admin …` manages workspaces, API keys and agents on a running server;
-`setu connections|pipelines|run|jobs …` are a client's commands (the setu_cli
-package, which needs only the SDK)."""
+"""`setu dev`: a local server with dev credentials, the one command of
+`setu` that the server package brings. setu_cli (the `setu` command)
+imports this module only when `dev` runs (setu_cli/dev.py) and hands it
+the arguments that follow `dev`; `setu dev env` and `setu dev secret set`
+are here too."""
 
 from __future__ import annotations
 
@@ -13,14 +14,11 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
-from setu_cli import admin as admin_commands
-from setu_cli.command_set import CommandSet
-from setu_cli.main import register_client_commands
-from setu_cli.session import EXIT_CODES_HELP, run_command, server_options
 from setu_client import SetuClient, logs
 from setu_client import admin as apb
 from setu_client.errors import SetuError
@@ -158,16 +156,9 @@ async def _with_demo(dev: DevServer, settings: Settings, url: str) -> DevServer:
     return replace(dev, demo=seeded)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="setu",
-        description=__doc__,
-        parents=[server_options()],
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    dev = sub.add_parser("dev", help="run a local server with dev credentials")
+def dev_parser() -> argparse.ArgumentParser:
+    """`setu dev`'s options and subcommands (`secret`, `env`)."""
+    dev = argparse.ArgumentParser(prog="setu dev")
     dev.add_argument("--data-dir", default=os.environ.get("SETU_DATA_DIR", ".setu/dev"))
     dev.add_argument("--listen", default=os.environ.get("SETU_LISTEN", "127.0.0.1:50051"))
     dev.add_argument(
@@ -184,22 +175,23 @@ def main(argv: list[str] | None = None) -> None:
         "SETU_API_KEY and SETU_ADMIN_TOKEN as the last `setu dev` printed them.",
     )
     env.add_argument("--data-dir", default=argparse.SUPPRESS)
-    commands = CommandSet(sub, server_options())
-    admin_commands.register(commands)
-    register_client_commands(commands)
-    args = parser.parse_args(argv)
-    if hasattr(args, "handler"):
-        sys.exit(run_command(args))
+    return dev
+
+
+def run(argv: list[str], error: Callable[[str], NoReturn] | None = None) -> None:
+    """Runs `setu dev ARGV…` (what follows `dev` on the command line).
+    Arguments it does not know go to `error` (the `setu` parser's, so they
+    read as any other command's), else to dev's own parser's."""
+    parser = dev_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        (error or parser.error)(f"unrecognized arguments: {' '.join(unknown)}")
     try:
-        if args.command == "dev" and args.dev_command == "secret":
+        if args.dev_command == "secret":
             dev_secrets.run_secret_command(args)
-        elif args.command == "dev" and args.dev_command == "env":
+        elif args.dev_command == "env":
             print(_dev_env(Path(args.data_dir).resolve()))
-        elif args.command == "dev":
+        else:
             asyncio.run(_dev(args, Path(args.data_dir).resolve()))
     except SetuError as exc:
         sys.exit(f"error: {exc.code.name}: {exc.message}")
-
-
-if __name__ == "__main__":
-    main()

@@ -183,3 +183,48 @@ async def test_a_fork_while_grpc_runs_prints_no_fork_posix_line(package: str) ->
     _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()
     assert "fork_posix" not in err.decode()
+
+
+_IMPORTS_AFTER = """
+import sys
+from setu_cli.main import main
+try:
+    main({argv!r})
+except SystemExit:
+    pass
+print(sorted(m for m in sys.modules if m.split(".")[0] == "setu_server"))
+"""
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["jobs", "get", "x"]])
+async def test_setu_help_and_client_commands_never_import_the_server(argv: list[str]) -> None:
+    # Without an API key `jobs get` goes through the whole command path and
+    # stops before it would call.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SETU_")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _IMPORTS_AFTER.format(argv=argv),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert out.decode().splitlines()[-1] == "[]"
+
+
+async def test_setu_dev_without_the_server_package_says_it_needs_it() -> None:
+    # None in sys.modules makes `import setu_server` fail as a missing package would.
+    script = "import sys; sys.modules['setu_server'] = None\nfrom setu_cli.main import main\nmain()"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        script,
+        "dev",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 2
+    assert err.decode().startswith("error: `setu dev` runs a Setu server and needs the server")
+    assert len(err.decode().splitlines()) == 1

@@ -19,11 +19,12 @@ from contextlib import asynccontextmanager
 from datetime import date, datetime, time
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from setu_agent.runtime import Handler, TaskContext
 from setu_agent.runtime.task import NonRetryable
 from setu_client.errors import DeadlineExceeded, LeaseLost, Unavailable
+from setu_engine.capabilities import capabilities_of
 from setu_engine.errors import ConfigError, PermanentError, ProviderError, SpecError
 from setu_engine.movement import dry_run, transfer
 from setu_engine.movement.transfer import read_said
@@ -105,8 +106,9 @@ class ContextReporter:
 
     def reads_from(self, source: Connector) -> None:
         """Counts what this attempt reads of `source`, where it counts."""
-        if isinstance(source, CountsRows):
-            self._source, self._read_before = source, source.rows_read
+        if capabilities_of(source).counts_rows:
+            counted = cast(CountsRows, source)
+            self._source, self._read_before = counted, counted.rows_read
 
     @property
     def source_rows_read(self) -> int | None:

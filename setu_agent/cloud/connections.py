@@ -34,9 +34,10 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from setu_agent.handlers import open_provider
+from setu_engine.capabilities import capabilities_of
 from setu_engine.providers.base import Connector
 from setu_engine.support.egress import Egress
 
@@ -169,8 +170,8 @@ class ConnectionCache:
         keep = (
             not self._stopped
             and self.idle_seconds > 0
-            and isinstance(connector, Reusable)
-            and connector.idle()
+            and capabilities_of(connector).reusable_sessions
+            and cast(Reusable, connector).idle()
             and len(entries) < self.max_idle
         )
         if not keep:
@@ -194,9 +195,8 @@ class ConnectionCache:
             log.info("a cached connection's host now resolves elsewhere; reopening")
             await _close(entry.connector)
             return False
-        assert isinstance(entry.connector, Reusable)
         try:
-            await entry.connector.reset()
+            await cast(Reusable, entry.connector).reset()
         except Exception as exc:  # gone while idle: a fresh one is opened
             log.info("a cached connection failed its reset (%s); reopening", exc)
             await _close(entry.connector)

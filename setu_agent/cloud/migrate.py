@@ -18,7 +18,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from setu_agent.cloud.book import RunBook, RunOutput
 from setu_agent.cloud.connections import ConnectionCache
@@ -26,6 +26,7 @@ from setu_agent.handlers import ConnectPolicy, open_connector
 from setu_agent.runtime import TaskContext
 from setu_agent.runtime.task import LeasedTask, NonRetryable, TaskCancelled
 from setu_client.errors import FailedPrecondition, LeaseLost
+from setu_engine.capabilities import capabilities_of
 from setu_engine.errors import ConfigError, SpecError
 from setu_engine.movement import dry_run, transfer
 from setu_engine.movement.transfer import read_said
@@ -92,8 +93,9 @@ class RunReporter:
 
     def reads_from(self, source: Connector) -> None:
         """Counts what this attempt reads of `source`, where it counts."""
-        if isinstance(source, CountsRows):
-            self._source, self._read_before = source, source.rows_read
+        if capabilities_of(source).counts_rows:
+            counted = cast(CountsRows, source)
+            self._source, self._read_before = counted, counted.rows_read
 
     @property
     def source_rows_read(self) -> int | None:

@@ -20,8 +20,9 @@ import difflib
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeGuard, TypeVar, runtime_checkable
+from typing import Protocol, TypeGuard, TypeVar, cast, runtime_checkable
 
+from setu_engine.capabilities import capabilities_of
 from setu_engine.errors import ConfigError, PermanentError, ValueFault
 from setu_engine.kinds import CopyBatch, RowChanges, WriteMode, changes_of
 from setu_engine.operators.chain import Chain, PipelineSpec, Plan
@@ -240,7 +241,7 @@ def overlaps(destination: Connector) -> bool:
     """Whether a load can run beside its extract (stage_and_load): only a
     destination whose write is one transaction that commits after its last
     part, so an extract that fails midway leaves it unchanged."""
-    return isinstance(destination, CopyDestination)
+    return capabilities_of(destination).copy_in
 
 
 class ExtractFailed(Exception):
@@ -466,7 +467,9 @@ async def _stage_stream(
     earlier: Sequence[staging.StoredPart] = (),
 ) -> staging.StagedStream:
     name = qualified(stream)
-    positioned = isinstance(source, ResumableSource) and await source.resumes(stream)
+    positioned = capabilities_of(source).resumable_reads and await cast(
+        ResumableSource, source
+    ).resumes(stream)
     kept: list[staging.StoredPart] = []
     if positioned:
         kept = await _resumed(blob, prefix, index, name, earlier, reporter)
@@ -555,10 +558,11 @@ async def load(
     A large one loads part by part, resumably (setu_engine/staged/resumable.py)."""
     plans = [plan_stream(spec, s.stream, mode) for s in manifest.streams]
     totals: list[StreamTotals] = []
-    if isinstance(destination, resumable.StagingDestination):
+    if capabilities_of(destination).staged_loads:
         # However this run loads, staging tables other runs abandoned go.
         note = reporter.note if isinstance(reporter, Noting) else None
-        await resumable.drop_stale_stages(destination, identity.run_id, resume.stale_after, note)
+        stages = cast(resumable.StagingDestination, destination)
+        await resumable.drop_stale_stages(stages, identity.run_id, resume.stale_after, note)
     for staged, landing in zip(manifest.streams, plans, strict=True):
         marker = identity.marker(staged.name)
         landing = await _prepare(destination, staged.name, landing, mode, spec)
@@ -603,7 +607,7 @@ def _part_by_part(
 ) -> bool:
     """Whether a stream of these parts loads part by part (resumably), on
     the parts staged so far while it is extracted too (stage_and_load)."""
-    return isinstance(destination, resumable.StagingDestination) and resume.applies_to(parts, chain)
+    return capabilities_of(destination).staged_loads and resume.applies_to(parts, chain)
 
 
 async def _load_resumably(
@@ -723,19 +727,21 @@ async def _direct_stream(
                 await reporter.extracted(name, batch.rows)
                 yield batch
 
-    if isinstance(destination, CopyDestination) or not isinstance(source, CopySource):
+    reads, writes = capabilities_of(source), capabilities_of(destination)
+    if writes.copy_in or not reads.copy_out:
         parts = _counted_parts(read_ahead(copies()), name, reporter)
         written = await _write(destination, stream.columns, parts, landing, mode, marker)
     elif (
-        isinstance(source, JsonLinesSource)
-        and isinstance(destination, JsonLinesDestination)
-        and destination.takes_json_lines(mode)
+        reads.json_lines_out
+        and writes.json_lines_in
+        and cast(JsonLinesDestination, destination).takes_json_lines(mode)
         and landing.plan.identity
     ):
         # The source renders the lines itself (PostgreSQL, in C and in its
         # own process): no value becomes a Python object on the way.
-        async with closing(_counted_parts(read_ahead(lines(source)), name, reporter)) as json:
-            written = await destination.write_json_lines(
+        rendered = lines(cast(JsonLinesSource, source))
+        async with closing(_counted_parts(read_ahead(rendered), name, reporter)) as json:
+            written = await cast(JsonLinesDestination, destination).write_json_lines(
                 landing.table,
                 landing.plan.output,
                 json,
@@ -771,8 +777,8 @@ async def _write(
 ) -> int:
     """Writes `parts`, and closes them however the write ends."""
     async with closing(parts):
-        if isinstance(destination, CopyDestination):
-            return await destination.write_copy(
+        if capabilities_of(destination).copy_in:
+            return await cast(CopyDestination, destination).write_copy(
                 landing.table,
                 columns,
                 parts,
@@ -805,14 +811,18 @@ async def _copy_batches(
 ) -> AsyncIterator[CopyBatch]:
     """The stream as COPY batches; a positioned read (ResumableSource) from
     after `after`, each batch with the position after its rows."""
-    if positioned and isinstance(source, ResumableCopies):
-        async with closing(source.copy_batches_after(stream, batch_rows, after)) as copies:
+    declared = capabilities_of(source)
+    if positioned and declared.resumable_copies:
+        resumed = cast(ResumableCopies, source).copy_batches_after(stream, batch_rows, after)
+        async with closing(resumed) as copies:
             async for batch in copies:
                 yield batch
         return
-    if positioned and isinstance(source, ResumableRows):
+    if positioned and declared.resumable_rows:
         before = 0
-        async with closing(source.read_after(stream, batch_rows, after)) as reads:
+        async with closing(
+            cast(ResumableRows, source).read_after(stream, batch_rows, after)
+        ) as reads:
             async for rows, position in reads:
                 try:
                     data = pgcopy.encode(stream.columns, rows)
@@ -821,8 +831,8 @@ async def _copy_batches(
                 before += len(rows)
                 yield CopyBatch(data, len(rows), position)
         return
-    if isinstance(source, CopySource):
-        async with closing(source.copy_batches(stream, batch_rows)) as copies:
+    if declared.copy_out:
+        async with closing(cast(CopySource, source).copy_batches(stream, batch_rows)) as copies:
             async for batch in copies:
                 yield batch
         return

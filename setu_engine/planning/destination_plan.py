@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
+from setu_engine.capabilities import capabilities_of
 from setu_engine.errors import PermanentError
 from setu_engine.kinds import WriteMode
 from setu_engine.operators.chain import SchemaEvolution
@@ -210,9 +211,11 @@ async def prepare(
     (PermanentError, every reason), or answers the schema changes its write
     makes in its own transaction (none: an empty SchemaChanges). Nothing is
     changed here. None for a destination without tables to inspect."""
-    if not isinstance(destination, InspectableDestination):
+    if not capabilities_of(destination).inspectable:
         return None
-    shape = await destination.inspect_table(landing.table, landing.schema)
+    shape = await cast(InspectableDestination, destination).inspect_table(
+        landing.table, landing.schema
+    )
     found = assess(landing, shape, mode, evolution)
     if found.incompatibilities:
         raise PermanentError("; ".join(found.incompatibilities))
@@ -246,9 +249,11 @@ async def inspect(
     destination: object, landing: Landing, mode: WriteMode, evolution: SchemaEvolution
 ) -> Inspected:
     """What a dry run reports for `landing`: nothing is written."""
-    if not isinstance(destination, InspectableDestination):
+    if not capabilities_of(destination).inspectable:
         return Inspected((f"{_verb(mode)} {landing.table} (a file: written whole)",), ())
-    shape = await destination.inspect_table(landing.table, landing.schema)
+    shape = await cast(InspectableDestination, destination).inspect_table(
+        landing.table, landing.schema
+    )
     found = assess(landing, shape, mode, evolution)
     types = {c.name: c.type for c in shape.columns or ()}
     return Inspected(found.actions, found.incompatibilities, types)

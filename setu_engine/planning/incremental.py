@@ -20,8 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
+from setu_engine.capabilities import capabilities_of
 from setu_engine.errors import ConfigError
 from setu_engine.errors import SyncError as SyncError  # also read as incremental.SyncError
 from setu_engine.values.types import INTEGERS, NUMBERS, Column, Stream, qualified
@@ -306,13 +307,14 @@ async def windows(
         if rule is None:
             out.append(Delta(stream))
             continue
-        if isinstance(source, ObjectSource):
-            now = object_mark(await source.objects(stream))
+        increments = capabilities_of(source).increments
+        if increments == "object":
+            now = object_mark(await cast(ObjectSource, source).objects(stream))
             window = object_window(rule, stream, saved.get(qualified(stream)), now)
             if not window.empty:  # an unchanged file is not part of the run at all
                 out.append(Delta(dataclasses.replace(stream, since=window)))
             continue
-        if not isinstance(source, CursorSource):
+        if increments != "cursor":
             raise ConfigError(
                 f"spec.{SYNC_KEY}.{stream.name}: this source cannot read incrementally "
                 f"by a cursor column"
@@ -320,7 +322,7 @@ async def windows(
         column = cursor_column(stream, rule)
         window = since(rule, column, saved.get(qualified(stream)), inclusive)
         bounded = dataclasses.replace(stream, since=window)
-        high, rows = await source.cursor_high(bounded)
+        high, rows = await cast(CursorSource, source).cursor_high(bounded)
         window = dataclasses.replace(window, high=high, empty=high is None)
         out.append(Delta(dataclasses.replace(stream, since=window), rows))
     return out

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from setu_engine.capabilities import Capabilities
 from setu_engine.errors import ConfigError, ProviderError, TypeNameError, ValueFault
 from setu_engine.kinds import CopyBatch, WriteMode
 from setu_engine.planning.destination_plan import SchemaChanges
@@ -280,7 +281,13 @@ async def _write_all(
 # ---------------------------------------------------------------- connector
 
 
+# What the transfer may ask of a file connector (docs/providers.md).
+CAPABILITIES = Capabilities(json_lines_in=True, counts_rows=True, increments="object")
+
+
 class FileConnector(Connector):
+    capabilities = CAPABILITIES
+
     def __init__(self, config: FileConfig, storage: _Storage) -> None:
         self.config = config
         self.storage = storage
@@ -538,6 +545,7 @@ def _merge_order(order: list[str], record: dict[str, Any]) -> None:
 
 
 class FileProvider:
+    capabilities = CAPABILITIES
     name = "file"
 
     def validate_config(self, config: dict[str, Any]) -> None:

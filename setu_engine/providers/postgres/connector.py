@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from setu_engine.capabilities import Capabilities
 from setu_engine.errors import ConfigError, PermanentError, ProviderError, ValueFault
 from setu_engine.kinds import CopyBatch, RowChanges, WriteMode, Written
 from setu_engine.operators.chain import Plan, parse_spec
@@ -175,7 +176,22 @@ def _count(status: str) -> int:
         return 0
 
 
+# What the transfer may ask of a PostgreSQL connector (docs/providers.md).
+CAPABILITIES = Capabilities(
+    copy_out=True,
+    copy_in=True,
+    json_lines_out=True,
+    resumable_copies=True,
+    counts_rows=True,
+    staged_loads=True,
+    inspectable=True,
+    increments="cursor",
+    reusable_sessions=True,
+)
+
+
 class PostgresProvider:
+    capabilities = CAPABILITIES
     name = "postgres"
 
     def validate_config(self, config: dict[str, Any]) -> None:
@@ -297,6 +313,8 @@ def _tls(mode: str, server_name: str) -> ssl.SSLContext | bool:
 
 
 class PostgresConnector:
+    capabilities = CAPABILITIES
+
     def __init__(self, conn: asyncpg.Connection, schema: str, where: str) -> None:
         self._conn = conn
         self._schema = schema

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from setu_engine.capabilities import Capabilities
 from setu_engine.errors import ConfigError, PermanentError, ProviderError
 from setu_engine.kinds import CopyBatch, RowChanges, WriteMode, Written
 from setu_engine.planning.destination_plan import SchemaChanges, TableShape
@@ -46,7 +47,18 @@ T = TypeVar("T")
 _KEYS = frozenset({"path", "create", "timezone"})
 
 
+# What the transfer may ask of a SQLite connector (docs/providers.md).
+CAPABILITIES = Capabilities(
+    resumable_rows=True,
+    counts_rows=True,
+    staged_loads=True,
+    inspectable=True,
+    increments="cursor",
+)
+
+
 class SqliteProvider:
+    capabilities = CAPABILITIES
     name = "sqlite"
 
     def validate_config(self, config: dict[str, Any]) -> None:
@@ -135,6 +147,8 @@ def quote(name: str) -> str:
 
 
 class SqliteConnector:
+    capabilities = CAPABILITIES
+
     def __init__(
         self, path: Path, conn: sqlite3.Connection, *, writable: bool, zone: tzinfo | None = None
     ) -> None:

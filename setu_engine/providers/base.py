@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from setu_engine.capabilities import Capabilities
 from setu_engine.kinds import CopyBatch, WriteMode
 from setu_engine.values.types import Batch, Column, Stream
 
@@ -68,6 +69,8 @@ class Connector(Protocol):
 
 class Provider(Protocol):
     name: str
+    # What its connectors can do beyond Connector (docs/providers.md).
+    capabilities: Capabilities
 
     def validate_config(self, config: dict[str, Any]) -> None:
         """Raises ConfigError naming the field at fault. Secret references

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,14 @@ DEFAULT_DATA_DIR = Path(".setu")
 
 # Settings where an empty value is a choice (turn it off), not "unset".
 _EMPTY_MEANS_OFF = frozenset({"http_listen"})
+
+
+class SettingsError(SystemExit, ValueError):
+    """A setting that cannot work, in the words its user reads (it names the
+    SETU_* variable). Raised when Settings are built. A ValueError, and also
+    the SystemExit these checks raised before they moved here, so callers
+    that caught one still do and an uncaught one still ends the process with
+    the message on stderr and exit code 1."""
 
 
 # The settings each service takes, one section of Settings each. They live
@@ -253,6 +261,10 @@ class Settings:
     fallback: FallbackSettings = field(default_factory=FallbackSettings, metadata={"section": True})
     gauges: GaugeSettings = field(default_factory=GaugeSettings, metadata={"section": True})
 
+    def __post_init__(self) -> None:
+        for problem in _problems(self):
+            raise SettingsError(problem)
+
     @property
     def lease_ttl_seconds(self) -> float:
         return self.leasing.ttl_seconds
@@ -411,6 +423,36 @@ SECTIONED: dict[str, Sectioned] = {
         "gauges", "interval_seconds", "how often the task and agent gauges of /metrics are re-read"
     ),
 }
+
+
+def _problems(settings: Settings) -> Iterator[str]:
+    """What makes these settings unusable, first problem first (in the order
+    the server used to meet them while starting)."""
+    if settings.admin_token and len(settings.admin_token) < 16:
+        yield "SETU_ADMIN_TOKEN must be at least 16 characters"
+    if settings.worker_token and len(settings.worker_token) < 16:
+        yield "SETU_WORKER_TOKEN must be at least 16 characters"
+    if settings.blob_url.startswith("s3://"):
+        bucket, _, rest = settings.blob_url[len("s3://") :].partition("/")
+        if not bucket or rest.strip("/"):
+            yield f"SETU_BLOB_URL wants s3://BUCKET, got {settings.blob_url!r}"
+    if settings.cloud_reach not in ("restricted", "local"):
+        yield f"SETU_CLOUD_REACH is restricted or local, not {settings.cloud_reach!r}"
+    # TLS settings that could only fail later.
+    if settings.tls_cert and not settings.tls_key:
+        yield "SETU_TLS_CERT is set but SETU_TLS_KEY is not"
+    if settings.tls_client_ca and not settings.tls_cert:
+        yield "SETU_TLS_CLIENT_CA needs SETU_TLS_CERT and SETU_TLS_KEY (mutual TLS is TLS)"
+    if bool(settings.worker_client_cert) != bool(settings.worker_client_key):
+        yield "SETU_WORKER_CLIENT_CERT and SETU_WORKER_CLIENT_KEY go together"
+    own_workers = settings.worker_processes > 0 and settings.worker_concurrency > 0
+    if settings.tls_client_ca and own_workers and not settings.worker_client_cert:
+        # They would be refused at every connection attempt, forever.
+        yield (
+            "SETU_TLS_CLIENT_CA requires client certificates, so this server's own cloud "
+            "workers need SETU_WORKER_CLIENT_CERT and SETU_WORKER_CLIENT_KEY (or "
+            "SETU_WORKER_PROCESSES=0, with setu-worker run elsewhere)"
+        )
 
 
 @functools.cache

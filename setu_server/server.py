@@ -220,9 +220,8 @@ def blob_settings(settings: Settings) -> BlobSettings:
     Runtimes bring their own S3 credentials (the AWS environment variables
     or an instance role, as botocore finds them); the settings name none."""
     if settings.blob_url.startswith("s3://"):
-        bucket, _, rest = settings.blob_url[len("s3://") :].partition("/")
-        if not bucket or rest.strip("/"):
-            raise SystemExit(f"SETU_BLOB_URL wants s3://BUCKET, got {settings.blob_url!r}")
+        # Settings refused any other shape of URL when they were built.
+        bucket = settings.blob_url[len("s3://") :].partition("/")[0]
         return BlobSettings("s3", bucket, settings.s3_endpoint_url, settings.s3_region)
     return BlobSettings("local", str(Path(settings.blob_root).resolve()))
 
@@ -237,8 +236,6 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         await conn.close()
     pool = await db.create_pool(url, max_size=settings.db_pool_size, statement_cache=cache)
     admin_digest = digest(settings.admin_token) if settings.admin_token else None
-    if settings.worker_token and len(settings.worker_token) < 16:
-        raise SystemExit("SETU_WORKER_TOKEN must be at least 16 characters")
     # The server's own workers get a fresh token when none is configured.
     worker_token = settings.worker_token or secrets.token_urlsafe(32)
     auth = Authenticator(
@@ -302,8 +299,6 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
     )
     scheduler = Scheduler(pool, clock, runs_service, settings.scheduler)
     janitor = Janitor(pool, clock, blob, settings.janitor)
-    if settings.cloud_reach not in ("restricted", "local"):
-        raise SystemExit(f"SETU_CLOUD_REACH is restricted or local, not {settings.cloud_reach!r}")
     job_service = JobService(pool, clock, hub, lifecycle, dispatcher=runs_service)
     background: list[asyncio.Task[None]] = []
     services = Services(
@@ -341,8 +336,6 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
 async def start(settings: Settings, url: str, clock: Clock | None = None) -> Running:
     """Migrate, then serve on settings.listen (port 0 picks a free one)."""
     clock = clock or SystemClock()
-    if settings.admin_token and len(settings.admin_token) < 16:
-        raise SystemExit("SETU_ADMIN_TOKEN must be at least 16 characters")
     paging.use_key(settings.page_token_key)
     parts = await build_services(settings, url, clock)
     # What the cloud workers must refuse: this server's own database.
@@ -468,28 +461,7 @@ def _resolved(path: str) -> str:
     return str(Path(path).resolve()) if path else ""
 
 
-def check_tls(settings: Settings) -> None:
-    """Refuses, at startup, TLS settings that could only fail later."""
-    if settings.tls_cert and not settings.tls_key:
-        raise SystemExit("SETU_TLS_CERT is set but SETU_TLS_KEY is not")
-    if settings.tls_client_ca and not settings.tls_cert:
-        raise SystemExit(
-            "SETU_TLS_CLIENT_CA needs SETU_TLS_CERT and SETU_TLS_KEY (mutual TLS is TLS)"
-        )
-    if bool(settings.worker_client_cert) != bool(settings.worker_client_key):
-        raise SystemExit("SETU_WORKER_CLIENT_CERT and SETU_WORKER_CLIENT_KEY go together")
-    own_workers = settings.worker_processes > 0 and settings.worker_concurrency > 0
-    if settings.tls_client_ca and own_workers and not settings.worker_client_cert:
-        # They would be refused at every connection attempt, forever.
-        raise SystemExit(
-            "SETU_TLS_CLIENT_CA requires client certificates, so this server's own cloud "
-            "workers need SETU_WORKER_CLIENT_CERT and SETU_WORKER_CLIENT_KEY (or "
-            "SETU_WORKER_PROCESSES=0, with setu-worker run elsewhere)"
-        )
-
-
 def _bind(server: grpc.aio.Server, settings: Settings) -> int:
-    check_tls(settings)
     if settings.tls_cert:
         key = Path(settings.tls_key).read_bytes()
         cert = Path(settings.tls_cert).read_bytes()

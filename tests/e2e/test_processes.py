@@ -178,3 +178,17 @@ async def test_setu_dev_creates_credentials_once_and_serves(tmp_path: Path) -> N
             assert await asyncio.wait_for(proc.wait(), 30) == 0
     assert printed[0] == printed[1], "the second start reuses the dev workspace and key"
     assert not _postgres_on(tmp_path / "dev")
+
+
+def test_a_server_given_an_unusable_setting_says_so_and_exits_1(tmp_path: Path) -> None:
+    env = dict(os.environ) | {"SETU_ADMIN_TOKEN": "short", "SETU_DATA_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "setu_server.main"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == ["SETU_ADMIN_TOKEN must be at least 16 characters"]

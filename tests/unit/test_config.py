@@ -1,9 +1,18 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
-from setu_server.config import JanitorSettings, LeasePolicy, ReaperSettings, Settings
+import pytest
+
+from setu_server.config import (
+    JanitorSettings,
+    LeasePolicy,
+    ReaperSettings,
+    Settings,
+    SettingsError,
+)
 
 
 def test_environment_then_flags() -> None:
@@ -36,3 +45,25 @@ def test_the_flat_names_users_set_land_in_the_sections_services_take() -> None:
     assert settings.reaper == ReaperSettings(interval_seconds=0.5)
     assert settings.staged_retention_hours == 2.0
     assert Settings().updated(listen_fallback_seconds=0.1).fallback.interval_seconds == 0.1
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"admin_token": "short"}, "SETU_ADMIN_TOKEN must be at least 16 characters"),
+        ({"worker_token": "short"}, "SETU_WORKER_TOKEN must be at least 16 characters"),
+        ({"blob_url": "s3://bucket/folder"}, "SETU_BLOB_URL wants s3://BUCKET, got "),
+        ({"cloud_reach": "anywhere"}, "SETU_CLOUD_REACH is restricted or local, not 'anywhere'"),
+        ({"tls_cert": "c.pem"}, "SETU_TLS_CERT is set but SETU_TLS_KEY is not"),
+        ({"tls_client_ca": "ca.pem"}, "SETU_TLS_CLIENT_CA needs SETU_TLS_CERT"),
+        ({"worker_client_cert": "w.pem"}, "SETU_WORKER_CLIENT_CERT and SETU_WORKER_CLIENT_KEY go"),
+    ],
+)
+def test_unusable_settings_are_refused_when_built(values: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=re.escape(message)) as refused:
+        Settings().updated(**values)
+    # An error a caller can catch as ValueError, which still ends the process
+    # with its message as the SystemExit of before did.
+    assert isinstance(refused.value, ValueError) and isinstance(refused.value, SystemExit)
+    with pytest.raises(SettingsError, match=re.escape(message)):
+        Settings.from_env({Settings.env_name(name): value for name, value in values.items()})

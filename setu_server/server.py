@@ -227,6 +227,8 @@ def blob_settings(settings: Settings) -> BlobSettings:
 
 
 async def build_services(settings: Settings, url: str, clock: Clock) -> Services:
+    """Connects (migrating first) and constructs this process's parts; none
+    runs yet: `Services.start()` starts them."""
     pooler = await resolve_pooler(pooler_setting(settings.database_pooler), url)
     cache = pooler.keeps_sessions  # named prepared statements need a session
     conn = await db.connect(url, statement_cache=cache)
@@ -277,8 +279,6 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         pooled=pooler is Pooler.TRANSACTION and not settings.listen_database_url,
     )
     metrics.watch_live(hub, listener)
-    await listener.start()
-    hub.start()
     lifecycle = JobLifecycle(pool, hub, clock, metrics)
     where = blob_settings(settings)
     blob = open_blob(where, S3Settings(where.endpoint_url, where.region or "us-east-1"))
@@ -328,8 +328,6 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         gauges=GaugeRefresh(pool, metrics, settings.gauges),
         fallback=fallback,
     )
-    for service in services.maintenance:
-        service.start()
     return services
 
 
@@ -338,6 +336,7 @@ async def start(settings: Settings, url: str, clock: Clock | None = None) -> Run
     clock = clock or SystemClock()
     paging.use_key(settings.page_token_key)
     parts = await build_services(settings, url, clock)
+    await parts.start()
     # What the cloud workers must refuse: this server's own database.
     own = own_database(
         url, await databases.own_settings(parts.pool), also=[settings.listen_database_url]

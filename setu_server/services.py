@@ -70,6 +70,15 @@ class Services:
 
     @property
     def maintenance(self) -> tuple[PeriodicService[Any], ...]:
-        """The background loops: started together when the services are
-        built, stopped together when the server stops."""
+        """The background loops: started together by `start()`, stopped
+        together when the server stops."""
         return (self.reaper, self.scheduler, self.janitor, self.gauges)
+
+    async def start(self) -> None:
+        """What runs in the background once the parts are built: the LISTEN
+        session, the watch hub and the maintenance loops (the listen fallback
+        starts itself when the LISTEN session stops delivering)."""
+        await self.listener.start()
+        self.hub.start()
+        for service in self.maintenance:
+            service.start()

@@ -226,9 +226,8 @@ def blob_settings(settings: Settings) -> BlobSettings:
     return BlobSettings("local", str(Path(settings.blob_root).resolve()))
 
 
-async def build_services(settings: Settings, url: str, clock: Clock) -> Services:
-    """Connects (migrating first) and constructs this process's parts; none
-    runs yet: `Services.start()` starts them."""
+async def _open_database(settings: Settings, url: str) -> tuple[Database, Pooler]:
+    """The migrated database's pool, and the pooler in front of it."""
     pooler = await resolve_pooler(pooler_setting(settings.database_pooler), url)
     cache = pooler.keeps_sessions  # named prepared statements need a session
     conn = await db.connect(url, statement_cache=cache)
@@ -237,17 +236,14 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
     finally:
         await conn.close()
     pool = await db.create_pool(url, max_size=settings.db_pool_size, statement_cache=cache)
-    admin_digest = digest(settings.admin_token) if settings.admin_token else None
-    # The server's own workers get a fresh token when none is configured.
-    worker_token = settings.worker_token or secrets.token_urlsafe(32)
-    auth = Authenticator(
-        pool,
-        clock,
-        admin_digest,
-        settings.auth_cache_seconds,
-        worker_token_digest=digest(worker_token),
-    )
-    metrics = Metrics(clock)
+    return pool, pooler
+
+
+def _notifications(
+    settings: Settings, url: str, pool: Database, pooler: Pooler, metrics: Metrics
+) -> tuple[WatchHub, TaskSignals, ListenFallback, Listener]:
+    """What notifications wake (the watch hub, the task signals), the LISTEN
+    session that delivers them, and the fallback for while it does not."""
     hub = WatchHub(
         lambda ids: jobs.get_jobs(pool, ids),
         changed=lambda ids, versions: jobs.changed_jobs(pool, ids, versions),
@@ -279,6 +275,25 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         pooled=pooler is Pooler.TRANSACTION and not settings.listen_database_url,
     )
     metrics.watch_live(hub, listener)
+    return hub, signals, fallback, listener
+
+
+async def build_services(settings: Settings, url: str, clock: Clock) -> Services:
+    """Connects (migrating first) and constructs this process's parts; none
+    runs yet: `Services.start()` starts them."""
+    pool, pooler = await _open_database(settings, url)
+    admin_digest = digest(settings.admin_token) if settings.admin_token else None
+    # The server's own workers get a fresh token when none is configured.
+    worker_token = settings.worker_token or secrets.token_urlsafe(32)
+    auth = Authenticator(
+        pool,
+        clock,
+        admin_digest,
+        settings.auth_cache_seconds,
+        worker_token_digest=digest(worker_token),
+    )
+    metrics = Metrics(clock)
+    hub, signals, fallback, listener = _notifications(settings, url, pool, pooler, metrics)
     lifecycle = JobLifecycle(pool, hub, clock, metrics)
     where = blob_settings(settings)
     blob = open_blob(where, S3Settings(where.endpoint_url, where.region or "us-east-1"))

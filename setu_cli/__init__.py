@@ -1,8 +1,10 @@
-"""setu's client commands (connections, pipelines, runs, jobs), over the SDK.
+"""`setu`, the command line, over the SDK: a client's commands (connections,
+pipelines, runs, jobs …) and an operator's (`setu admin`).
 
-The package uses only `setu_client`; the `setu` command of an installed
-server adds `dev` and `admin` to these (setu_server/cli.py). Run it alone
-with `python -m setu_cli`.
+The package uses only `setu_client`, save `setu dev`, whose code is the
+server package's (setu_server/dev.py), imported only when it runs. The
+console script is `setu_cli.main:main`; `python -m setu_cli` runs a
+client's commands alone.
 """
 
 import os

@@ -21,7 +21,7 @@ class WriteMode(StrEnum):
 
 @dataclass(frozen=True)
 class CopyBatch:
-    """Rows as one complete PostgreSQL binary COPY stream (engine.pgcopy)."""
+    """Rows as one complete PostgreSQL binary COPY stream (staged/pgcopy.py)."""
 
     data: bytes
     rows: int

@@ -3,7 +3,7 @@ direct (source → destination in one pass). Each picks the fastest path
 the two ends allow:
 
 - A CopySource gives binary COPY batches; anything else is read as Python
-  rows and encoded (engine.pgcopy).
+  rows and encoded (staged/pgcopy.py).
 - A CopyDestination loads COPY batches and runs the operator chain itself;
   anything else gets decoded rows with the chain applied in Python.
 

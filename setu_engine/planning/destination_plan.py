@@ -6,7 +6,7 @@ same thing in the same words:
 - a dry run (`inspect_plans`) reports it: per stream, the destination's
   actions (create schema, create table, add columns, write into the
   existing table) and every incompatibility found;
-- a load (`prepare`, called by engine.transfer before every write) acts on
+- a load (`prepare`, called by movement/transfer.py before every write) acts on
   it: refuses, as a permanent failure, what it cannot apply (a column type
   change, columns it may not add, a key the write mode needs), or answers
   the schema changes the load makes (a missing schema to create, the

@@ -2,7 +2,7 @@
 discover, preview, read in batches and write a stream atomically.
 
 A provider sees its config with secret references already resolved by the
-runtime that executes it (`engine.secrets`); `validate_config` sees the
+runtime that executes it (support/secrets.py); `validate_config` sees the
 unresolved config, as the server stores it.
 """
 

@@ -1,7 +1,7 @@
 """Where staged data lives between extract and load: a folder, or an S3 bucket.
 
 Keys are '/'-separated relative paths, a run's under its prefix
-(engine.staging.run_prefix), such as `…/users/part-00000.pgcopy.zst`. Objects are
+(staging.run_prefix), such as `…/users/part-00000.pgcopy.zst`. Objects are
 whole (tens of MiB at most), written atomically: a reader sees all of an
 object or none of it.
 """

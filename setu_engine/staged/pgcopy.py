@@ -1,5 +1,5 @@
 """PostgreSQL binary COPY streams: the staged format, encoded from and decoded
-to the neutral Python values of `engine.types`.
+to the neutral Python values of `values/types.py`.
 
 Postgres sources and destinations speak this format themselves (COPY ... TO
 STDOUT / FROM STDIN (FORMAT binary)); every other provider goes through this

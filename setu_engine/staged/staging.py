@@ -6,7 +6,7 @@
         s000-public.users/part-00001.pgcopy.zst
         …
 
-A part is one complete PostgreSQL binary COPY stream (engine.pgcopy),
+A part is one complete PostgreSQL binary COPY stream (pgcopy.py),
 compressed with zstd. Why this format:
 - Speed. PostgreSQL sources write it and PostgreSQL destinations read it
   in C (COPY … FORMAT binary); the bytes cross the engine untouched, so a
@@ -16,7 +16,7 @@ compressed with zstd. Why this format:
 - Type fidelity. Binary COPY carries numeric digits, timestamps to the
   microsecond, jsonb and bytea exactly; no text round trip, no float
   formatting, no timezone guessing. Other providers encode to it through
-  the neutral types (engine.types) and decode from it the same way.
+  the neutral types (values/types.py) and decode from it the same way.
 - Self-contained parts. Each part holds whole rows with a header and
   trailer, so its row count is exact and a load streams part by part.
 

@@ -1,7 +1,7 @@
 """SQL column types kept exactly: `character varying(20)`, `numeric(5,2)`,
 `integer[]`, `timestamp(3) with time zone`.
 
-A neutral type (engine.types) says how a value travels; a column's SQL type
+A neutral type (types.py) says how a value travels; a column's SQL type
 says how a SQL destination declares it, so a table lands as its source
 declares it instead of as `text` and `numeric`. The text of a SQL type comes
 from places Setu does not control (a source's catalog through format_type,

@@ -146,7 +146,7 @@ class Column:
     name: str
     type: str
     nullable: bool = True
-    # The exact SQL type the source declares, in engine.sqltypes' canonical
+    # The exact SQL type the source declares, in sqltypes.py's canonical
     # rendering ("character varying(20)", "numeric(5,2)", "integer[]"), whose
     # values travel as `type`; "" when the neutral type says it all.
     sql_type: str = ""

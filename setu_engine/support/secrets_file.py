@@ -22,7 +22,8 @@ from typing import Any
 
 from setu_engine.errors import InvalidSecretsFile
 
-log = logging.getLogger(__name__)
+# The logger its lines carried before the engine had folders (unchanged by the move).
+log = logging.getLogger("setu_engine.secrets_file")
 
 _SHAPE = 'NAME -> string, with optional "workspaces": {"<workspace id>": {NAME -> string}}'
 

@@ -276,7 +276,10 @@ def _read(role: Role, env: Mapping[str, str]) -> Iterator[tuple[Any, str | None]
         raw = None
         for name in _names(f, role):
             value = env.get(name)
-            if value is not None and (value != "" or f.type == "bool"):
+            # As the runtimes always read them: a text setting set empty is
+            # empty (not its default), a switch set empty is off; a number
+            # set blank is not set.
+            if value is not None and (f.type in ("str", "bool") or value.strip()):
                 raw = value
                 break
         yield f, raw

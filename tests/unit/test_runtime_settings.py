@@ -77,3 +77,13 @@ def test_a_flag_wins_over_the_environment() -> None:
     worker = RuntimeSettings.parser(WORKER, "setu-worker", None, env)
     parsed = RuntimeSettings.from_args(worker.parse_args(["--log-format", "text"]))
     assert (parsed.concurrency, parsed.log_format) == (3, "text")
+
+
+def test_a_text_set_empty_stays_empty_and_a_blank_number_keeps_its_default() -> None:
+    env = {
+        "SETU_LOCAL_FILES_ROOT": "",
+        "SETU_WORKER_CONCURRENCY": " ",
+        "SETU_WORKER_SUPERVISED": "",
+    }
+    read = RuntimeSettings.from_env(WORKER, env)
+    assert (read.local_files_root, read.concurrency, read.exit_with_stdin) == ("", 4, False)

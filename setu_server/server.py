@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
 import secrets
 import signal
 from collections.abc import AsyncIterator
@@ -16,7 +15,6 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from setu_agent.settings import WORKER, RuntimeSettings
 from setu_client._proto.setu.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -80,11 +78,8 @@ from setu_server.store.migrate import migrate
 from setu_server.store.pooler import Pooler, pooler_setting, resolve_pooler
 from setu_server.web import HttpListener, serve_monitor
 from setu_server.worker.endpoints import own_database
-from setu_server.worker.supervisor import (
-    WorkerSupervisor,
-    shared_secret_variables,
-    worker_environment,
-)
+from setu_server.worker.environment import worker_settings
+from setu_server.worker.supervisor import WorkerSupervisor
 
 log = logging.getLogger("setu.server")
 
@@ -427,52 +422,6 @@ def _report_listen_health(parts: Services, servicer: health.aio.HealthServicer) 
             await servicer.set(LISTEN_HEALTH, serving if await verdicts.get() else not_serving)
 
     parts.background.append(asyncio.create_task(report(), name="setu-listen-health"))
-
-
-def worker_settings(settings: Settings, port: int, token: str) -> dict[str, str]:
-    """The whole environment of this server's own cloud workers: what they
-    need to lease the cloud's tasks, and no credential of the control plane
-    but the staging blob's (the server's own AWS_* keys, when it has them).
-    Written from the worker's settings class, which reads it back."""
-    host = settings.listen.rpartition(":")[0].strip("[]")
-    if host in ("", "0.0.0.0", "::"):
-        host = "127.0.0.1"
-    server = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    secrets_file = str(Path(settings.secrets_file).resolve()) if settings.secrets_file else ""
-    runtime = RuntimeSettings(
-        server=server,
-        token=token,
-        exit_with_stdin=True,
-        concurrency=settings.worker_concurrency,
-        idle_connection_seconds=settings.worker_idle_connection_seconds,
-        tls=bool(settings.tls_cert),
-        root_cert=_resolved(settings.tls_cert),
-        # For a server that requires client certificates (SETU_TLS_CLIENT_CA).
-        client_cert=_resolved(settings.worker_client_cert),
-        client_key=_resolved(settings.worker_client_key),
-        secrets_file=secrets_file,
-        shared_secrets=settings.shared_secrets,
-        cloud_reach=settings.cloud_reach,
-        cloud_allow_networks=settings.cloud_allow_networks,
-        local_files_root=str(settings.files_root.resolve()),
-        batch_rows=settings.batch_rows,
-        direct_max_rows=settings.direct_max_rows,
-        resumable_load_min_bytes=settings.resumable_load_min_bytes,
-        grace_seconds=settings.grace_seconds,
-        log_level=settings.log_level,
-        log_format=settings.log_format,
-        blob_access_key_id=os.environ.get("AWS_ACCESS_KEY_ID", ""),
-        blob_secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
-        blob_session_token=os.environ.get("AWS_SESSION_TOKEN", ""),
-    )
-    return worker_environment(
-        runtime.to_env(WORKER) | shared_secret_variables(settings.shared_secrets, os.environ),
-        os.environ,
-    )
-
-
-def _resolved(path: str) -> str:
-    return str(Path(path).resolve()) if path else ""
 
 
 def _bind(server: grpc.aio.Server, settings: Settings) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from setu_agent.settings import AGENT, WORKER, RuntimeSettings
 from setu_server.config import Settings
-from setu_server.server import worker_settings
+from setu_server.worker.environment import worker_settings
 
 # Every setting a worker has, each away from its default.
 WORKER_SETTINGS = RuntimeSettings(

@@ -13,7 +13,7 @@ import pytest
 from tests.servers import ADMIN_TOKEN, in_process
 
 
-async def _setu(*args: str, module: str = "setu_server.cli") -> tuple[int, str, str]:
+async def _setu(*args: str, module: str = "setu_cli.main") -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

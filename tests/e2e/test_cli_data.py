@@ -30,7 +30,7 @@ async def setu(*args: str, env: dict[str, str], stdin: str = "") -> tuple[int, s
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "setu_server.cli",
+        "setu_cli.main",
         *args,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
@@ -213,7 +213,7 @@ async def test_a_failed_run_exits_1_and_ctrl_c_stops_only_the_waiting(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "setu_server.cli",
+        "setu_cli.main",
         "jobs",
         "watch",
         ready,

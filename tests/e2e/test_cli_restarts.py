@@ -85,7 +85,7 @@ async def test_a_waiter_rides_a_server_restart_and_says_so(
         cli = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "setu_server.cli",
+            "setu_cli.main",
             "jobs",
             command,
             str(job.id),

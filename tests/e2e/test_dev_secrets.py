@@ -26,7 +26,7 @@ async def setu_dev_secret_set(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "setu_server.cli",
+        "setu_cli.main",
         "dev",
         "secret",
         "set",

@@ -152,7 +152,7 @@ async def test_setu_dev_creates_credentials_once_and_serves(tmp_path: Path) -> N
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "setu_server.cli",
+            "setu_cli.main",
             "dev",
             "--data-dir",
             str(tmp_path / "dev"),

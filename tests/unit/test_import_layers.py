@@ -63,9 +63,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     "setu_agent": frozenset({"setu_client", "setu_engine", "setu_tasks"}),
     # setu_server: only for `setu dev`, imported when it runs.
     "setu_cli": frozenset({"setu_client", "setu_server"}),
-    "setu_server": frozenset(
-        {"setu_agent", "setu_cli", "setu_client", "setu_engine", "setu_tasks"}
-    ),
+    "setu_server": frozenset({"setu_agent", "setu_client", "setu_engine", "setu_tasks"}),
 }
 
 SKIPPED_PARTS = {"_proto", "__pycache__"}

@@ -26,6 +26,7 @@ from setu_agent.runtime.task import NonRetryable
 from setu_client.errors import DeadlineExceeded, LeaseLost, Unavailable
 from setu_engine.capabilities import capabilities_of
 from setu_engine.errors import ConfigError, PermanentError, ProviderError, SpecError
+from setu_engine.kinds import DEFAULT_BATCH_ROWS
 from setu_engine.movement import dry_run, transfer
 from setu_engine.movement.transfer import read_said
 from setu_engine.operators.chain import PipelineSpec, parse_spec
@@ -197,7 +198,7 @@ class EngineHandlers:
         specs: SpecSource | None = None,
         *,
         blob_override: BlobSettings | None = None,
-        batch_rows: int = transfer.DEFAULT_BATCH_ROWS,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
         policy: ConnectPolicy | None = None,
         resume: ResumePolicy = DEFAULT_POLICY,
     ) -> None:

@@ -28,7 +28,7 @@ from setu_client.long_poll import (
     configured_seconds,
 )
 from setu_client.tls import TlsConfig, add_tls_options, tls_defaults, tls_from_options
-from setu_engine.movement.transfer import DEFAULT_BATCH_ROWS
+from setu_engine.kinds import DEFAULT_BATCH_ROWS
 from setu_engine.staged.resumable import DEFAULT_MIN_BYTES
 
 Role = Literal["agent", "worker"]

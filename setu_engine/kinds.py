@@ -1,11 +1,16 @@
 """The engine's neutral kinds, on its ground floor (they import nothing
 else of the engine): how a write treats the rows already there, a binary
-COPY batch, and what a write's rows did to the destination."""
+COPY batch, the rows per batch, and what a write's rows did to the destination."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+
+# Rows per batch: the grain of progress, cancellation and staged parts. On
+# the ground floor so the server's settings name it without importing more
+# of the engine.
+DEFAULT_BATCH_ROWS = 100_000
 
 
 class WriteMode(StrEnum):

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from setu_engine.kinds import DEFAULT_BATCH_ROWS
+
 DEFAULT_DATA_DIR = Path(".setu")
 
 # Settings where an empty value is a choice (turn it off), not "unset".
@@ -166,9 +168,7 @@ class Settings:
         metadata={"help": "JSON file of NAME -> value for cloud connections' secret references"},
     )
     batch_rows: int = field(
-        # The runtimes' DEFAULT_BATCH_ROWS (setu_agent/settings.py; a test
-        # holds them equal): importing the engine here would slow every `setu`.
-        default=100_000,
+        default=DEFAULT_BATCH_ROWS,
         metadata={"help": "rows per batch: the grain of progress and cancel"},
     )
     direct_max_rows: int = field(

@@ -28,6 +28,7 @@ from setu_agent.runtime.task import LeasedTask, NonRetryable, TaskCancelled
 from setu_client.errors import FailedPrecondition, LeaseLost
 from setu_engine.capabilities import capabilities_of
 from setu_engine.errors import ConfigError, SpecError
+from setu_engine.kinds import DEFAULT_BATCH_ROWS
 from setu_engine.movement import dry_run, transfer
 from setu_engine.movement.transfer import read_said
 from setu_engine.operators.chain import parse_spec
@@ -57,7 +58,7 @@ DIRECT_MAX_ROWS = 50_000
 
 @dataclass(frozen=True)
 class MigrateSettings:
-    batch_rows: int = transfer.DEFAULT_BATCH_ROWS
+    batch_rows: int = DEFAULT_BATCH_ROWS
     direct_max_rows: int = DIRECT_MAX_ROWS
     # Which staged streams load part by part (setu_engine/staged/resumable.py).
     resume: ResumePolicy = DEFAULT_POLICY

@@ -24,7 +24,7 @@ from typing import Protocol, TypeGuard, TypeVar, cast, runtime_checkable
 
 from setu_engine.capabilities import capabilities_of
 from setu_engine.errors import ConfigError, PermanentError, ValueFault
-from setu_engine.kinds import CopyBatch, RowChanges, WriteMode, changes_of
+from setu_engine.kinds import DEFAULT_BATCH_ROWS, CopyBatch, RowChanges, WriteMode, changes_of
 from setu_engine.operators.chain import Chain, PipelineSpec, Plan
 from setu_engine.planning import destination_plan
 from setu_engine.planning.destination_plan import SchemaChanges
@@ -42,9 +42,6 @@ from setu_engine.staged.markers import LoadIdentity, LoadMarker
 from setu_engine.support.closing import closing
 from setu_engine.values.types import Batch, Column, Stream, qualified
 from setu_engine.values.window import OBJECTS, CursorMark
-
-# Rows per batch: the grain of progress, cancellation and staged parts.
-DEFAULT_BATCH_ROWS = 100_000
 
 T = TypeVar("T")
 

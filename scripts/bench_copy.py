@@ -11,12 +11,12 @@ destination table of the same shape. Three ways to move every row:
   `COPY … FROM STDIN (FORMAT binary)` through one asyncpg client: the floor
   any Python tool can reach between these two databases.
 - staged: Setu's engine, extract to parts in a local blob folder while the
-  load reads each stored part (engine.transfer.stage_and_load): what a
+  load reads each stored part (setu_engine/movement/transfer.py stage_and_load): what a
   cloud → cloud run does.
 - serial: the same, the load starting once the extract ended
-  (engine.transfer.stage, then load): what a run whose ends sit in two
+  (setu_engine/movement/transfer.py stage, then load): what a run whose ends sit in two
   runtimes does, and a retry at load.
-- direct: Setu's engine, one pass with no blob (engine.transfer.direct).
+- direct: Setu's engine, one pass with no blob (setu_engine/movement/transfer.py direct).
 
 - jsonl: Setu's engine, PostgreSQL → a JSON Lines file (direct, overwrite:
   PostgreSQL renders the lines: setu_engine/providers/postgres/json.py).

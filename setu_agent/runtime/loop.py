@@ -19,7 +19,7 @@ reporting how it ended.
   a grace period, and hands back the rest (ReleaseTask: pending again at
   once elsewhere, no attempt spent, the job told where the task stood).
 - An outage is not one either: a task whose database went away for a
-  moment (an error with `outage = True`, setu_engine/providers/failures.py) is
+  moment (an error with `outage = True`, setu_engine/errors.py) is
   handed back for a retry after a backoff without spending an attempt, as
   long as the server grants free retries.
 - A report already in flight (a completion, a failure or a hand-back) is

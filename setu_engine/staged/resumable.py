@@ -36,7 +36,7 @@ and creation time. It goes:
   come back after all would copy every part again, never trust a marker
   of a part that is gone.
 
-A chain with a blocking operator (operators.BLOCKING_OPS) loads in one
+A chain with a blocking operator (operators/chain.py BLOCKING_OPS) loads in one
 transaction, as a small stream does, so a retry starts from its first part:
 its output exists only once the whole stream went through it, so no part
 of the input stands for a piece of the output that could be kept.

@@ -3,7 +3,7 @@
 Rows never become Python objects on the PostgreSQL → PostgreSQL path: a
 table is read as binary COPY batches and loaded with binary COPY, and the
 operator chain runs inside the destination as one INSERT … SELECT compiled
-from the chain (engine.operators). Decoding a million rows into Python and
+from the chain (operators/chain.py). Decoding a million rows into Python and
 encoding them back costs three times the raw pipe; COPY bytes cost nothing.
 
 Reads are batched by ctid page ranges (TID range scans, PostgreSQL 14+) in one

@@ -27,7 +27,14 @@ from enum import StrEnum
 from operator import itemgetter
 from typing import Any
 
-from setu_engine.errors import BlockingError, ExprError, OperatorError, SpecError, TypeNameError
+from setu_engine.errors import (
+    BlockingError,
+    ExprError,
+    OperatorError,
+    SpecError,
+    SqlTypeError,
+    TypeNameError,
+)
 from setu_engine.filters.expr import Node, parse
 from setu_engine.filters.expr_compile import (
     Compiled,
@@ -217,7 +224,7 @@ def _declared_types(value: Any, path: str) -> tuple[tuple[str, str], ...]:
             raise SpecError(f"{where}: must be a type name such as varchar(20) or timestamptz")
         try:
             declared.append((column, sqltypes.canonical(type_name)))
-        except sqltypes.SqlTypeError as exc:
+        except SqlTypeError as exc:
             raise SpecError(f"{where}: {exc}") from None
     return tuple(declared)
 

@@ -23,8 +23,7 @@ from decimal import Decimal
 from typing import Any, Protocol, cast, runtime_checkable
 
 from setu_engine.capabilities import capabilities_of
-from setu_engine.errors import ConfigError
-from setu_engine.errors import SyncError as SyncError  # also read as incremental.SyncError
+from setu_engine.errors import ConfigError, SyncError
 from setu_engine.values.types import INTEGERS, NUMBERS, Column, Stream, qualified
 from setu_engine.values.window import OBJECTS, Since, objects_of
 

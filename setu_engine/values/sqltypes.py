@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from setu_engine.errors import SqlTypeError as SqlTypeError  # also read as sqltypes.SqlTypeError
+from setu_engine.errors import SqlTypeError
 
 # PostgreSQL's canonical names (as format_type spells them) -> the neutral
 # type their values travel as. The last group is kept exactly at a

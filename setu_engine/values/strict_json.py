@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from setu_client.errors import InvalidArgument
+from setu_engine.errors import SqlTypeError
 from setu_engine.values import sqltypes
 from setu_engine.values.types import Column
 
@@ -64,7 +65,7 @@ def columns(values: list[Any]) -> tuple[Column, ...]:
         c = fields(item, "column", {"sql_type": str}, name=str, type=str, nullable=bool)
         try:
             sql_type = sqltypes.canonical(c.get("sql_type", ""))
-        except sqltypes.SqlTypeError as exc:
+        except SqlTypeError as exc:
             raise MalformedResult(f"column {c['name']}: {exc}") from None
         out.append(Column(c["name"], c["type"], c["nullable"], sql_type))
     return tuple(out)

@@ -13,7 +13,7 @@ from typing import Any
 from uuid import UUID
 
 from setu_client.errors import InvalidArgument
-from setu_engine.errors import ConfigError, ProviderError, SpecError, TypeNameError
+from setu_engine.errors import ConfigError, ProviderError, SpecError, SyncError, TypeNameError
 from setu_engine.kinds import WriteMode
 from setu_engine.movement import dry_run, transfer
 from setu_engine.operators.chain import parse_spec
@@ -52,7 +52,7 @@ async def check_against_catalog(
         incremental.check(
             rules, chosen, merge=write_mode == "merge", overwrite=write_mode == "overwrite"
         )
-    except (ConfigError, incremental.SyncError) as exc:
+    except (ConfigError, SyncError) as exc:
         raise InvalidArgument(f"{exc} ({FROM_CATALOG})") from None
     chosen = [incremental.as_planned(rules, stream) for stream in chosen]
     planned = dry_run.plan(parsed, chosen, WriteMode(write_mode))

@@ -10,7 +10,7 @@ from setu_client import struct_to_dict
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client._proto.setu.v1 import common_pb2
 from setu_client.errors import InvalidArgument
-from setu_engine.errors import BlobError
+from setu_engine.errors import BlobError, SqlTypeError
 from setu_engine.kinds import RowChanges, WriteMode
 from setu_engine.planning.incremental import MARK_TYPES
 from setu_engine.planning.plans import PlannedColumn, PlannedStream
@@ -45,7 +45,7 @@ def column_message(column: Column) -> common_pb2.Column:
 def column_of(column: common_pb2.Column) -> Column:
     try:
         sql_type = sqltypes.canonical(column.sql_type)
-    except sqltypes.SqlTypeError as exc:
+    except SqlTypeError as exc:
         raise MalformedResult(f"column {column.name}: {exc}") from None
     return Column(column.name, column.type, column.nullable, sql_type)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from setu_engine.errors import SqlTypeError
 from setu_engine.kinds import RowChanges
 from setu_engine.operators.chain import parse_spec
 from setu_engine.values import sqltypes
@@ -64,7 +65,7 @@ def test_a_known_type_renders_canonically(written: str, canonical: str, neutral:
     ],
 )
 def test_anything_else_is_refused(hostile: str) -> None:
-    with pytest.raises(sqltypes.SqlTypeError):
+    with pytest.raises(SqlTypeError):
         sqltypes.parse(hostile)
     assert sqltypes.kept(hostile, "text") == ""
 

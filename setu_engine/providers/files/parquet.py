@@ -49,7 +49,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
-from setu_engine.errors import ConfigError, PermanentError, ValueFault
+from setu_engine.errors import ConfigError, PermanentError, SqlTypeError, ValueFault
 from setu_engine.providers.files import arrays as pgarrays
 from setu_engine.providers.files.codec import _dropped, _Source, to_json
 from setu_engine.providers.files.failures import file_error
@@ -213,7 +213,7 @@ def column_of(field: pa.Field, declared: str | None = None) -> Column:
         try:
             if sqltypes.parse(kept).neutral == neutral:
                 sql = sqltypes.canonical(kept)
-        except sqltypes.SqlTypeError:
+        except SqlTypeError:
             pass  # another tool's metadata: the Arrow type says enough
     return Column(field.name, neutral, field.nullable, sqltypes.kept(sql, neutral) if sql else "")
 

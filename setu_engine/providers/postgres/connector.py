@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from setu_engine.capabilities import Capabilities
-from setu_engine.errors import ConfigError, PermanentError, ProviderError, ValueFault
+from setu_engine.errors import ConfigError, PermanentError, ProviderError, SqlTypeError, ValueFault
 from setu_engine.kinds import CopyBatch, RowChanges, WriteMode, Written
 from setu_engine.operators.chain import Plan, parse_spec
 from setu_engine.planning.destination_plan import SchemaChanges, TableShape
@@ -989,7 +989,7 @@ def _sql_type(column: Column) -> sqltypes.SqlType | None:
     from its parts reaches DDL, and only one that holds the column's values."""
     try:
         parsed = sqltypes.parse(column.sql_type) if column.sql_type else None
-    except sqltypes.SqlTypeError:
+    except SqlTypeError:
         return None
     return parsed if parsed is not None and parsed.neutral == column.type else None
 

@@ -31,6 +31,7 @@ from setu_engine.movement import dry_run, transfer
 from setu_engine.movement.transfer import read_said
 from setu_engine.operators.chain import PipelineSpec, parse_spec
 from setu_engine.planning import incremental
+from setu_engine.planning.plans import PlannedStream
 from setu_engine.providers import get_provider
 from setu_engine.providers.base import Connector, CountsRows
 from setu_engine.staged.blob import BlobSettings, BlobStore, open_blob
@@ -48,7 +49,6 @@ from setu_tasks.results import (
     DiscoverResult,
     ExtractResult,
     LoadResult,
-    PlannedStream,
     PreviewResult,
     TestResult,
 )

@@ -23,11 +23,8 @@ from setu_engine.kinds import RowChanges
 from setu_engine.planning.incremental import MARK_TYPES
 
 # A result carries a dry run's plan (setu_engine/planning/plans.py) and is refused with
-# the engine's strict reader's error: both re-exported for the callers of results.
-from setu_engine.planning.plans import PlannedColumn as PlannedColumn
-from setu_engine.planning.plans import PlannedStream as PlannedStream
-from setu_engine.planning.plans import incompatibilities as incompatibilities
-from setu_engine.planning.plans import plans_from_json as plans_from_json
+# the engine's strict reader's error, which is re-exported for the callers of results.
+from setu_engine.planning.plans import PlannedStream, incompatibilities, plans_from_json
 from setu_engine.staged.staging import MANIFEST, Manifest
 from setu_engine.values.strict_json import MalformedResult as MalformedResult
 from setu_engine.values.strict_json import an_object as _fields_any

@@ -33,6 +33,7 @@ from setu_engine.movement import dry_run, transfer
 from setu_engine.movement.transfer import read_said
 from setu_engine.operators.chain import parse_spec
 from setu_engine.planning import incremental
+from setu_engine.planning.plans import PlannedStream, incompatibilities
 from setu_engine.providers.base import Connector, CountsRows
 from setu_engine.staged.blob import BlobSettings, BlobStore
 from setu_engine.staged.markers import LoadIdentity
@@ -44,10 +45,8 @@ from setu_tasks.results import (
     Artifact,
     MigrateMode,
     MigrateResult,
-    PlannedStream,
     StreamCounts,
     changes_said,
-    incompatibilities,
 )
 from setu_tasks.specs import ConnectionSpec, MigrateSpec
 

@@ -15,12 +15,13 @@ from collections.abc import Sequence
 
 from setu_engine.movement import dry_run
 from setu_engine.operators.chain import parse_spec
+from setu_engine.planning.plans import PlannedStream, incompatibilities
 from setu_engine.values.types import Stream
 from setu_server.models import EventLevel, Job, JobState, Task, TaskKind, runtime_name
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.runs import RunService, snapshot_of
 from setu_server.store.db import Executor
-from setu_tasks.results import MigrateMode, MigrateResult, PlannedStream, incompatibilities
+from setu_tasks.results import MigrateMode, MigrateResult
 
 
 class DryRunPlans:

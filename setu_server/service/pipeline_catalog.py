@@ -18,10 +18,10 @@ from setu_engine.kinds import WriteMode
 from setu_engine.movement import dry_run, transfer
 from setu_engine.operators.chain import parse_spec
 from setu_engine.planning import incremental
+from setu_engine.planning.plans import incompatibilities
 from setu_engine.values.types import Column, Stream
 from setu_server.store import catalog
 from setu_server.store.db import Executor
-from setu_tasks.results import incompatibilities
 
 # Where the message says the check came from.
 FROM_CATALOG = "checked against the source connection's discovered catalog"

@@ -14,14 +14,13 @@ from setu_engine.planning.destination_plan import (
     TableShape,
     assess,
 )
+from setu_engine.planning.plans import PlannedColumn, PlannedStream
 from setu_engine.values.types import Column
 from setu_tasks.codec.agents import RESULT_READERS, completion
 from setu_tasks.results import (
     LoadResult,
     MigrateMode,
     MigrateResult,
-    PlannedColumn,
-    PlannedStream,
     result_from_json,
 )
 

@@ -11,6 +11,7 @@ import pytest
 from setu_agent.runtime.task import LeasedTask
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_engine.kinds import RowChanges
+from setu_engine.planning.plans import PlannedStream
 from setu_engine.values.types import Column, Stream
 from setu_tasks.codec.agents import completion, task_result
 from setu_tasks.results import (
@@ -23,7 +24,6 @@ from setu_tasks.results import (
     MalformedResult,
     MigrateMode,
     MigrateResult,
-    PlannedStream,
     PreviewResult,
     StreamCounts,
     TaskResult,

@@ -12,7 +12,6 @@ from typing import Any, Protocol
 import grpc
 
 from setu_agent.runtime.grpc_source import CALL_TIMEOUT_SECONDS
-from setu_agent.runtime.task import LeasedTask
 from setu_client._proto.setu.v1 import cloud_pb2, cloud_pb2_grpc, common_pb2
 from setu_client.errors import from_rpc_error
 from setu_engine.kinds import RowChanges
@@ -26,7 +25,7 @@ from setu_tasks.codec.common import (
     stored_part_message,
 )
 from setu_tasks.results import Artifact
-from setu_tasks.specs import MigrateSpec
+from setu_tasks.specs import LeasedTask, MigrateSpec
 
 LEVELS = {
     "info": common_pb2.EVENT_LEVEL_INFO,

@@ -30,7 +30,6 @@ from setu_agent.handlers import EngineHandlers
 from setu_agent.main import serve
 from setu_agent.runtime import Handler, Runtime
 from setu_agent.runtime.grpc_source import GrpcTaskSource
-from setu_agent.runtime.task import LeasedTask
 from setu_agent.settings import WORKER, RuntimeSettings
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client.channel import open_channel
@@ -41,6 +40,7 @@ from setu_engine.staged.blob import BlobSettings, BlobStore, open_blob
 from setu_engine.staged.resumable import ResumePolicy
 from setu_engine.staged.s3 import S3Settings
 from setu_engine.support.secrets import SecretStore
+from setu_tasks.specs import LeasedTask
 
 log = logging.getLogger("setu.worker")
 

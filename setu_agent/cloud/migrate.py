@@ -24,7 +24,7 @@ from setu_agent.cloud.book import RunBook, RunOutput
 from setu_agent.cloud.connections import ConnectionCache
 from setu_agent.handlers import ConnectPolicy, open_connector
 from setu_agent.runtime import TaskContext
-from setu_agent.runtime.task import LeasedTask, NonRetryable, TaskCancelled
+from setu_agent.runtime.task import NonRetryable, TaskCancelled
 from setu_client.errors import FailedPrecondition, LeaseLost
 from setu_engine.capabilities import capabilities_of
 from setu_engine.errors import ConfigError, SpecError
@@ -48,7 +48,7 @@ from setu_tasks.results import (
     StreamCounts,
     changes_said,
 )
-from setu_tasks.specs import ConnectionSpec, MigrateSpec
+from setu_tasks.specs import ConnectionSpec, LeasedTask, MigrateSpec
 
 # Runs whose source holds at most this many rows (the providers' estimate)
 # go direct when fresh. A named setting: SETU_DIRECT_MAX_ROWS.

@@ -4,10 +4,10 @@ heartbeat, dispatch by task kind, report."""
 from setu_agent.runtime.loop import Runtime
 from setu_agent.runtime.task import (
     Handler,
-    LeasedTask,
     NonRetryable,
     TaskCancelled,
     TaskContext,
 )
+from setu_tasks.specs import LeasedTask
 
 __all__ = ["Handler", "LeasedTask", "NonRetryable", "Runtime", "TaskCancelled", "TaskContext"]

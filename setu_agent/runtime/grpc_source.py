@@ -9,7 +9,6 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import ParseDict
 
-from setu_agent.runtime.task import LeasedTask
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_client._proto.setu.v1 import agents_pb2_grpc
 from setu_client.errors import ServerClosing, SetuError, Unimplemented, from_rpc_error
@@ -17,7 +16,7 @@ from setu_client.long_poll import LongPollWindow
 from setu_client.replicas import Replicas
 from setu_tasks.codec.agents import completion, extract_spec_of, leased_task, load_spec_of
 from setu_tasks.results import TaskResult
-from setu_tasks.specs import ExtractSpec, LoadSpec
+from setu_tasks.specs import ExtractSpec, LeasedTask, LoadSpec
 
 # Room above the server's wait that a lease's window should leave, so the
 # server's empty answer wins the race (docs/jobs-and-tasks.md); the window

@@ -46,7 +46,6 @@ from tenacity import AsyncRetrying, RetryCallState, wait_random_exponential
 
 from setu_agent.runtime.task import (
     Handler,
-    LeasedTask,
     NonRetryable,
     TaskCancelled,
     TaskContext,
@@ -62,6 +61,7 @@ from setu_client.errors import (
     Unavailable,
 )
 from setu_tasks.results import MalformedResult, TaskResult, check_result, redacted
+from setu_tasks.specs import LeasedTask
 
 log = logging.getLogger("setu.runtime")
 

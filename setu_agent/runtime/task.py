@@ -10,10 +10,7 @@ from typing import Any, Protocol
 from urllib.parse import quote, quote_plus
 
 from setu_tasks.results import TaskResult
-
-# The task as leased is part of the task contract (setu_tasks/specs.py); named
-# here too, where handlers and task sources have always found it.
-from setu_tasks.specs import LeasedTask as LeasedTask
+from setu_tasks.specs import LeasedTask
 
 # Shorter values (a port, "on") would blank out unrelated text.
 MIN_REDACTED = 3

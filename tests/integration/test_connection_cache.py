@@ -20,14 +20,14 @@ import pytest
 from setu_agent.cloud.connections import ConnectionCache
 from setu_agent.cloud.migrate import Migrate, MigrateSettings
 from setu_agent.cloud.policy import CloudPolicy
-from setu_agent.runtime.task import LeasedTask, TaskContext
+from setu_agent.runtime.task import TaskContext
 from setu_engine.errors import ConfigError
 from setu_engine.kinds import WriteMode
 from setu_engine.providers.base import Connector
 from setu_engine.staged.blob import BlobSettings
 from setu_engine.support.egress import AddressPolicy
 from setu_engine.support.secrets import SecretStore
-from setu_tasks.specs import ConnectionSpec, MigrateSpec
+from setu_tasks.specs import ConnectionSpec, LeasedTask, MigrateSpec
 from tests.e2e.test_cloud_egress import tcp_front
 
 LOOPBACK = AddressPolicy(allow=(ipaddress.ip_network("127.0.0.0/8"),))

@@ -19,7 +19,7 @@ import asyncpg
 import pytest
 
 from setu_agent.handlers import open_connector
-from setu_agent.runtime.task import LeasedTask, TaskContext
+from setu_agent.runtime.task import TaskContext
 from setu_engine.errors import ConfigError, PermanentError, ProviderError, TransientError
 from setu_engine.kinds import CopyBatch, WriteMode
 from setu_engine.operators.chain import Plan, parse_spec
@@ -32,6 +32,7 @@ from setu_engine.providers.postgres.connector import (
 from setu_engine.staged import pgcopy
 from setu_engine.support.secrets import SecretStore
 from setu_engine.values.types import Batch, Column, Row, Stream
+from setu_tasks.specs import LeasedTask
 from tests.databases import postgres_config, scratch_database
 
 # -- plumbing -----------------------------------------------------------------

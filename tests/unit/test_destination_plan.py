@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from setu_agent.runtime.task import LeasedTask
 from setu_client import Job, JobKind, JobState
 from setu_engine.kinds import WriteMode
 from setu_engine.operators.chain import SchemaEvolution
@@ -23,6 +22,7 @@ from setu_tasks.results import (
     MigrateResult,
     result_from_json,
 )
+from setu_tasks.specs import LeasedTask
 
 LANDING = Landing(
     "public.orders",

@@ -12,12 +12,12 @@ from typing import Any, NoReturn
 import pytest
 
 from setu_agent.cloud.migrate import Migrate, MigrateSettings
-from setu_agent.runtime.task import LeasedTask, TaskContext
+from setu_agent.runtime.task import TaskContext
 from setu_engine.kinds import WriteMode
 from setu_engine.staged.blob import BlobSettings
 from setu_engine.support.secrets import SecretStore
 from setu_tasks.results import MigrateMode
-from setu_tasks.specs import ConnectionSpec, MigrateSpec
+from setu_tasks.specs import ConnectionSpec, LeasedTask, MigrateSpec
 
 SOURCE = ConnectionSpec("c-src", "sqlite", {"path": "/nonexistent/source.db"})
 DESTINATION = ConnectionSpec("c-dst", "sqlite", {"path": "/nonexistent/destination.db"})

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from setu_agent.runtime.loop import Runtime, backoff
-from setu_agent.runtime.task import LeasedTask
 from setu_client.errors import Unavailable
 from setu_tasks.results import TaskResult
+from setu_tasks.specs import LeasedTask
 
 # backoff(): 0.5 s doubling per failure; the Runtime's cap below.
 FIRST = 0.5

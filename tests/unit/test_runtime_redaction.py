@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from setu_agent.runtime.task import LeasedTask, NonRetryable, TaskContext
+from setu_agent.runtime.task import NonRetryable, TaskContext
 from setu_engine.errors import ProviderError
 from setu_tasks.results import TaskResult, TestResult
+from setu_tasks.specs import LeasedTask
 from tests.unit.test_runtime_slots import Source, _runtime, _task
 
 SECRET = "hunter2-correct-horse-battery"

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from setu_agent.runtime.loop import Runtime
-from setu_agent.runtime.task import LeasedTask, NonRetryable, TaskContext
+from setu_agent.runtime.task import NonRetryable, TaskContext
 from setu_client.errors import Internal, SetuError, Unavailable
 from setu_tasks.results import TaskResult, TestResult
+from setu_tasks.specs import LeasedTask
 
 
 def _task(n: int) -> LeasedTask:

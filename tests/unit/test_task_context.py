@@ -12,9 +12,10 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from setu_agent.handlers import jsonable
-from setu_agent.runtime.task import PROGRESS_FIELDS, LeasedTask, TaskContext
+from setu_agent.runtime.task import PROGRESS_FIELDS, TaskContext
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_engine.support.secrets import SecretStore
+from setu_tasks.specs import LeasedTask
 
 
 def context() -> TaskContext:

@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import pytest
 
-from setu_agent.runtime.task import LeasedTask
 from setu_client._proto.setu.v1 import agents_pb2 as pb
 from setu_engine.kinds import RowChanges
 from setu_engine.planning.plans import PlannedStream
@@ -31,6 +30,7 @@ from setu_tasks.results import (
     check_result,
     result_from_json,
 )
+from setu_tasks.specs import LeasedTask
 
 ID = Column("id", "bigint", nullable=False)
 ITEMS = Stream("items", (ID, Column("name", "text")), "public", ("id",), 8000)

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from setu_server.dev_banner import DevServer
 
 DEV_WORKSPACE = "dev"
-log = logging.getLogger(__name__)
+# The logger its lines carried while `setu dev` lived in the module setu_server.cli.
+log = logging.getLogger("setu_server.cli")
 
 
 # ---------------------------------------------------------------- setu dev

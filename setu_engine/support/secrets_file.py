@@ -22,8 +22,8 @@ from typing import Any
 
 from setu_engine.errors import InvalidSecretsFile
 
-# The logger its lines carried before the engine had folders (unchanged by the move).
-log = logging.getLogger("setu_engine.secrets_file")
+# The logger its lines carried before the engine left setu_agent (unchanged by the move).
+log = logging.getLogger("setu_agent.engine.secrets_file")
 
 _SHAPE = 'NAME -> string, with optional "workspaces": {"<workspace id>": {NAME -> string}}'
 

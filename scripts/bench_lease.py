@@ -51,13 +51,13 @@ from setu_client._proto.setu.v1 import agents_pb2 as pb  # noqa: E402
 from setu_client._proto.setu.v1 import agents_pb2_grpc  # noqa: E402
 from setu_client.channel import open_channel  # noqa: E402
 from setu_client.clock import SystemClock  # noqa: E402
-from setu_server.config import Settings  # noqa: E402
+from setu_server.config import LeasePolicy, Settings  # noqa: E402
 from setu_server.models import TaskKind  # noqa: E402
 from setu_server.service.admin import AdminService  # noqa: E402
 from setu_server.service.lifecycle import JobLifecycle  # noqa: E402
 from setu_server.service.outcomes import TaskOutcomes  # noqa: E402
 from setu_server.service.signals import TaskSignals  # noqa: E402
-from setu_server.service.tasks import LeasePolicy, TaskService  # noqa: E402
+from setu_server.service.tasks import TaskService  # noqa: E402
 from setu_server.service.watch import WatchHub  # noqa: E402
 from setu_server.store import db, jobs, tasks  # noqa: E402
 from setu_server.store.migrate import migrate  # noqa: E402

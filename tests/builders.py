@@ -11,12 +11,13 @@ from pathlib import Path
 
 from setu_client.clock import FakeClock
 from setu_engine.staged.blob import BlobSettings
+from setu_server.config import LeasePolicy
 from setu_server.service.jobs import JobService
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.outcomes import TaskOutcomes
 from setu_server.service.runs import RunService
 from setu_server.service.signals import TaskSignals
-from setu_server.service.tasks import LeasePolicy, TaskService
+from setu_server.service.tasks import TaskService
 from setu_server.service.watch import WatchHub
 from setu_server.store import jobs
 from setu_server.store.db import Database

@@ -12,7 +12,8 @@ import asyncpg
 from setu_client.clock import FakeClock
 from setu_engine.staged.blob import LocalBlobStore
 from setu_engine.staged.staging import run_prefix
-from setu_server.maintenance.janitor import Janitor, JanitorSettings
+from setu_server.config import JanitorSettings
+from setu_server.maintenance.janitor import Janitor
 from setu_server.models import Job, JobKind, JobState
 from setu_server.store import jobs, runs
 from tests.builders import START

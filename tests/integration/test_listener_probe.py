@@ -11,7 +11,8 @@ import logging
 import asyncpg
 import pytest
 
-from setu_server.maintenance.listen_fallback import FIX, FallbackSettings, ListenFallback
+from setu_server.config import FallbackSettings
+from setu_server.maintenance.listen_fallback import FIX, ListenFallback
 from setu_server.service.signals import TaskSignals
 from setu_server.service.watch import WatchHub
 from setu_server.store.listener import UNDELIVERED, Listener, Probe, send_probe

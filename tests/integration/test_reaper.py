@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncpg
 
-from setu_server.maintenance.reaper import Reaper, ReaperSettings
+from setu_server.config import LeasePolicy, ReaperSettings
+from setu_server.maintenance.reaper import Reaper
 from setu_server.models import JobKind, JobState, TaskState
-from setu_server.service.tasks import LeasePolicy
 from setu_server.store import jobs, tasks
 from tests.builders import Domain, build_domain
 from tests.factories import Tenant, make_job, make_task, make_tenant

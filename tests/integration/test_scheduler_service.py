@@ -8,7 +8,8 @@ from datetime import timedelta
 
 import asyncpg
 
-from setu_server.maintenance.scheduler import Scheduler, SchedulerSettings
+from setu_server.config import SchedulerSettings
+from setu_server.maintenance.scheduler import Scheduler
 from setu_server.models import Pipeline
 from setu_server.store import runs
 from setu_server.store.db import transaction

@@ -2,9 +2,9 @@
 blocks for a connection, pipeline or job, enum and timestamp formatting, the
 JSON documents of --json, and the live progress line of a followed job.
 
-Separate from commands.py, which parses arguments and calls the server:
-this module only turns the SDK's values into text, so the output format can
-be read and changed in one place.
+Separate from the command modules (objects.py, jobs.py, state.py, …), which
+parse arguments and call the server: this module only turns the SDK's values
+into text, so the output format can be read and changed in one place.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ TimeZone or DateStyle: timestamp <-> timestamptz conversions are written
 and timestamps are rendered as text with to_char (timestamptz in UTC, with
 '+00'); bytea renders as '\\x' || hex whatever bytea_output says.
 
-Separate from operators.py because it depends only on expr_compile and
+Separate from chain.py because it depends only on expr_compile and
 types, not on specs or plans: it is the type system's conversion table, which
 the cast and constant operators and the filter language's literal coercion
 all use.
@@ -140,7 +140,7 @@ def _parts(text: str) -> tuple[dt.datetime, re.Match[str]]:
     return value, m
 
 
-# PostgreSQL's ±infinity of a date or timestamp (values.py's markers), in
+# PostgreSQL's ±infinity of a date or timestamp (values/special.py's markers), in
 # its canonical spelling: a text cast reads it, a cast to text writes it,
 # and casts between date, timestamp and timestamptz keep it.
 _INFINITE = r"|infinity|-infinity"

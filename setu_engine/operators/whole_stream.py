@@ -1,6 +1,6 @@
 """The blocking operators, `dedupe` and `aggregate`: they see the whole stream
 before they emit a row, and run two ways with one result, like the rest of
-the chain (operators.py): an accumulator fed batch by batch in Python, and
+the chain (chain.py): an accumulator fed batch by batch in Python, and
 one `DISTINCT ON` / `GROUP BY` query over the staging table in PostgreSQL.
 
 Memory in Python is bounded by the number of distinct keys (dedupe: one row
@@ -19,7 +19,7 @@ per key; aggregate: one set of running values per group), not by the rows.
   group whose values are all NULL sums to NULL, counts 0. Without group_by,
   one row for the whole stream, even an empty one.
 
-This module knows columns and rows, not the spec: operators.py parses the
+This module knows columns and rows, not the spec: chain.py parses the
 operators and turns a `BlockingError` into its SpecError.
 """
 

@@ -1,9 +1,9 @@
 """Values and records of the `file` provider: a value's text and JSON forms
 (read and written), type inference from sampled JSON values, and the
 parsing of JSON Lines records into typed rows (CSV's records and inference
-are in files_csv).
+are in csv.py, this package).
 
-Separate from files.py because none of it knows where a file lives or how a
+Separate from connector.py because none of it knows where a file lives or how a
 connector drives it: it turns lines into rows and values into text, and can
 be read (and tested) on its own.
 """

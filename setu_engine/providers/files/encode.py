@@ -225,7 +225,7 @@ LineEncoder = Callable[[Sequence[Row]], list[bytes]]
 
 def line_encoder(columns: Sequence[Column], fmt: str, delimiter: str = ",") -> LineEncoder:
     """Encodes a batch as one line per row, each with its terminator (what
-    a file upsert spills: files_merge), in the bytes the batch encoder
+    a file upsert spills: merge.py), in the bytes the batch encoder
     writes. A bad value names its row in the batch, as the batch encoder's."""
     if fmt == "csv":
         return _csv_lines(columns, delimiter)

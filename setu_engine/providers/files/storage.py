@@ -2,7 +2,7 @@
 prefix or key, behind one small protocol (list, read lines, write a temp
 file and swap it in).
 
-Separate from files.py because it is only I/O: it knows nothing of formats,
+Separate from connector.py because it is only I/O: it knows nothing of formats,
 types or write modes, and the connector sees one interface for both places.
 """
 

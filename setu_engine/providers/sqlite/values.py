@@ -3,7 +3,7 @@ neutral type, the neutral type of a declared SQLite type, and the converters
 between neutral values and what SQLite stores (ISO 8601 text for dates and
 times, text for numerics and JSON, 0/1 for booleans).
 
-Separate from sqlite.py because it is pure data conversion, with no
+Separate from connector.py because it is pure data conversion, with no
 connection or I/O: the connector only asks it for a row reader or writer.
 """
 

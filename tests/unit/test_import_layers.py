@@ -32,7 +32,7 @@ ENGINE = "setu_engine"
 # setu_engine's floors, ground first: a module imports its own floor and the
 # ones below. A module belongs to the floor of the longest name here that is
 # it or a package above it; `setu_engine` itself (its top-level modules:
-# errors, kinds) is the ground floor.
+# errors, kinds, capabilities) is the ground floor.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("setu_engine",),
     ("setu_engine.support",),

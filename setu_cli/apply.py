@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from setu_cli.command_set import CommandSet
-from setu_cli.inputs import read_documents
+from setu_cli.inputs import is_uuid, read_documents
 from setu_cli.render import enum_name
 from setu_cli.session import CliError, Session
 from setu_client import (
@@ -240,14 +239,6 @@ def load(path: str) -> list[Declared]:
 # ---------------------------------------------------------------- planning
 
 
-def _is_uuid(text: str) -> bool:
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True
-
-
 def _diff(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
     """Changed fields; for config and spec, the changed top-level keys."""
     diffs: dict[str, tuple[Any, Any]] = {}
@@ -279,7 +270,7 @@ def plan(declared: Sequence[Declared], current: Sequence[Current]) -> list[Chang
             if kind == "pipeline":
                 for end in ("source", "destination"):
                     ref = wanted[end]
-                    if _is_uuid(ref) and ref in names_by_id:
+                    if is_uuid(ref) and ref in names_by_id:
                         wanted[end] = names_by_id[ref]
                     elif ref not in declared_connections and ("connection", ref) not in existing:
                         raise CliError(

@@ -57,7 +57,8 @@ def check_fields(
 # ---------------------------------------------------------------- names
 
 
-def _is_uuid(text: str) -> bool:
+def is_uuid(text: str) -> bool:
+    """`text` spells a UUID (an object named by its id, not its name)."""
     try:
         uuid.UUID(text)
     except ValueError:
@@ -68,7 +69,7 @@ def _is_uuid(text: str) -> bool:
 async def _by_name_or_id(
     ref: str, kind: str, get: Callable[[str], Awaitable[T]], every: AsyncIterator[Any]
 ) -> T:
-    if _is_uuid(ref):
+    if is_uuid(ref):
         return await get(ref)
     async for found in every:
         if found.name == ref:

@@ -80,8 +80,8 @@ class ProviderError(EngineError):
     the provider's own, fit to show the user.
 
     `retryable` is how the runtime reports a task that fails with it. A
-    provider classifies its driver's errors where it raises them
-    (providers/failures.py, docs/errors.md): PermanentError or
+    provider classifies its driver's errors where it raises them (its
+    subpackage's failures.py, docs/errors.md): PermanentError or
     TransientError. One it cannot place stays a plain ProviderError and is
     retried, as a transient one is."""
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from setu_client.clock import Clock
 from setu_server.config import Settings
 from setu_server.services import Services
-from setu_server.web.app import MonitorDeps, build_app
+from setu_server.web.app import build_app
+from setu_server.web.deps import MonitorDeps
 from setu_server.web.listener import HttpListener, start_http
 
 __all__ = ["HttpListener", "MonitorDeps", "build_app", "serve_monitor", "start_http"]

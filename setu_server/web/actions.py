@@ -10,7 +10,7 @@ from aiohttp import web
 
 from setu_client.errors import NotFound, PermissionDenied, Unauthenticated
 from setu_server.models import Role, TaskKind
-from setu_server.web.app import deps_of, session_of
+from setu_server.web.deps import deps_of, session_of
 from setu_server.web.pages import job_id_of, signin_context
 from setu_server.web.render import render
 from setu_server.web.session import COOKIE, LIFETIME

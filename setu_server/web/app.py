@@ -1,18 +1,16 @@
-"""The monitor's aiohttp application: what handlers share, the middlewares
-that sign people in and refuse forged POSTs, and the routes."""
+"""The monitor's aiohttp application: the middlewares that sign people in
+and refuse forged POSTs, the error pages, and the routes (what handlers share
+is in setu_server/web/deps.py)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry
 
-from setu_client.clock import Clock
 from setu_client.errors import (
     DeadlineExceeded,
     FailedPrecondition,
@@ -22,18 +20,10 @@ from setu_client.errors import (
     Unavailable,
 )
 from setu_server import metrics
-from setu_server.config import Settings
-from setu_server.service.admin import AdminService
-from setu_server.service.agents import AgentPresence
-from setu_server.service.auth import Authenticator
-from setu_server.service.connection_ops import ConnectionOps
-from setu_server.service.connections import ConnectionService
-from setu_server.service.jobs import JobService
-from setu_server.service.pipelines import PipelineService
-from setu_server.service.runs import RunService
-from setu_server.services import Services
+from setu_server.web import actions, live, pages
+from setu_server.web.deps import DEPS, SESSION, MonitorDeps, csrf_of, deps_of
 from setu_server.web.render import render
-from setu_server.web.session import COOKIE, Session, SessionSigner
+from setu_server.web.session import COOKIE, Session
 
 log = logging.getLogger("setu.http")
 
@@ -41,59 +31,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 STATIC = Path(__file__).parent / "static"
 # Reached without a session: the sign-in page, Prometheus, the stylesheet and script.
 PUBLIC = ("/signin", "/metrics", "/static/")
-
-
-@dataclass(frozen=True)
-class MonitorDeps:
-    """What the monitor reads and acts through: the server's own services,
-    so a page sees exactly what the gRPC API would show the same key."""
-
-    auth: Authenticator
-    admin: AdminService
-    jobs: JobService
-    runs: RunService
-    pipelines: PipelineService
-    connections: ConnectionService
-    connection_ops: ConnectionOps
-    presence: AgentPresence
-    clock: Clock
-    signer: SessionSigner = field(default_factory=lambda: SessionSigner(""))
-    # How often the runs list re-reads its first page for its live stream.
-    list_refresh_seconds: float = 2.0
-    # What /metrics renders: this server's own registry (Services.metrics).
-    registry: CollectorRegistry = metrics.REGISTRY
-
-    @classmethod
-    def of(cls, services: Services, clock: Clock, settings: Settings) -> MonitorDeps:
-        return cls(
-            auth=services.auth,
-            admin=services.admin,
-            jobs=services.jobs,
-            runs=services.runs,
-            pipelines=services.pipelines,
-            connections=services.connections,
-            connection_ops=services.connection_ops,
-            presence=services.presence,
-            clock=clock,
-            signer=SessionSigner(settings.page_token_key),
-            registry=services.metrics.registry,
-        )
-
-
-DEPS = web.AppKey("deps", MonitorDeps)
-SESSION = web.RequestKey("session", Session)
-
-
-def deps_of(request: web.Request) -> MonitorDeps:
-    return request.app[DEPS]
-
-
-def session_of(request: web.Request) -> Session:
-    return request[SESSION]
-
-
-def csrf_of(request: web.Request) -> str:
-    return deps_of(request).signer.csrf_token(session_of(request))
 
 
 async def metrics_page(request: web.Request) -> web.Response:
@@ -179,8 +116,6 @@ async def error_pages(request: web.Request, handler: Handler) -> web.StreamRespo
 
 
 def build_app(deps: MonitorDeps) -> web.Application:
-    from setu_server.web import actions, live, pages
-
     app = web.Application(middlewares=[error_pages, signed_in], client_max_size=64 * 1024)
     app[DEPS] = deps
     app.router.add_get("/metrics", metrics_page)

@@ -12,7 +12,7 @@ from uuid import UUID
 from markupsafe import Markup, escape
 
 from setu_server.models import Job, JobFilter, JobKind
-from setu_server.web.app import MonitorDeps
+from setu_server.web.deps import MonitorDeps
 from setu_server.web.render import count, duration
 
 HOURS = 24

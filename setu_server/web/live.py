@@ -22,7 +22,7 @@ from aiohttp import web
 
 from setu_server.models import Job
 from setu_server.web import reads
-from setu_server.web.app import MonitorDeps, deps_of, session_of
+from setu_server.web.deps import MonitorDeps, deps_of, session_of
 from setu_server.web.pages import job_id_of
 from setu_server.web.render import fragment
 

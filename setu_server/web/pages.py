@@ -10,7 +10,7 @@ from aiohttp import web
 from setu_client.errors import JobNotFound
 from setu_server.models import JobState
 from setu_server.web import chart, reads
-from setu_server.web.app import csrf_of, deps_of, session_of
+from setu_server.web.deps import csrf_of, deps_of, session_of
 from setu_server.web.render import render
 
 

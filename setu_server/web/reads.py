@@ -24,7 +24,7 @@ from setu_server.models import (
     Pipeline,
     Placement,
 )
-from setu_server.web.app import MonitorDeps
+from setu_server.web.deps import MonitorDeps
 from setu_tasks.results import TestResult
 
 # How many of each thing a page names at most (pickers, name look-ups).

@@ -117,9 +117,20 @@ class OutageError(TransientError):
     """The database went away for a moment (connection refused or reset, the
     server shutting down or starting up): not the work's fault, so the task
     is handed back for a retry without spending an attempt, as long as the
-    server grants free retries (SETU_OUTAGE_FREE_RETRIES)."""
+    server grants free retries (SETU_OUTAGE_FREE_RETRIES).
+
+    `lost` says whether a session existed: True when a connection that was
+    open went away (reset or closed under it, the server shutting down),
+    False when the connector's first connect was refused. A refused first
+    connect is more often a wrong address than a database away, so the
+    runtime hands the task back for it only while the task is already in an
+    outage streak (a free retry spent); otherwise it spends an attempt."""
 
     outage = True
+
+    def __init__(self, message: str, *, lost: bool = True) -> None:
+        super().__init__(message)
+        self.lost = lost
 
 
 class ConnectionClosed(ProviderError):

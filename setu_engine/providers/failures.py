@@ -26,12 +26,15 @@ def permanent(message: str, fix: str, fields: Sequence[str] = ()) -> PermanentEr
     return PermanentError(f"{message} ({fix})", fields=tuple(fields))
 
 
-def network_error(exc: BaseException, message: str) -> OutageError | TransientError | None:
+def network_error(
+    exc: BaseException, message: str, *, lost: bool = True
+) -> OutageError | TransientError | None:
     """A socket's own failure, whatever the driver on it: refused, reset or
-    aborted (a ConnectionError) is an outage, any other OS error or a
-    timeout is transient; None for an error that is not the network's."""
+    aborted (a ConnectionError) is an outage (`lost`: a session existed, as
+    OutageError says), any other OS error or a timeout is transient; None
+    for an error that is not the network's."""
     if isinstance(exc, ConnectionError):
-        return OutageError(message)
+        return OutageError(message, lost=lost)
     if isinstance(exc, OSError | TimeoutError):
         return TransientError(message)
     return None

@@ -99,6 +99,29 @@ def test_a_refused_reset_or_dropped_connection_is_an_outage_and_a_timeout_is_not
         assert isinstance(error, TransientError) and not isinstance(error, OutageError)
 
 
+def test_an_outage_at_the_first_connect_lost_no_session_and_one_on_a_live_session_did() -> None:
+    # At connect: nothing was lost, so the runtime spends an attempt unless
+    # the task is already in an outage streak.
+    for refused in (
+        ConnectionRefusedError(),
+        ConnectionResetError(),
+        asyncpg.exceptions.CannotConnectNowError("starting up"),  # 57P03
+    ):
+        error = postgres_error(refused, "postgres: cannot connect to db", connecting=True)
+        assert isinstance(error, OutageError) and error.lost is False, refused
+    # On a live session: the database went away under it.
+    for lost in (
+        ConnectionResetError(),
+        asyncpg.exceptions.AdminShutdownError("terminating connection"),  # 57P01
+        asyncpg.exceptions.ConnectionDoesNotExistError("gone"),
+        asyncpg.exceptions.InterfaceError("connection is closed"),
+    ):
+        error = postgres_error(lost, "postgres: loading t")
+        assert isinstance(error, OutageError) and error.lost is True, lost
+    # The message is the same either way.
+    assert str(postgres_error(ConnectionRefusedError("no"), "x", connecting=True)) == "x: no"
+
+
 def test_postgres_login_refusal_names_the_fields_and_a_lost_connection_is_transient() -> None:
     refused = postgres_error(asyncpg.exceptions.InvalidPasswordError("no"), "postgres")
     assert isinstance(refused, PermanentError)

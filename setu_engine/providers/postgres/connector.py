@@ -256,7 +256,9 @@ class PostgresProvider:
                 conn = await self._open(config, address, port, False)
         # InterfaceError: refused client settings.
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
-            raise postgres_error(exc, f"postgres: cannot connect to {where}") from exc
+            raise postgres_error(
+                exc, f"postgres: cannot connect to {where}", connecting=True
+            ) from exc
         # Fetched rows decode as binary COPY parts do (±infinity, float4
         # digits, JSON null): one decoder for both paths.
         await pgcopy.use_codec(conn)

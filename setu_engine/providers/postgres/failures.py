@@ -50,16 +50,18 @@ _PG_OUTAGE = ("08", "57P01", "57P02", "57P03")
 _PG_NOT_OUTAGE = ("08P01",)
 
 
-def postgres_error(exc: BaseException, what: str) -> ProviderError:
+def postgres_error(exc: BaseException, what: str, *, connecting: bool = False) -> ProviderError:
     """`what: exc` classified by its SQLSTATE; a connection that broke or
     could not be opened (OSError, a timeout) is transient, and one refused,
     reset or closed by the server an outage (retried without spending an
-    attempt)."""
+    attempt). `connecting`: raised by the connector's first connect, so no
+    session was lost (OutageError's `lost` is False)."""
     message = f"{what}: {exc}"
+    lost = not connecting
     state = str(getattr(exc, "sqlstate", None) or "")
     if state:
         if state not in _PG_NOT_OUTAGE and any(state.startswith(p) for p in _PG_OUTAGE):
-            return OutageError(message)
+            return OutageError(message, lost=lost)
         if any(state.startswith(prefix) for prefix in _PG_TRANSIENT):
             return TransientError(message)
         fix = _PG_PERMANENT.get(state) or _PG_PERMANENT.get(state[:2])
@@ -67,8 +69,8 @@ def postgres_error(exc: BaseException, what: str) -> ProviderError:
             return permanent(message, fix, PG_LOGIN if state.startswith("28") else ())
         return ProviderError(message)
     if type(exc).__name__ in _PG_LOST or any(words in str(exc) for words in _PG_CLOSED):
-        return OutageError(message)
-    return network_error(exc, message) or ProviderError(message)
+        return OutageError(message, lost=lost)
+    return network_error(exc, message, lost=lost) or ProviderError(message)
 
 
 # asyncpg's own names for a connection that went away mid-statement.

@@ -22,6 +22,9 @@ class LeasedTask:
     max_attempts: int
     lease_token: str
     payload: dict[str, Any] = field(default_factory=dict)
+    # Free retries for outages so far: above 0, the task is in an outage
+    # streak (its database went away and may not be back yet).
+    free_retries: int = 0
 
 
 @dataclass(frozen=True)

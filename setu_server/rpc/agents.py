@@ -44,6 +44,7 @@ def task_message(task: Task) -> pb.Task:
         max_attempts=task.max_attempts,
         lease_token=str(task.lease_token),
         lease_expires_at=convert.ts(task.lease_expires_at),
+        free_retries=task.free_retries,
     )
     message.payload.update(task.payload)
     return message

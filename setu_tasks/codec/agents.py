@@ -64,6 +64,7 @@ def leased_task(task: pb.Task) -> LeasedTask:
         max_attempts=task.max_attempts,
         lease_token=task.lease_token,
         payload=MessageToDict(task.payload),
+        free_retries=task.free_retries,
     )
 
 

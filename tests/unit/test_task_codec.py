@@ -2,6 +2,9 @@
 comes back as it was sent, through both directions of the one module for its
 edge, and every task result kind has its two entries there."""
 
+import uuid
+from datetime import UTC, datetime
+
 import pytest
 
 from setu_client._proto.setu.v1 import agents_pb2 as pb
@@ -9,11 +12,14 @@ from setu_client._proto.setu.v1 import cloud_pb2
 from setu_engine.kinds import WriteMode
 from setu_engine.staged.blob import BlobSettings
 from setu_engine.staged.staging import Part, StoredPart
+from setu_server.models import Task, TaskKind, TaskState
+from setu_server.rpc.agents import task_message
 from setu_tasks.codec.agents import (
     RESULT_READERS,
     RESULT_WRITERS,
     extract_spec_message,
     extract_spec_of,
+    leased_task,
     load_spec_message,
     load_spec_of,
 )
@@ -34,6 +40,33 @@ STORED = [
 def test_every_result_kind_has_a_writer_and_a_reader_named_by_its_oneof_field() -> None:
     oneof = {f.name for f in pb.CompleteTaskRequest.DESCRIPTOR.oneofs_by_name["result"].fields}
     assert set(RESULT_WRITERS) == set(RESULT_READERS) == set(RESULT_TYPES) == oneof
+
+
+@pytest.mark.parametrize("free_retries", [0, 2])
+def test_a_leased_task_arrives_with_its_outage_streak(free_retries: int) -> None:
+    now = datetime(2026, 1, 2, tzinfo=UTC)
+    row = Task(
+        id=uuid.uuid4(),
+        job_id=uuid.uuid4(),
+        workspace_id=uuid.uuid4(),
+        kind=TaskKind.EXTRACT,
+        state=TaskState.LEASED,
+        runtime="cloud",
+        attempt=2,
+        max_attempts=3,
+        run_after=now,
+        created_at=now,
+        updated_at=now,
+        lease_token=uuid.uuid4(),
+        lease_expires_at=now,
+        payload={"pipeline_id": "pl"},
+        free_retries=free_retries,
+    )
+    wire = pb.Task.FromString(task_message(row).SerializeToString())
+    leased = leased_task(wire)
+    assert (leased.id, leased.kind, leased.attempt) == (str(row.id), "extract", 2)
+    assert leased.payload == {"pipeline_id": "pl"}
+    assert leased.free_retries == free_retries
 
 
 @pytest.mark.parametrize(

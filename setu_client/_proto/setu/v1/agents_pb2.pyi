@@ -207,6 +207,7 @@ class Task(_message.Message):
     LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     LEASE_EXPIRES_AT_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
+    FREE_RETRIES_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     job_id: _builtins.str
     kind: Global___TaskKind.ValueType
@@ -214,6 +215,12 @@ class Task(_message.Message):
     max_attempts: _builtins.int
     lease_token: _builtins.str
     """Present on every Heartbeat, CompleteTask and FailTask for this lease."""
+    free_retries: _builtins.int
+    """Free retries this task has had for outages so far (ReleaseTask with
+    RELEASE_REASON_OUTAGE): above 0, it is in an outage streak, so a
+    database refusing its first connect is still the outage, not a wrong
+    address; at 0 such a refusal spends an attempt.
+    """
     @_builtins.property
     def lease_expires_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -229,10 +236,11 @@ class Task(_message.Message):
         lease_token: _builtins.str = ...,
         lease_expires_at: _timestamp_pb2.Timestamp | None = ...,
         payload: _struct_pb2.Struct | None = ...,
+        free_retries: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease_expires_at", b"lease_expires_at", "payload", b"payload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "id", b"id", "job_id", b"job_id", "kind", b"kind", "lease_expires_at", b"lease_expires_at", "lease_token", b"lease_token", "max_attempts", b"max_attempts", "payload", b"payload"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "free_retries", b"free_retries", "id", b"id", "job_id", b"job_id", "kind", b"kind", "lease_expires_at", b"lease_expires_at", "lease_token", b"lease_token", "max_attempts", b"max_attempts", "payload", b"payload"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -21,7 +21,9 @@ reporting how it ended.
 - An outage is not one either: a task whose database went away for a
   moment (an error with `outage = True`, setu_engine/errors.py) is
   handed back for a retry after a backoff without spending an attempt, as
-  long as the server grants free retries.
+  long as the server grants free retries. A database refusing the first
+  connect (the error's `lost` False) is one only while the task is in an
+  outage streak (`free_retries` above 0); otherwise it spends an attempt.
 - A report already in flight (a completion, a failure or a hand-back) is
   not cut short at the grace: it has a second, bounded wait of its own
   (`report_grace_seconds`), since cut off it might land or not. Past that
@@ -399,13 +401,22 @@ class Runtime:
         except Exception as exc:
             error = report(describe(exc))
             if getattr(exc, "outage", False):
-                # Its database went away for a moment: not the work's fault.
+                if getattr(exc, "lost", True) or task.free_retries > 0:
+                    # Its database went away for a moment (a session lost,
+                    # or an outage streak not over): not the work's fault.
+                    log.warning(
+                        "database unreachable; handing the task back",
+                        extra={"task_id": task.id, "kind": task.kind, "error": error},
+                    )
+                    await self._release_for_outage(task, error, context.checkpoint)
+                    return
+                # Refused at its first connect with no outage before: more
+                # often a wrong address than a database away, so retried as
+                # any transient failure is, spending an attempt.
                 log.warning(
-                    "database unreachable; handing the task back",
+                    "database refused the first connect; not an outage, the attempt is spent",
                     extra={"task_id": task.id, "kind": task.kind, "error": error},
                 )
-                await self._release_for_outage(task, error, context.checkpoint)
-                return
             log.warning(
                 "task failed", extra={"task_id": task.id, "kind": task.kind, "error": error}
             )

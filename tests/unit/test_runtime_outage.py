@@ -1,18 +1,24 @@
 """The runtime says an outage once: the first failed call at WARNING with the
 address and the cause, the retries quietly, and `reconnected to X after N s`
-when an answer comes back. A scripted TaskSource (tests/unit/test_runtime_slots.py)
-under looptime, so the backoff costs no real time."""
+when an answer comes back. A task's database outage is handed back for free,
+but a refused first connect outside an outage streak spends an attempt. A
+scripted TaskSource (tests/unit/test_runtime_slots.py) under looptime, so the
+backoff costs no real time."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 import pytest
 
 from setu_agent.runtime.loop import Runtime
+from setu_agent.runtime.task import TaskContext
 from setu_client.diagnose import Outage
 from setu_client.errors import SetuError, Unavailable
+from setu_engine.errors import OutageError
+from setu_tasks.results import TaskResult
 from tests.unit.test_runtime_slots import Source, _ok, _task
 
 REFUSED = Unavailable(
@@ -91,3 +97,51 @@ async def test_a_lease_answered_empty_ends_the_outage(caplog: pytest.LogCaptureF
     await running
     infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert any(m.startswith("reconnected to edge:1 after ") for m in infos), infos
+
+
+# -- a database's outage: handed back for free, unless it is a refused first connect
+
+
+def _database_refused(*, lost: bool) -> OutageError:
+    return OutageError("postgres: cannot connect to db:6543/app: connection refused", lost=lost)
+
+
+async def _run_failing(error: OutageError, *, free_retries: int) -> Source:
+    async def connects(context: TaskContext) -> TaskResult:
+        raise error
+
+    source = Source(dataclasses.replace(_task(1), free_retries=free_retries))
+    runtime = Runtime(
+        source, {"test": connects}, name="test runtime", concurrency=1, max_backoff_seconds=2.0
+    )
+    running = asyncio.create_task(runtime.run())
+    await asyncio.wait_for(source.until(lambda: bool(source.released or source.failed)), 60)
+    await runtime.stop(grace_seconds=1)
+    await running
+    return source
+
+
+@pytest.mark.looptime
+async def test_a_refused_first_connect_outside_an_outage_spends_an_attempt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="setu.runtime")
+    source = await _run_failing(_database_refused(lost=False), free_retries=0)
+    message = "postgres: cannot connect to db:6543/app: connection refused"
+    assert source.failed == [("task-1", message, True)], "retryable, an attempt spent"
+    assert source.released == []
+    assert "database refused the first connect; not an outage, the attempt is spent" in caplog.text
+
+
+@pytest.mark.looptime
+async def test_a_refused_first_connect_in_an_outage_streak_is_handed_back() -> None:
+    source = await _run_failing(_database_refused(lost=False), free_retries=1)
+    assert [(r[0], r[3]) for r in source.released] == [("task-1", True)]
+    assert source.failed == []
+
+
+@pytest.mark.looptime
+async def test_a_lost_connection_is_handed_back_on_its_first_outage() -> None:
+    source = await _run_failing(_database_refused(lost=True), free_retries=0)
+    assert [(r[0], r[3]) for r in source.released] == [("task-1", True)]
+    assert source.failed == []

@@ -20,7 +20,13 @@ import pytest
 
 from setu_agent.handlers import open_connector
 from setu_agent.runtime.task import TaskContext
-from setu_engine.errors import ConfigError, PermanentError, ProviderError, TransientError
+from setu_engine.errors import (
+    ConfigError,
+    OutageError,
+    PermanentError,
+    ProviderError,
+    TransientError,
+)
 from setu_engine.kinds import CopyBatch, WriteMode
 from setu_engine.operators.chain import Plan, parse_spec
 from setu_engine.providers import get_provider
@@ -1199,6 +1205,23 @@ async def test_a_refused_connection_is_transient(closed_port: int) -> None:
     with pytest.raises(TransientError) as info:
         await PROVIDER.connect(config)
     assert info.value.retryable
+
+
+async def test_a_refused_first_connect_is_an_outage_that_lost_no_session(
+    closed_port: int,
+) -> None:
+    # The runtime grants it a free retry only in an outage streak (docs/errors.md).
+    config = {
+        "host": "127.0.0.1",
+        "port": closed_port,
+        "database": "nowhere",
+        "user": "reader",
+        "ssl": "disable",
+        "connect_timeout": 2,
+    }
+    with pytest.raises(OutageError) as info:
+        await PROVIDER.connect(config)
+    assert info.value.lost is False
 
 
 async def test_a_lock_held_past_the_lock_timeout_is_transient(

@@ -124,6 +124,26 @@ async def test_outages_are_free_up_to_the_setting_then_spend_an_attempt(
     ), events
 
 
+@pytest.mark.server(task_retry_backoff_seconds=0.01)
+async def test_a_task_leased_again_after_an_outage_carries_its_free_retries(
+    server: Running, agent: agents_pb2_grpc.AgentServiceStub, pool: asyncpg.Pool, tenant: Tenant
+) -> None:
+    # The runtime reads it to tell an outage still going on from a wrong address.
+    await make_task(pool, tenant, max_attempts=3)
+    first = await _lease(agent)
+    await agent.ReleaseTask(
+        pb.ReleaseTaskRequest(
+            task_id=first.id,
+            lease_token=first.lease_token,
+            reason=OUTAGE,
+            message="postgres: connection refused",
+        )
+    )
+    again = await _lease(agent)
+    assert (first.free_retries, again.free_retries) == (0, 1)
+    assert again.attempt == 1
+
+
 async def test_a_hand_back_of_a_run_asked_to_cancel_ends_it(
     server: Running, agent: agents_pb2_grpc.AgentServiceStub, pool: asyncpg.Pool, tenant: Tenant
 ) -> None:

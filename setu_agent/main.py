@@ -28,6 +28,7 @@ from setu_client.diagnose import Outage
 from setu_client.errors import PermissionDenied, SetuError, Unauthenticated
 from setu_client.long_poll import LongPollWindow
 from setu_client.tls import TlsConfig
+from setu_client.version import add_version_flag
 from setu_engine.staged.blob import BlobSettings
 from setu_engine.staged.resumable import ResumePolicy
 from setu_engine.support.secrets import SecretStore
@@ -45,7 +46,9 @@ EXIT_REFUSED = 2
 
 
 def parser() -> argparse.ArgumentParser:
-    return RuntimeSettings.parser(AGENT, "setu-agent", DESCRIPTION)
+    made = RuntimeSettings.parser(AGENT, "setu-agent", DESCRIPTION)
+    add_version_flag(made)
+    return made
 
 
 def blob_override(url: str, endpoint_url: str = "") -> BlobSettings | None:

@@ -15,6 +15,7 @@ from typing import Any
 from setu_cli import admin, agents, apply, changes, dev, jobs, objects, state
 from setu_cli.command_set import CommandSet
 from setu_cli.session import EXIT_CODES_HELP, run_command, server_options
+from setu_client.version import add_version_flag
 
 SETU_HELP = """setu: the command line. `setu dev` runs a local server with dev credentials;
 `setu admin …` manages workspaces, API keys and agents on a running server;
@@ -44,13 +45,15 @@ def register_client_commands(commands: CommandSet) -> None:
 
 
 def _parser(description: str) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         prog="setu",
         description=description,
         parents=[server_options()],
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_version_flag(parser)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -36,6 +36,7 @@ from setu_client.channel import open_channel
 from setu_client.diagnose import Outage
 from setu_client.long_poll import LongPollWindow
 from setu_client.tls import TlsConfig
+from setu_client.version import add_version_flag
 from setu_engine.staged.blob import BlobSettings, BlobStore, open_blob
 from setu_engine.staged.resumable import ResumePolicy
 from setu_engine.staged.s3 import S3Settings
@@ -46,7 +47,9 @@ log = logging.getLogger("setu.worker")
 
 
 def parser() -> argparse.ArgumentParser:
-    return RuntimeSettings.parser(WORKER, "setu-worker", __doc__)
+    made = RuntimeSettings.parser(WORKER, "setu-worker", __doc__)
+    add_version_flag(made)
+    return made
 
 
 async def run(settings: RuntimeSettings, tls: TlsConfig | None) -> None:

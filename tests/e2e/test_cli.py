@@ -4,6 +4,7 @@ point offers."""
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import os
 import sys
@@ -228,3 +229,29 @@ async def test_setu_dev_without_the_server_package_says_it_needs_it() -> None:
     assert proc.returncode == 2
     assert err.decode().startswith("error: `setu dev` runs a Setu server and needs the server")
     assert len(err.decode().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("module", "prog"),
+    [
+        ("setu_cli.main", "setu"),
+        ("setu_cli", "setu"),
+        ("setu_server.main", "setu-server"),
+        ("setu_agent.main", "setu-agent"),
+        ("setu_agent.cloud.main", "setu-worker"),
+    ],
+)
+async def test_every_entry_point_prints_its_version(module: str, prog: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SETU_")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        module,
+        "--version",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert (proc.returncode, err.decode()) == (0, "")
+    assert out.decode() == f"{prog} {importlib.metadata.version('setu')}\n"

@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import signal
 import sys
 from collections.abc import Callable
@@ -44,6 +45,7 @@ def _load_credentials(path: Path) -> dict[str, str]:
 def _save_credentials(path: Path, credentials: dict[str, str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.touch(mode=0o600, exist_ok=True)
+    path.chmod(0o600)  # it holds the admin token and the session key
     path.write_text(json.dumps(credentials, indent=2) + "\n")
 
 
@@ -66,16 +68,26 @@ async def _dev(args: argparse.Namespace, data_dir: Path) -> None:
 
     credentials_path = data_dir / "credentials.json"
     credentials = _load_credentials(credentials_path)
-    if not credentials.get("admin_token"):
-        credentials["admin_token"] = new_secret(TokenKind.ADMIN).token
+    made: dict[str, Callable[[], str]] = {
+        "admin_token": lambda: new_secret(TokenKind.ADMIN).token,
+        # Signs the monitor's sessions and page tokens: kept with the other
+        # credentials, so a restart of `setu dev` keeps the browser signed in.
+        "session_key": lambda: secrets.token_urlsafe(32),
+    }
+    missing = {name: make() for name, make in made.items() if not credentials.get(name)}
+    if missing:
+        credentials |= missing
         _save_credentials(credentials_path, credentials)
     secrets_path = dev_secrets.secrets_path(args, data_dir)
     dev_secrets.prepare(secrets_path)
+    configured = Settings.from_env()
     settings = replace(
-        Settings.from_env(),
+        configured,
         listen=args.listen,
         data_dir=data_dir,
         admin_token=credentials["admin_token"],
+        # SETU_PAGE_TOKEN_KEY, when set, wins, as on any server.
+        page_token_key=configured.page_token_key or credentials["session_key"],
         database_url=os.environ.get("SETU_DATABASE_URL", ""),
         # One person's machine: cloud connections may reach its files and
         # databases (a shared server keeps the restricted default).

@@ -6,7 +6,9 @@ checks the signature and asks the service layer whether that key is still
 live, so revoking the key signs its sessions out. The CSRF token of a
 session is an HMAC of its nonce: forms carry it, and POSTs without it are
 refused. The signing key is derived from SETU_PAGE_TOKEN_KEY when set (every
-replica accepts every session), else drawn at random per process.
+replica accepts every session, and a restart keeps them), else drawn at
+random per process; `setu dev` sets it from the key it keeps with its
+credentials (setu_server/dev.py).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ import pytest
 from setu_client._proto.setu.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 from setu_client.channel import open_channel
 from setu_server.store.migrate import migrations
+from tests.e2e.monitor_helpers import open_monitor
 from tests.servers import ADMIN_TOKEN, free_port, server_process, wait_healthy
 
 GRPCURL = shutil.which("grpcurl") or str(Path(sys.executable).parent / "grpcurl")
@@ -178,6 +179,51 @@ async def test_setu_dev_creates_credentials_once_and_serves(tmp_path: Path) -> N
             assert await asyncio.wait_for(proc.wait(), 30) == 0
     assert printed[0] == printed[1], "the second start reuses the dev workspace and key"
     assert not _postgres_on(tmp_path / "dev")
+
+
+async def _monitor_line(proc: asyncio.subprocess.Process) -> str:
+    """The line under the banner that says where the monitor listens."""
+    assert proc.stdout is not None
+    while line := (await asyncio.wait_for(proc.stdout.readline(), 60)).decode():
+        if line.startswith("Monitor: http"):
+            return line
+    raise AssertionError("setu dev exited before printing its monitor's address")
+
+
+async def test_a_restart_of_setu_dev_keeps_the_monitor_signed_in(
+    database_url: str, tmp_path: Path
+) -> None:
+    port, http_port = free_port(), free_port()
+    env = os.environ | {
+        "SETU_DATABASE_URL": database_url,
+        "SETU_HTTP_LISTEN": f"127.0.0.1:{http_port}",
+        "SETU_PAGE_TOKEN_KEY": "",
+    }
+    pages = []
+    async with open_monitor(f"http://127.0.0.1:{http_port}") as monitor:
+        for start in range(2):
+            proc = await asyncio.create_subprocess_exec(
+                *(sys.executable, "-m", "setu_cli.main", "dev", "--no-demo"),
+                *("--data-dir", str(tmp_path / "dev"), "--listen", f"127.0.0.1:{port}"),
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+            try:
+                banner = await _dev_banner(proc)
+                await _monitor_line(proc)
+                if start == 0:
+                    signed = await monitor.sign_in(banner["API key"])
+                    assert signed.status == 303, await signed.text()
+                pages.append((await monitor.page("/runs"))[0])
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                assert await asyncio.wait_for(proc.wait(), 30) == 0
+    saved = tmp_path / "dev" / "credentials.json"
+
+    assert pages == [200, 200], "the second process still accepts the first one's cookie"
+    assert json.loads(saved.read_text())["session_key"]
+    assert saved.stat().st_mode & 0o777 == 0o600
 
 
 def test_a_server_given_an_unusable_setting_says_so_and_exits_1(tmp_path: Path) -> None:

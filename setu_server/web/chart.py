@@ -21,7 +21,14 @@ MAX_RUNS = 2000
 PAGE = 500
 
 WIDTH, HEIGHT = 1100, 170
-LEFT, RIGHT, TOP, BOTTOM = 56, 56, 16, 28
+TOP, BOTTOM = 16, 28
+# The labels' font size (monitor.css: svg.chart .label) and a width per
+# character no digit or letter of a sans-serif face exceeds at that size:
+# the side margins are sized from the labels' own text, so none is clipped.
+LABEL_PX = 11
+CHAR_EM = 0.65
+GAP = 6  # between a label and the plot
+MIN_MARGIN = 24
 
 
 @dataclass(frozen=True)
@@ -63,27 +70,43 @@ def hours(jobs: Iterable[Job], since: datetime) -> list[Hour]:
     return [Hour(since + timedelta(hours=i), runs[i], rows[i], longest[i]) for i in range(HOURS)]
 
 
+def short_count(value: int) -> str:
+    """A count in at most four significant characters: 950, 45.2k, 1.07M."""
+    for unit, size in (("", 1), ("k", 10**3), ("M", 10**6), ("B", 10**9)):
+        shown = float(f"{value / size:.3g}")
+        if shown < 1000:
+            return f"{shown:g}{unit}"
+    return f"{value / 10**12:.3g}T"
+
+
+def label_width(text: str) -> float:
+    """At most how wide `text` draws as a label, in viewBox units."""
+    return len(text) * CHAR_EM * LABEL_PX
+
+
 def svg(day: list[Hour]) -> Markup:
     """The chart as an inline <svg>, with a <title> on every bar and point."""
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    slot = plot_w / max(len(day), 1)
     most_rows = max((h.rows for h in day), default=0) or 1
     most_secs = max((h.longest for h in day), default=0.0) or 1.0
+    rows_label = short_count(most_rows)
+    secs_label = duration(timedelta(seconds=most_secs))
+    left = max(MIN_MARGIN, round(label_width(rows_label) + 2 * GAP))
+    right = max(MIN_MARGIN, round(label_width(secs_label) + 2 * GAP))
+    plot_w, plot_h = WIDTH - left - right, HEIGHT - TOP - BOTTOM
+    slot = plot_w / max(len(day), 1)
     parts = [
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
         f'aria-label="Rows loaded and longest run per hour, last 24 hours" '
         f'xmlns="http://www.w3.org/2000/svg">',
-        f'<line class="axis" x1="{LEFT}" y1="{TOP + plot_h}" x2="{LEFT + plot_w}" '
+        f'<line class="axis" x1="{left}" y1="{TOP + plot_h}" x2="{left + plot_w}" '
         f'y2="{TOP + plot_h}"/>',
-        _label(LEFT - 6, TOP + 10, count(most_rows), "end", "rows"),
-        _label(LEFT - 6, TOP + plot_h, "0", "end", "rows"),
-        _label(
-            LEFT + plot_w + 6, TOP + 10, duration(timedelta(seconds=most_secs)), "start", "secs"
-        ),
+        _label(left - GAP, TOP + 10, rows_label, "end", "rows", f"{count(most_rows)} rows"),
+        _label(left - GAP, TOP + plot_h, "0", "end", "rows"),
+        _label(left + plot_w + GAP, TOP + 10, secs_label, "start", "secs"),
     ]
     points = []
     for i, hour in enumerate(day):
-        x = LEFT + i * slot
+        x = left + i * slot
         bar = plot_h * hour.rows / most_rows
         tip = f"{hour.start:%H}:00Z: {hour.runs} run(s), {count(hour.rows)} rows loaded" + (
             f", longest {duration(timedelta(seconds=hour.longest))}" if hour.longest else ""
@@ -109,8 +132,9 @@ def svg(day: list[Hour]) -> Markup:
     return Markup("".join(parts))
 
 
-def _label(x: float, y: float, text: str, anchor: str, kind: str) -> str:
+def _label(x: float, y: float, text: str, anchor: str, kind: str, tip: str = "") -> str:
+    title = f"<title>{escape(tip)}</title>" if tip else ""
     return (
         f'<text class="label {kind}" x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}">'
-        f"{escape(text)}</text>"
+        f"{title}{escape(text)}</text>"
     )

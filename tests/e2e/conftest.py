@@ -65,6 +65,16 @@ async def client(server: Running, tenant: Tenant) -> AsyncIterator[SetuClient]:
 
 
 @pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    """Debian's Chromium through Playwright (tests/e2e/monitor_helpers.py)."""
+    # Here, not at the top: only the monitor's browser tests pay for Playwright.
+    from tests.e2e.monitor_helpers import launched_chromium
+
+    async with launched_chromium() as launched:
+        yield launched
+
+
+@pytest.fixture
 async def databases(pg_server_url: str) -> AsyncIterator[tuple[str, str]]:
     async with (
         scratch_database(pg_server_url) as source,

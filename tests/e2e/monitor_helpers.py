@@ -1,11 +1,13 @@
-"""Driving the run monitor over plain HTTP in tests: a signed-in session,
-its CSRF token, and a run to look at."""
+"""Driving the run monitor in tests: over plain HTTP (a signed-in session,
+its CSRF token, and a run to look at) and in Debian's Chromium."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import shutil
 import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from playwright.async_api import Browser, Page, async_playwright
 
 from setu_client import SetuClient
 from setu_client._proto.setu.v1 import agents_pb2, agents_pb2_grpc
@@ -115,3 +118,33 @@ async def check_in(port: int, agent_token: str) -> None:
         await agents_pb2_grpc.AgentServiceStub(channel).CheckIn(
             agents_pb2.CheckInRequest(version="test")
         )
+
+
+def chromium() -> str:
+    found = os.environ.get("SETU_TEST_CHROMIUM") or shutil.which("chromium")
+    if not found:
+        raise AssertionError("no chromium: run scripts/ensure_test_tools.sh (make test does)")
+    return found
+
+
+@contextlib.asynccontextmanager
+async def launched_chromium() -> AsyncIterator[Browser]:
+    """The system's Chromium, headless, never a downloaded one (e2e/conftest's `browser`)."""
+    async with async_playwright() as playwright:
+        # Root in CI needs --no-sandbox.
+        launched = await playwright.chromium.launch(
+            executable_path=chromium(), headless=True, args=["--no-sandbox"]
+        )
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+async def browser_sign_in(page: Page, url: str, api_key: str, path: str = "/runs") -> None:
+    """Signs the page in as a person does: opens `path`, is sent to sign in, comes back."""
+    await page.goto(f"{url}{path}")
+    assert "/signin" in page.url
+    await page.fill('input[name="api_key"]', api_key)
+    await page.click('button[type="submit"]')
+    await page.wait_for_url(f"{url}{path}")

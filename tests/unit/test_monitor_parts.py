@@ -12,7 +12,7 @@ import pytest
 from setu_server.config import Settings
 from setu_server.models import Job, JobKind, JobState
 from setu_server.web.actions import _local_path
-from setu_server.web.chart import hours, svg
+from setu_server.web.chart import hours, short_count, svg
 from setu_server.web.listener import split_address
 from setu_server.web.reads import shown_config
 from setu_server.web.session import LIFETIME, SessionSigner
@@ -89,6 +89,14 @@ def test_the_chart_sums_rows_and_keeps_the_longest_run_of_each_hour() -> None:
     assert drawn.count('<rect class="bar"') == 24
     assert drawn.count('<circle class="dot"') == 1
     assert "2 run(s), 120 rows loaded, longest 1 min 30 s" in drawn
+
+
+@pytest.mark.parametrize(
+    ("rows", "shown"),
+    [(0, "0"), (950, "950"), (45_210, "45.2k"), (999_600, "1M"), (1_071_880, "1.07M")],
+)
+def test_the_charts_axis_counts_are_short(rows: int, shown: str) -> None:
+    assert short_count(rows) == shown
 
 
 def test_configs_show_references_by_name_and_never_a_plain_credential() -> None:

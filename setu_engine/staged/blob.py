@@ -17,10 +17,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
-
 from setu_engine.errors import BlobError, BlobNotFound
-from setu_engine.staged.s3 import S3Settings, error_code, error_message, is_not_found, s3_client
+from setu_engine.staged.s3 import (
+    BotoCoreError,
+    ClientError,
+    S3Settings,
+    error_code,
+    error_message,
+    is_not_found,
+    s3_client,
+)
 
 BACKENDS = ("local", "s3")
 # Marks a local put in progress; keys may not contain it, so list never

@@ -1,5 +1,9 @@
 """The one place that builds S3 clients (aiobotocore), and the few object
-operations the blob store and the file provider share."""
+operations the blob store and the file provider share.
+
+aiobotocore (with botocore and aiohttp) is the `s3` extra: an agent that
+stages in a folder and reads no S3 file runs without it, so it is imported
+when a client is built, and the client says which extra is missing."""
 
 from __future__ import annotations
 
@@ -9,15 +13,10 @@ import socket
 from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
-
-from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
-from aiohttp.abc import AbstractResolver, ResolveResult
-from botocore import UNSIGNED  # type: ignore[import-untyped]
-from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 
 from setu_engine.errors import ConfigError
 from setu_engine.support.egress import Egress
@@ -30,6 +29,25 @@ READ_CHUNK = 1024 * 1024
 
 NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 _BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,254}$")
+MISSING_EXTRA = "S3 needs the s3 extra, which this install lacks: pip install 'setu[s3]'"
+
+try:
+    # Re-exported: the blob store and the file provider catch them from here.
+    from botocore.exceptions import (  # type: ignore[import-untyped]
+        BotoCoreError as BotoCoreError,
+    )
+    from botocore.exceptions import (
+        ClientError as ClientError,
+    )
+except ImportError:  # no s3 extra: no client can be built, so nothing raises these
+
+    class BotoCoreError(Exception):  # type: ignore[no-redef]
+        """Stands in for botocore's, which an install without S3 never raises."""
+
+    class ClientError(Exception):  # type: ignore[no-redef]
+        """Stands in for botocore's, which an install without S3 never raises."""
+
+        response: dict[str, Any] = {}
 
 
 @dataclass(frozen=True)
@@ -52,10 +70,17 @@ class S3Settings:
 def s3_client(settings: S3Settings) -> AbstractAsyncContextManager[Any]:
     """An S3 client as an async context manager. Credentials come from the
     settings when given, else (`ambient_credentials`) from botocore's default
-    chain (environment, profile, instance role), else none: unsigned."""
+    chain (environment, profile, instance role), else none: unsigned.
+    Raises ConfigError when the s3 extra is not installed."""
+    try:
+        from aiobotocore.config import AioConfig
+        from aiobotocore.session import get_session
+        from botocore import UNSIGNED  # type: ignore[import-untyped]
+    except ImportError as exc:
+        raise ConfigError(MISSING_EXTRA) from exc
     options: dict[str, Any] = {}
     if settings.egress is not None:
-        options["connector_args"] = {"resolver": _VettedResolver(settings.egress)}
+        options["connector_args"] = {"resolver": _vetted_resolver()(settings.egress)}
     if not settings.ambient_credentials:
         options["ignore_configured_endpoint_urls"] = True
         if not settings.access_key_id:
@@ -93,31 +118,39 @@ async def vet_endpoint(settings: S3Settings) -> None:
     await settings.egress.address(parts.hostname, port, "config.endpoint_url")
 
 
-class _VettedResolver(AbstractResolver):
-    """aiohttp's name lookup through an Egress: the endpoint's host is
-    resolved and checked once, and the socket goes to that address (TLS
-    still verifies the name)."""
+@cache
+def _vetted_resolver() -> type[Any]:
+    """The resolver class, made once when the first vetted client is built
+    (aiohttp comes with the s3 extra)."""
+    from aiohttp.abc import AbstractResolver, ResolveResult
 
-    def __init__(self, egress: Egress) -> None:
-        self._egress = egress
+    class _VettedResolver(AbstractResolver):
+        """aiohttp's name lookup through an Egress: the endpoint's host is
+        resolved and checked once, and the socket goes to that address (TLS
+        still verifies the name)."""
 
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        address = await self._egress.address(host, port, "config.endpoint_url")
-        return [
-            ResolveResult(
-                hostname=host,
-                host=address,
-                port=port,
-                family=socket.AF_INET6 if ":" in address else socket.AF_INET,
-                proto=0,
-                flags=socket.AI_NUMERICHOST,
-            )
-        ]
+        def __init__(self, egress: Egress) -> None:
+            self._egress = egress
 
-    async def close(self) -> None:
-        return None
+        async def resolve(
+            self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+        ) -> list[ResolveResult]:
+            address = await self._egress.address(host, port, "config.endpoint_url")
+            return [
+                ResolveResult(
+                    hostname=host,
+                    host=address,
+                    port=port,
+                    family=socket.AF_INET6 if ":" in address else socket.AF_INET,
+                    proto=0,
+                    flags=socket.AI_NUMERICHOST,
+                )
+            ]
+
+        async def close(self) -> None:
+            return None
+
+    return _VettedResolver
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:

@@ -31,7 +31,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from setu_engine.capabilities import Capabilities
 from setu_engine.errors import ConfigError, ProviderError, TypeNameError, ValueFault
@@ -40,7 +40,6 @@ from setu_engine.planning.destination_plan import SchemaChanges
 from setu_engine.providers.base import Connector
 from setu_engine.providers.files import csv as files_csv
 from setu_engine.providers.files import merge as files_merge
-from setu_engine.providers.files import parquet as files_parquet
 from setu_engine.providers.files.codec import (
     _head,
     _jsonl_rows,
@@ -56,12 +55,23 @@ from setu_engine.providers.files.encode import (
     line_encoder,
 )
 from setu_engine.providers.files.failures import file_error
+from setu_engine.providers.files.parquet_options import (
+    ParquetOptions,
+    require_pyarrow,
+)
+from setu_engine.providers.files.parquet_options import (
+    parse_options as parse_parquet_options,
+)
 from setu_engine.providers.files.storage import _LocalFiles, _S3Files, _Storage
 from setu_engine.staged import s3
 from setu_engine.staged.markers import MARKERS, LoadMarker
 from setu_engine.support.egress import Egress
 from setu_engine.support.secrets import check_reference, is_reference
 from setu_engine.values.types import Batch, Column, Row, Stream, neutral
+
+if TYPE_CHECKING:
+    # Imported where a Parquet file is read or written: pyarrow is the parquet extra.
+    from setu_engine.providers.files import parquet as files_parquet
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet"}
 _S3_KEYS = ("endpoint_url", "region", "access_key_id", "secret_access_key")
@@ -79,7 +89,7 @@ class FileConfig:
     columns: dict[str, dict[str, str]] | None = None
     s3: s3.S3Settings | None = None
     csv: files_csv.CsvOptions = field(default_factory=files_csv.CsvOptions)
-    parquet: files_parquet.ParquetOptions = field(default_factory=files_parquet.ParquetOptions)
+    parquet: ParquetOptions = field(default_factory=ParquetOptions)
 
     def declared(self, stream: str) -> dict[str, str]:
         return (self.columns or {}).get(stream, {})
@@ -116,7 +126,7 @@ def parse_config(config: Any, resolved: bool) -> FileConfig:
         columns=_parse_columns(config.get("columns", {})),
         s3=_parse_s3(config, url.startswith("s3://"), resolved),
         csv=csv_options,
-        parquet=files_parquet.parse_options(config.get("parquet", {})),
+        parquet=parse_parquet_options(config.get("parquet", {})),
     )
 
 
@@ -323,6 +333,9 @@ class FileConnector(Connector):
             names = order + [name for name in declared if name not in values]
             return [Column(n, declared.get(n) or infer_json(values.get(n, []))) for n in names]
         if self.config.format == "parquet":
+            require_pyarrow()
+            from setu_engine.providers.files import parquet as files_parquet
+
             return await files_parquet.parquet_columns(self.storage, ref, source, declared)
         records = files_csv.csv_records(self.storage.chunks(ref), self.config.csv, source)
         return await files_csv.infer(records, self.config.csv, source, declared)
@@ -365,6 +378,9 @@ class FileConnector(Connector):
         of a file being written) a column the new rows lack is an error, as
         the rewrite would drop it."""
         if self.config.format == "parquet":
+            require_pyarrow()
+            from setu_engine.providers.files import parquet as files_parquet
+
             return files_parquet.parquet_rows(self.storage, ref, source, columns, rewrite)
         chunks = self.storage.chunks(ref)
         if self.config.format == "jsonl":
@@ -465,6 +481,9 @@ class FileConnector(Connector):
             await self.storage.copy_to(ref, temp)
         writer: _Writer | files_parquet.ParquetWriter
         if self.config.format == "parquet":
+            require_pyarrow()
+            from setu_engine.providers.files import parquet as files_parquet
+
             writer = await files_parquet.ParquetWriter.open(temp, self.config, columns)
         else:
             writer = await _Writer.open(temp, self.config, columns, header=not copied)

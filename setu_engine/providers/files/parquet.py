@@ -40,19 +40,18 @@ import io
 import json
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
-from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
-from setu_engine.errors import ConfigError, PermanentError, SqlTypeError, ValueFault
+from setu_engine.errors import PermanentError, SqlTypeError, ValueFault
 from setu_engine.providers.files import arrays as pgarrays
 from setu_engine.providers.files.codec import _dropped, _Source, to_json
 from setu_engine.providers.files.failures import file_error
+from setu_engine.providers.files.parquet_options import ParquetOptions
 from setu_engine.providers.files.s3_ranges import S3RangeFile
 from setu_engine.providers.files.storage import (
     _LocalFiles,
@@ -60,41 +59,17 @@ from setu_engine.providers.files.storage import (
     _S3Files,
     _Storage,
 )
+from setu_engine.staged.s3 import BotoCoreError, ClientError
 from setu_engine.values import sqltypes
 from setu_engine.values.special import JSON_NULL, shortest_real
 from setu_engine.values.types import Column, Row
 
 SQL_TYPE_KEY = b"setu.sql_type"
-COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "brotli", "none")
-OPTIONS = ("compression", "row_group_rows")
 # A bare numeric's decimal: 29 digits before the point, 9 after.
 BARE_NUMERIC = (38, 9)
 READ_ROWS = 10_000
 
 # ---------------------------------------------------------------- options
-
-
-@dataclass(frozen=True)
-class ParquetOptions:
-    compression: str = "zstd"
-    row_group_rows: int = 100_000
-
-
-def parse_options(options: Any) -> ParquetOptions:
-    """config.parquet's meaning; raises ConfigError naming the key at fault."""
-    if not isinstance(options, dict):
-        raise ConfigError(f"config.parquet must be an object with any of {', '.join(OPTIONS)}")
-    if extra := sorted(set(options) - set(OPTIONS)):
-        raise ConfigError(
-            f"config.parquet.{extra[0]} is not a Parquet option; use {', '.join(OPTIONS)}"
-        )
-    compression = options.get("compression", "zstd")
-    if compression not in COMPRESSIONS:
-        raise ConfigError(f"config.parquet.compression must be one of {', '.join(COMPRESSIONS)}")
-    rows = options.get("row_group_rows", 100_000)
-    if isinstance(rows, bool) or not isinstance(rows, int) or not 1 <= rows <= 10_000_000:
-        raise ConfigError("config.parquet.row_group_rows must be a number from 1 to 10000000")
-    return ParquetOptions(compression, rows)
 
 
 class _Configured(Protocol):

@@ -19,11 +19,10 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO, Protocol
 
-from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
-
 from setu_engine.errors import ConfigError, PermanentError, ProviderError
 from setu_engine.providers.files.failures import file_error, s3_error
 from setu_engine.staged import s3
+from setu_engine.staged.s3 import BotoCoreError, ClientError
 
 READ_HINT = 1024 * 1024
 

@@ -403,10 +403,13 @@ class SetuClient:
             error = self._translate(exc, job_id)
             # WaitJob's contract gives these codes one meaning each, reason or not.
             if isinstance(error, NotFound) and not isinstance(error, JobNotFound):
-                raise JobNotFound(error.message, job_id=job_id) from exc
-            if isinstance(error, FailedPrecondition) and not isinstance(error, JobNotStarted):
-                raise JobNotStarted(error.message, job_id=job_id) from exc
-            raise error from exc
+                error = JobNotFound(error.message, job_id=job_id)
+            elif isinstance(error, FailedPrecondition) and not isinstance(error, JobNotStarted):
+                error = JobNotStarted(error.message, job_id=job_id)
+            error.rpc_error = exc
+            # grpc's error adds nothing a reader needs chained under ours;
+            # it stays at hand as error.rpc_error (errors.py).
+            raise error from None
         except asyncio.CancelledError:
             if self._closed:  # grpc cancels the calls of a channel being closed
                 raise ClientClosed("the client was closed during the call") from None
@@ -476,7 +479,7 @@ class SetuClient:
             except grpc.aio.AioRpcError as exc:
                 error = self._translate(exc, job_id)
                 if self._closed:
-                    raise error from exc
+                    raise error from None
                 held = loop.time() - sent
                 if isinstance(error, DeadlineExceeded) and loop.time() - opened >= window - 1.5:
                     # Our own deadline: the window ended with nothing new.
@@ -487,7 +490,7 @@ class SetuClient:
                     backoff.reset()
                     continue
                 if error.code not in _TRANSIENT:
-                    raise error from exc
+                    raise error from None  # grpc's error is error.rpc_error
                 movable = isinstance(error, ServerClosing) and moves < self._replicas.count
                 if movable and self._shed(index, channel):
                     moves += 1
@@ -529,7 +532,8 @@ class SetuClient:
         try:
             return await method(request, timeout=timeout or self._call_timeout)
         except grpc.aio.AioRpcError as exc:
-            raise self._translate(exc, job_id) from exc
+            # Not chained: grpc's error repeats ours; it is error.rpc_error.
+            raise self._translate(exc, job_id) from None
         except asyncio.CancelledError:
             if self._closed:
                 raise ClientClosed("the client was closed during the call") from None

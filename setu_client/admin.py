@@ -86,7 +86,7 @@ class AdminClient:
         try:
             return await method(request, timeout=self._call_timeout)
         except grpc.aio.AioRpcError as exc:
-            raise from_rpc_error(exc) from exc
+            raise from_rpc_error(exc) from None  # grpc's error is its .rpc_error
 
     # -- workspaces
 

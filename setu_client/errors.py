@@ -24,7 +24,11 @@ class SetuError(Exception):
 
     `status` is the gRPC status code the call ended with, `message` the
     server's explanation, and `reason` (class-wide) the finer cause sent
-    when one code covers several.
+    when one code covers several. `rpc_error` is the failed call as grpc
+    reported it (its code, details, trailing metadata and debug string),
+    None for an error the SDK raised itself. The SDK raises these without
+    grpc's error chained under them: it would repeat the message in a
+    traceback twice as long.
     """
 
     code: ClassVar[grpc.StatusCode] = grpc.StatusCode.UNKNOWN
@@ -33,6 +37,7 @@ class SetuError(Exception):
     def __init__(self, message: str = "") -> None:
         super().__init__(message)
         self.message = message
+        self.rpc_error: grpc.aio.AioRpcError | grpc.RpcError | None = None
 
     @property
     def status(self) -> grpc.StatusCode:
@@ -195,4 +200,6 @@ def from_rpc_error(error: grpc.aio.AioRpcError | grpc.RpcError) -> SetuError:
     for key, value in metadata or ():  # type: ignore[misc]  # stubs mistype the pairs
         if isinstance(value, str):
             trailers[key] = value
-    return from_status(code, details or "", trailers)
+    translated = from_status(code, details or "", trailers)
+    translated.rpc_error = error
+    return translated

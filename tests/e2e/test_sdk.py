@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sqlite3
+import traceback
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,6 +16,7 @@ import grpc
 import pytest
 
 from setu_client import (
+    AlreadyExists,
     ClientClosed,
     FakeClock,
     JobNotFound,
@@ -165,3 +167,22 @@ async def test_a_run_on_the_shipped_test_server_reads_back_as_public_values(
     assert job.version == outcome.version
     assert not_started.value.job_id == ready.id and not_found.value.job_id == ready.id
     assert not_found.value.status is grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_refused_call_raises_its_error_alone_with_the_grpc_status_kept(
+    client: SetuClient, tmp_path: Path
+) -> None:
+    config = {"path": str(tmp_path / "a.db"), "create": True}
+    await client.create_connection("twice", "sqlite", config)
+    with pytest.raises(AlreadyExists) as refused:
+        await client.create_connection("twice", "sqlite", config)
+    error = refused.value
+    shown = "".join(traceback.format_exception(error))
+    # No grpc error chained under it: the message is the server's, once.
+    assert error.__cause__ is None and error.__suppress_context__
+    assert "AioRpcError" not in shown and "direct cause" not in shown
+    assert shown.count("already exists") == 1, shown
+    # What grpc said stays at hand.
+    assert error.rpc_error is not None
+    assert error.rpc_error.code() is grpc.StatusCode.ALREADY_EXISTS
+    assert error.rpc_error.details() == error.message

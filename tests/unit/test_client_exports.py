@@ -82,7 +82,7 @@ def test_every_public_name_comes_from_its_module_not_a_stray_import() -> None:
     module_attrs = {n for n in vars(setu_client) if not n.startswith("_")}
     submodules = {
         *("admin", "channel", "clock", "diagnose", "errors", "logs"),
-        *("long_poll", "messages", "replicas", "tls"),
+        *("long_poll", "messages", "replicas", "tls", "version"),
     }
     assert module_attrs - submodules == set(PUBLIC)
 

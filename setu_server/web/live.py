@@ -4,7 +4,10 @@ A run page's stream follows the job through the watch hub (JobService.watch,
 the same path as WatchJob): every new snapshot sends the run's header,
 progress and outputs re-rendered, and the timeline's new events. Events can
 land without a new snapshot, so a quiet stream re-reads them at each
-keep-alive. The runs list's stream re-reads its first page every few
+keep-alive. Every run stream ends with an `end` event once the job is
+over, also when it was over before the stream opened (the page of a finished
+run): then it sends only what the page lacks, and the page does not
+reconnect. The runs list's stream re-reads its first page every few
 seconds and sends it when it changed. Each message's id lets a reconnecting
 EventSource resume where it stopped (Last-Event-ID)."""
 
@@ -80,7 +83,18 @@ async def run_stream(request: web.Request) -> web.StreamResponse:
                     job = await asyncio.wait_for(snapshots.get(), KEEPALIVE_SECONDS)
                 except TimeoutError:
                     job = await deps.jobs.get(workspace, job_id)
-                if job is None:  # the hub closed: this server is stopping
+                if job is None:
+                    # The watch ended with nothing newer than `version`: the
+                    # job was over when the page drew it, or this server is
+                    # stopping (then the page reconnects, to a successor or
+                    # another replica).
+                    job = await deps.jobs.get(workspace, job_id)
+                    if not job.state.terminal:
+                        break
+                    after = await _send_run(
+                        response, deps, workspace, job, after, known, shown=version
+                    )
+                    await send(response, "end", {"state": job.state.value})
                     break
                 after = await _send_run(response, deps, workspace, job, after, known)
                 if job.state.terminal:
@@ -120,11 +134,15 @@ async def _send_run(
     job: Job,
     after: int,
     known: reads.Names,
+    shown: int = -1,
 ) -> int:
     """One message with the run as `job` shows it and the events after
-    `after`; answers the last event sequence sent."""
+    `after`; answers the last event sequence sent. Nothing is sent when the
+    page already shows version `shown` of the job and no event is new."""
     job, outputs = await deps.jobs.outputs(workspace, job.id)
     events, _ = await deps.jobs.events(workspace, job.id, after, reads.EVENTS_PAGE, "")
+    if not events and job.version <= shown:
+        return after
     view = reads.view_of(job, outputs, events, known, deps.clock.now())
     last = view.last_sequence or after
     await send(
@@ -145,14 +163,21 @@ async def _send_run(
 
 async def runs_stream(request: web.Request) -> web.StreamResponse:
     deps, workspace = deps_of(request), session_of(request).workspace_id
-    where = reads.job_filter(request.query.get("state", ""), request.query.get("pipeline", ""))
+    query = request.query
+    where = reads.job_filter(
+        query.get("state", ""),
+        query.get("pipeline", ""),
+        query.get("kind", ""),
+        query.get("connection", ""),
+    )
+    rows_template = "_op_rows.html" if where.kinds == reads.OPERATIONS else "_run_rows.html"
     response = await open_stream(request)
     sent = ""
     known = await reads.names(deps, workspace)
     with contextlib.suppress(ConnectionResetError):  # the reader went away
         for tick in itertools.count(1):
             rows, _ = await reads.run_rows(deps, workspace, where, "", known)
-            html = fragment("_run_rows.html", {"rows": rows})
+            html = fragment(rows_template, {"rows": rows})
             if html != sent:
                 await send(response, "rows", {"html": html})
                 sent = html

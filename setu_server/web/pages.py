@@ -45,31 +45,50 @@ async def home(request: web.Request) -> web.Response:
 
 
 async def runs_page(request: web.Request) -> web.Response:
+    """Runs, or with `?kind=ops` the connection operations (tests,
+    discovers, previews): two lists, each filtered and paged on its own."""
     deps, workspace = deps_of(request), session_of(request).workspace_id
+    ops = request.query.get("kind", "") == "ops"
     state = request.query.get("state", "")
-    pipeline = request.query.get("pipeline", "")
+    pipeline = "" if ops else request.query.get("pipeline", "")
+    connection = request.query.get("connection", "") if ops else ""
     page = request.query.get("page", "")
     known = await reads.names(deps, workspace)
-    rows, next_page = await reads.run_rows(
-        deps, workspace, reads.job_filter(state, pipeline), page, known
-    )
-    day, partial = await chart.last_day(deps, workspace)
-    filters = {k: v for k, v in (("state", state), ("pipeline", pipeline)) if v}
+    where = reads.job_filter(state, pipeline, "ops" if ops else "", connection)
+    rows, next_page = await reads.run_rows(deps, workspace, where, page, known)
+    shown_chart: str = ""
+    partial = False
+    if not ops:  # what a connection operation moves is no run's rows
+        day, partial = await chart.last_day(deps, workspace)
+        shown_chart = chart.svg(day)
+    filters = {
+        k: v
+        for k, v in (
+            ("kind", "ops" if ops else ""),
+            ("state", state),
+            ("pipeline", pipeline),
+            ("connection", connection),
+        )
+        if v
+    }
     return render(
         "runs.html",
         base(
             request,
             "runs",
-            title="Runs",
+            title="Connection operations" if ops else "Runs",
+            ops=ops,
             rows=rows,
             next_page=next_page,
             first_page=not page,
             state=state,
             pipeline=pipeline,
+            connection=connection,
             states=[s.value for s in JobState],
             pipelines=sorted(known.pipelines.values(), key=lambda p: p.name),
+            connections=sorted(known.connections.values(), key=lambda c: c.name),
             query=filters,
-            chart=chart.svg(day),
+            chart=shown_chart,
             chart_partial=partial,
         ),
     )

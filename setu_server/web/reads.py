@@ -32,6 +32,9 @@ NAMES_LIMIT = 500
 RUNS_PAGE = 25
 EVENTS_PAGE = 1000
 ACTIVE = frozenset({JobState.PENDING, JobState.RUNNING})
+# The runs list shows runs; `?kind=ops` shows the connection operations apart.
+RUNS = frozenset({JobKind.RUN})
+OPERATIONS = frozenset(JobKind) - RUNS
 # Keys whose plain (unreferenced) values a page never shows.
 SENSITIVE_KEYS = ("password", "secret", "token", "key", "credential")
 
@@ -96,10 +99,12 @@ class RunRow:
 
 def run_row(job: Job, known: Names, now: datetime) -> RunRow:
     extract, load = stage_runtimes(job)
+    # A connection operation runs where its connection is placed.
+    on = known.connections.get(job.connection_id) if job.connection_id else None
     return RunRow(
         job=job,
         what=known.pipeline(job),
-        extract=known.runtime(extract),
+        extract=known.placement(on) if on and not extract else known.runtime(extract),
         load=known.runtime(load),
         duration=run_duration(job, now),
     )
@@ -120,13 +125,18 @@ def run_duration(job: Job, now: datetime) -> timedelta | None:
     return (job.finished_at or now) - job.started_at
 
 
-def job_filter(state: str, pipeline: str) -> JobFilter:
-    """The runs list's filter from its query string; unknown values filter nothing."""
+def job_filter(state: str, pipeline: str, kind: str = "", connection: str = "") -> JobFilter:
+    """The runs list's filter from its query string: runs, or with kind
+    "ops" the connection operations (tests, discovers, previews); unknown
+    values filter nothing."""
     try:
         states = frozenset({JobState(state)}) if state else frozenset()
     except ValueError:
         states = frozenset()
-    return JobFilter(states=states, pipeline_id=_uuid(pipeline) if pipeline else None)
+    if kind == "ops":  # an operation has no pipeline
+        connection_id = _uuid(connection) if connection else None
+        return JobFilter(states=states, kinds=OPERATIONS, connection_id=connection_id)
+    return JobFilter(states=states, kinds=RUNS, pipeline_id=_uuid(pipeline) if pipeline else None)
 
 
 async def run_rows(

@@ -12,12 +12,14 @@ import sqlite3
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 import pytest
 from markupsafe import escape
 
 from setu_client import JobState, SetuClient
+from setu_client.errors import SetuError
 from setu_server.models import Job, JobKind, JobOutput
 from setu_server.models import JobState as ServerJobState
 from setu_server.server import Running
@@ -25,7 +27,7 @@ from setu_server.web import live, reads
 from setu_server.web.render import fragment
 from tests.databases import postgres_config, scratch_database
 from tests.e2e.monitor_helpers import check_in, make_copy, open_monitor, signed_in
-from tests.factories import Tenant
+from tests.factories import Tenant, make_job
 from tests.servers import in_process
 
 # Generous: only a broken stream ever reaches it.
@@ -194,6 +196,64 @@ async def test_the_runs_list_filters_pages_and_follows_new_runs(
     assert '<svg class="chart"' in everything and "<svg" not in page_two
 
 
+async def test_runs_and_connection_operations_are_separate_lists(
+    server: Running, client: SetuClient, tenant: Tenant, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    # Operations made between the runs, so each list pages past the other's rows.
+    copy = await make_copy(client, tmp_path)
+    runs, bare = [], []
+    for i in range(26):
+        runs.append((await client.submit_run(copy.pipeline_id, start=False)).id)
+        kind = (JobKind.TEST, JobKind.DISCOVER, JobKind.PREVIEW)[i % 3]
+        bare.append(str((await make_job(pool, tenant.workspace_id, kind=kind)).id))
+        if i == 12:
+            await client.test_connection(copy.source_id)
+            await client.discover_streams(copy.source_id)
+            with pytest.raises(SetuError, match="itmes"):  # a typo
+                await client.preview_stream(copy.source_id, "itmes")
+    operations = {j.id async for j in client.list_jobs()} - set(runs)
+    real = operations - set(bare)
+    async with signed_in(server.http_url, tenant.api_key) as monitor:
+        _, runs_page = await monitor.page("/runs")
+        _, runs_two = await monitor.page(html.unescape(older(runs_page)))
+        _, ops_page = await monitor.page("/runs?kind=ops")
+        ops_next = html.unescape(older(ops_page))
+        _, ops_two = await monitor.page(ops_next)
+        _, failed = await monitor.page("/runs?kind=ops&state=failed")
+        _, of_source = await monitor.page(f"/runs?kind=ops&connection={copy.source_id}")
+        token = parse_qs(urlsplit(ops_next).query)["page"][0]
+        crossed, refusal = await monitor.page(f"/runs?page={token}")
+        async with asyncio.timeout(STREAM_DEADLINE):
+            runs_live = monitor.stream("/runs/live")
+            _, runs_streamed = await anext(runs_live)
+            await runs_live.aclose()
+            ops_live = monitor.stream("/runs/live?kind=ops")
+            _, ops_streamed = await anext(ops_live)
+            await ops_live.aclose()
+
+    rows = lambda text: set(re.findall(r'<tr data-job="([^"]+)"', text))  # noqa: E731
+    assert len(real) == 3 and len(operations) == 29
+    assert len(rows(runs_page)) == 25 and rows(runs_page) | rows(runs_two) == set(runs)
+    assert len(rows(ops_page)) == 25 and rows(ops_page) | rows(ops_two) == operations
+    assert not rows(ops_page) & rows(ops_two)
+    assert "kind=ops" in ops_next and '<svg class="chart"' not in ops_page
+    assert rows(runs_streamed["html"]) == rows(runs_page)
+    assert rows(ops_streamed["html"]) == rows(ops_page)
+    assert 'aria-current="page">Connection operations</a>' in ops_page
+    assert 'aria-current="page">Runs</a>' in runs_page
+    (typo,) = rows(failed)
+    assert typo in real and "itmes" in failed.split(f'data-job="{typo}"')[1]
+    assert rows(of_source) == real and "test of copy-src" in of_source
+    assert crossed == 400 and "issued for different filters" in refusal
+
+
+def older(page: str) -> str:
+    """The page's link to its next (older) page."""
+    found = re.search(r'rel="next" href="([^"]+)"', page)
+    assert found, page
+    return found.group(1)
+
+
 async def test_pipelines_run_now_and_show_their_last_run(
     server: Running, client: SetuClient, tenant: Tenant, tmp_path: Path
 ) -> None:
@@ -279,6 +339,32 @@ async def test_a_run_finished_through_another_replica_reaches_this_ones_stream(
     assert seen[-1] == ("end", {"state": "succeeded"})
     assert seen[-2][1]["state"] == "succeeded"
     assert "Loaded 7 of 7 rows" in "".join(data.get("events", "") for _, data in seen)
+
+
+async def test_the_stream_of_a_run_that_is_over_sends_what_is_new_then_ends(
+    server: Running, client: SetuClient, tenant: Tenant, tmp_path: Path
+) -> None:
+    # The page of a finished run streams from the version it drew: the
+    # stream has nothing to send but its end, and closes.
+    copy = await make_copy(client, tmp_path)
+    job = await client.submit_run(copy.pipeline_id)
+    done = await client.wait_for_job(job.id)
+    async with signed_in(server.http_url, tenant.api_key) as monitor:
+        _, page = await monitor.page(f"/runs/{job.id}")
+        drawn = re.search(r'<article class="run" id="run"[^>]* data-live="([^"]+)"', page)
+        assert drawn, page
+        async with asyncio.timeout(STREAM_DEADLINE):  # a stream that never closes fails here
+            as_drawn = [m async for m in monitor.stream(html.unescape(drawn.group(1)))]
+            behind = [
+                m
+                async for m in monitor.stream(f"/runs/{job.id}/live?version={done.version}&after=0")
+            ]
+
+    assert done.state is JobState.SUCCEEDED, done.error_message
+    assert as_drawn == [("end", {"state": "succeeded"})]
+    # A page that has the version but not the events gets the events, then the end.
+    assert [event for event, _ in behind] == ["run", "end"]
+    assert "Loaded 7 of 7 rows" in behind[0][1]["events"]
 
 
 async def test_a_failed_run_shows_its_error_and_offers_no_cancel(

@@ -8,12 +8,13 @@ people to look at. The browser is installed by scripts/ensure_test_tools.sh
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Page, Route, async_playwright
 
 from setu_client import JobState, SetuClient
 from setu_server.server import Running
@@ -116,3 +117,89 @@ async def test_a_run_succeeds_live_and_another_is_cancelled_from_the_page(
     assert after > before, (before, after)
     assert seen["eventCounts"][-1] == after
     assert cancelled.state is JobState.CANCELLED
+
+
+def live_requests(page: Page, job_id: str) -> list[str]:
+    """The URLs of the run's stream the page requests, as it requests them."""
+    seen: list[str] = []
+    page.on("request", lambda r: seen.append(r.url) if f"/runs/{job_id}/live" in r.url else None)
+    return seen
+
+
+async def test_a_finished_runs_page_settles_without_asking_again(
+    server: Running, client: SetuClient, tenant: Tenant, tmp_path: Path, browser: Browser
+) -> None:
+    copy = await make_copy(client, tmp_path)
+    job = await client.submit_run(copy.pipeline_id)
+    done = await client.wait_for_job(job.id)
+    page = await browser.new_page()
+    await sign_in(page, server.http_url, tenant.api_key)
+    asked = live_requests(page, job.id)
+
+    await page.goto(f"{server.http_url}/runs/{job.id}")
+    # The page closed the stream for good: after the server's `end` (not
+    # after a stream that dropped without one).
+    await page.wait_for_selector("#run[data-stream]", timeout=WAIT_MS)
+    how = await page.locator("#run").get_attribute("data-stream")
+    status = await page.locator("#live-status").text_content()
+    text = await page.locator("#run").inner_text()
+
+    assert done.state is JobState.SUCCEEDED, done.error_message
+    assert await page.locator("#run-header .state-succeeded").count() == 1
+    assert how == "ended" and status == "ended" and "reconnecting" not in text
+    assert len(asked) == 1, asked
+
+
+async def test_a_finished_runs_stream_that_drops_is_not_reopened(
+    server: Running, client: SetuClient, tenant: Tenant, tmp_path: Path, browser: Browser
+) -> None:
+    # A stream that closes with no `end` (a server stopping, a proxy's cut):
+    # the run is over, so the page has nothing to ask for again.
+    copy = await make_copy(client, tmp_path)
+    job = await client.submit_run(copy.pipeline_id)
+    await client.wait_for_job(job.id)
+    page = await browser.new_page()
+    await sign_in(page, server.http_url, tenant.api_key)
+    asked = live_requests(page, job.id)
+    # retry: 50 ms, so a page that did reconnect would do it at once.
+    await page.route(
+        re.compile(r"/runs/[^/]+/live"),
+        lambda route: route.fulfill(
+            status=200, headers={"Content-Type": "text/event-stream"}, body="retry: 50\n\n"
+        ),
+    )
+
+    await page.goto(f"{server.http_url}/runs/{job.id}")
+    await page.wait_for_selector('#run[data-stream="closed"]', timeout=WAIT_MS)
+    text = await page.locator("#run").inner_text()
+
+    assert await page.locator("#live-status").text_content() == "ended"
+    assert "reconnecting" not in text
+    assert len(asked) == 1, asked
+
+
+async def test_a_running_runs_stream_reconnects_after_a_network_error(
+    server: Running, client: SetuClient, tenant: Tenant, tmp_path: Path, browser: Browser
+) -> None:
+    copy = await make_copy(client, tmp_path)
+    ready = await client.submit_run(copy.pipeline_id, start=False)
+    page = await browser.new_page()
+    await sign_in(page, server.http_url, tenant.api_key)
+    asked = live_requests(page, ready.id)
+    cut: list[str] = []
+
+    async def cut_the_first(route: Route) -> None:
+        if not cut:
+            cut.append(route.request.url)
+            await route.abort("connectionreset")
+        else:
+            await route.continue_()
+
+    await page.route(re.compile(r"/runs/[^/]+/live"), cut_the_first)
+    await page.goto(f"{server.http_url}/runs/{ready.id}")
+    await page.locator("#live-status", has_text="live").wait_for(timeout=WAIT_MS)
+    await client.start_job(ready.id)
+    await page.wait_for_selector('#run[data-stream="ended"]', timeout=WAIT_MS)
+
+    assert len(cut) == 1 and len(asked) == 2, asked
+    assert await page.locator("#run-header .state-succeeded").count() == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Protocol
@@ -179,7 +180,7 @@ class JobService:
     async def list_jobs(
         self, workspace_id: UUID, where: JobFilter, page_size: int, page_token: str
     ) -> tuple[list[Job], str]:
-        query = repr((workspace_id, where))
+        query = listing_query(workspace_id, where)
         position = paging.decode(page_token, query)
         after = None
         if position is not None:
@@ -211,3 +212,15 @@ class JobService:
     async def outputs(self, workspace_id: UUID, job_id: UUID) -> tuple[Job, list[JobOutput]]:
         job = await self.get(workspace_id, job_id)
         return job, await jobs.job_outputs(self._pool, job_id)
+
+
+def listing_query(workspace_id: UUID, where: JobFilter) -> str:
+    """The listing a page token is bound to, spelled alike in every process:
+    a frozenset's order follows string hashes, which differ from process to
+    process, so a token of a list of several kinds or states made by one
+    replica would read as "issued for different filters" on another."""
+    spelled = [
+        sorted(str(v) for v in value) if isinstance(value, frozenset) else value
+        for value in (getattr(where, f.name) for f in dataclasses.fields(where))
+    ]
+    return repr((workspace_id, spelled))

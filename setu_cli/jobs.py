@@ -4,7 +4,9 @@ and inspect jobs. Their exit codes say how the job ended (session.py)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import json
 import sys
 
 from setu_cli.command_set import CommandSet
@@ -29,7 +31,7 @@ from setu_cli.session import (
     CliError,
     Session,
 )
-from setu_client import Job, JobNotStarted, JobState, SetuClient
+from setu_client import Job, JobEvent, JobKind, JobNotStarted, JobState, SetuClient
 
 # ---------------------------------------------------------------- runs and jobs
 
@@ -104,17 +106,28 @@ async def jobs_start(client: SetuClient, args: argparse.Namespace, _: Session) -
 async def jobs_wait(client: SetuClient, args: argparse.Namespace, session: Session) -> int:
     await client.get_job(args.id)  # reached (and known) before the wait rides outages
     session.watching = args.id
-    # On timeout _report_end shows the state the job is still in, and exits 4.
-    with contextlib.suppress(TimeoutError):
-        try:
-            await client.wait_for_job(args.id, timeout=args.timeout)
-        except JobNotStarted:
-            raise CliError(
-                f"job {args.id} is READY and would never end: start it with "
-                f"`setu jobs start {args.id}`"
-            ) from None
+    timed_out = False
+    try:
+        await client.wait_for_job(args.id, timeout=args.timeout)
+    except TimeoutError:
+        timed_out = True
+    except JobNotStarted:
+        raise CliError(
+            f"job {args.id} is READY and would never end: start it with `setu jobs start {args.id}`"
+        ) from None
     session.watching = ""
-    return await _report_end(client, await client.get_job(args.id), args)
+    job = await client.get_job(args.id)
+    if timed_out and not job.terminal:
+        # On stderr, so --json's stdout stays one document; exit 4 says it too.
+        print(
+            f"timed out after {args.timeout:g} s: job {job.id} is still {job_state(job)} "
+            f"and carries on (`setu jobs wait {job.id}` waits again, "
+            f"`setu jobs cancel {job.id}` stops it)",
+            file=sys.stderr,
+            flush=True,
+        )
+    # _report_end shows the state the job is in; still running, it exits 4.
+    return await _report_end(client, job, args)
 
 
 async def jobs_watch(client: SetuClient, args: argparse.Namespace, session: Session) -> int:
@@ -131,7 +144,60 @@ async def jobs_cancel(client: SetuClient, args: argparse.Namespace, _: Session) 
     return 0
 
 
-async def jobs_events(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+# How often `jobs events --follow` reads the timeline when the job's
+# snapshot has not changed: an event need not bump the job's version.
+FOLLOW_POLL_SECONDS = 2.0
+
+
+def _event_line(e: JobEvent) -> str:
+    return f"{when(e.created_at)}  {enum_name(e.level):<5}  {e.stream or '-'}  {e.message}"
+
+
+async def _follow_events(client: SetuClient, args: argparse.Namespace, session: Session) -> int:
+    """The timeline as it grows, until the job ends: each event once, read
+    with ListJobEvents' cursor whenever WatchJob says the job changed (and
+    every FOLLOW_POLL_SECONDS); exits as the job ended. --json prints one
+    JSON object a line."""
+    await client.get_job(args.id)  # reached (and known) before the watch rides outages
+    session.watching = args.id
+    changed = asyncio.Event()
+    ended: list[Job] = []
+
+    async def watch() -> None:
+        async for snapshot in client.watch_job(args.id):
+            if snapshot.terminal:
+                ended.append(snapshot)
+            changed.set()
+
+    watcher = asyncio.create_task(watch())
+    after = 0
+    try:
+        while True:
+            # Seen before reading: the ending's events are committed with
+            # the state that ended it, so this read has them all.
+            over = bool(ended)
+            async for event in client.job_events(args.id, after_sequence=after):
+                after = event.sequence
+                print(json.dumps(as_dict(event)) if args.json else _event_line(event), flush=True)
+            if over:
+                break
+            if watcher.done():
+                watcher.result()  # its error, if it failed
+                continue  # it saw the end: one more read
+            changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), FOLLOW_POLL_SECONDS)
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    session.watching = ""
+    return _EXIT_BY_STATE.get(ended[0].state, EXIT_STILL_RUNNING)
+
+
+async def jobs_events(client: SetuClient, args: argparse.Namespace, session: Session) -> int:
+    if args.follow:
+        return await _follow_events(client, args, session)
     events = [e async for e in client.job_events(args.id)]
     rows = [
         (
@@ -158,9 +224,12 @@ async def jobs_outputs(client: SetuClient, args: argparse.Namespace, _: Session)
 async def jobs_list(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
     pipeline_id = (await pipeline_ref(client, args.pipeline)).id if args.pipeline else ""
     states = [JobState[s.upper()] for s in args.state]
+    # Runs unless asked: a connection's tests, previews and discovers are
+    # jobs too, and would crowd the runs out of the list.
+    kinds = [] if "all" in args.kind else [JobKind[k.upper()] for k in args.kind or ["run"]]
     found: list[Job] = []
     listing = client.list_jobs(
-        states=states, pipeline_id=pipeline_id, page_size=min(args.limit, 500)
+        states=states, kinds=kinds, pipeline_id=pipeline_id, page_size=min(args.limit, 500)
     )
     async for job in listing:
         found.append(job)
@@ -179,12 +248,13 @@ async def jobs_list(client: SetuClient, args: argparse.Namespace, _: Session) ->
         )
         for j in found
     ]
-    headers = ("ID", "STATE", "KIND", "PHASE", "EXTRACTED", "LOADED", "CREATED", "FINISHED")
+    headers = ("ID", "STATE", "KIND", "PHASE", "ON", "EXTRACTED", "LOADED", "CREATED", "FINISHED")
     emit(args, {"jobs": [as_dict(j) for j in found]}, table(headers, rows) if rows else "no jobs")
     return 0
 
 
 _STATES = ("ready", "pending", "running", "succeeded", "failed", "cancelled")
+_KINDS = ("run", "test", "discover", "preview", "all")
 
 
 def register(commands: CommandSet) -> None:
@@ -213,9 +283,23 @@ def register(commands: CommandSet) -> None:
     leaves.add("cancel", jobs_cancel, "ask a job to stop (a no-op once ended)", "ID").add_argument(
         "--reason", default="", help="recorded in the job's events"
     )
-    leaves.add("events", jobs_events, "a job's timeline", "ID")
+    leaves.add("events", jobs_events, "a job's timeline", "ID", **codes).add_argument(
+        "--follow",
+        action="store_true",
+        help="print new events as they come until the job ends, and exit as it ended "
+        "(with --json: one JSON object a line)",
+    )
     leaves.add("outputs", jobs_outputs, "a job's rows per stream", "ID")
-    listing = leaves.add("list", jobs_list, "recent jobs, newest first")
+    listing = leaves.add("list", jobs_list, "recent runs (or other jobs: --kind), newest first")
+    listing.add_argument(
+        "--kind",
+        nargs="+",
+        action="extend",
+        default=[],
+        choices=_KINDS,
+        metavar="K",
+        help=f"only jobs of these kinds: {', '.join(_KINDS)} (default run; all: every kind)",
+    )
     listing.add_argument(
         "--state",
         nargs="+",

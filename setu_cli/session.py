@@ -35,7 +35,7 @@ EXIT_CODES_HELP = """exit codes:
   1  the job failed (connections test: the test ran and failed)
   2  the command itself failed (bad input, refused call, server unreachable)
   3  the job was cancelled
-  4  (jobs wait --timeout) the job had not ended in time
+  4  (jobs wait --timeout) timed out: the job had not ended in time, and carries on
   130  interrupted (Ctrl-C): the job keeps running; `setu jobs cancel ID` stops it"""
 
 # A person at a prompt waits less than a program: 5 s of retries where the
@@ -126,9 +126,21 @@ def server_options(credential: Credential = "api_key") -> argparse.ArgumentParse
     return common
 
 
+DEFAULT_SERVER = "127.0.0.1:50051"
+
+
+def server_source(args: argparse.Namespace) -> str:
+    """Where the address a command dials came from, for an error that says
+    it could not reach it: the flag, SETU_SERVER, or the default."""
+    if hasattr(args, "server"):
+        return "--server"
+    return "SETU_SERVER" if os.environ.get("SETU_SERVER") else "the default"
+
+
 def fill_defaults(args: argparse.Namespace, credential: Credential) -> None:
     """The options no level of the command line gave, from the environment."""
-    defaults: dict[str, Any] = {"server": os.environ.get("SETU_SERVER", "127.0.0.1:50051")}
+    args.server_source = server_source(args)
+    defaults: dict[str, Any] = {"server": os.environ.get("SETU_SERVER") or DEFAULT_SERVER}
     if credential == "api_key":
         defaults |= {"api_key": os.environ.get("SETU_API_KEY", ""), **tls_defaults()}
         defaults["json"] = False
@@ -145,13 +157,33 @@ def fill_defaults(args: argparse.Namespace, credential: Credential) -> None:
 # ---------------------------------------------------------------- errors
 
 
-def one_line_error(error: SetuError, server: str, tls: TlsConfig | None) -> str:
+# Causes (setu_client/diagnose.py) that mean nothing answered at the
+# address: the server may simply not be running, or the address is wrong.
+_NOTHING_THERE = ("connection refused", "DNS resolution", "network unreachable", "no route")
+_HOW_TO_CHECK = (
+    "is the server running? `setu dev` starts one; `setu dev env` prints the settings "
+    "(SETU_SERVER, SETU_API_KEY) of the last one it started"
+)
+_SOURCES = {
+    "--server": "the address given by --server",
+    "SETU_SERVER": "the address in SETU_SERVER",
+    "the default": "the default address; --server or SETU_SERVER names another",
+}
+
+
+def one_line_error(error: SetuError, server: str, tls: TlsConfig | None, source: str = "") -> str:
     """A failed call in one line: the cause when the server was not reached
-    (setu_client/diagnose.py), else the server's own message."""
+    (setu_client/diagnose.py), with where the address came from (`source`)
+    and how to check, else the server's own message."""
     cause = cause_of(error, tls=tls is not None)
-    if cause is not None:
-        return f"cannot reach {server}: {cause}"
-    return error.message
+    if cause is None:
+        return error.message
+    line = f"cannot reach {server}: {cause}"
+    if source:
+        line += f" ({_SOURCES.get(source, source)})"
+    if cause.startswith(_NOTHING_THERE):
+        line += f"; {_HOW_TO_CHECK}"
+    return line
 
 
 def file_error(exc: OSError | ValueError) -> str:
@@ -193,7 +225,9 @@ async def _with_admin(args: argparse.Namespace, session: Session) -> int:
         except SetuError as error:
             # An admin refusal names its status: `error: ALREADY_EXISTS: …`.
             if cause_of(error, tls=args.tls_config is not None) is not None:
-                raise CliError(one_line_error(error, args.server, args.tls_config)) from None
+                raise CliError(
+                    one_line_error(error, args.server, args.tls_config, args.server_source)
+                ) from None
             raise CliError(f"{error.code.name}: {error.message}") from None
 
 
@@ -229,7 +263,8 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except SetuError as exc:
-        print(f"error: {one_line_error(exc, args.server, args.tls_config)}", file=sys.stderr)
+        line = one_line_error(exc, args.server, args.tls_config, args.server_source)
+        print(f"error: {line}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as exc:
         # A person reads this: one line that names the failure. A bug's

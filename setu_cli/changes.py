@@ -12,7 +12,7 @@ update mask; the server checks the result as a whole.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Protocol
 
 from setu_cli.command_set import CommandSet
 from setu_cli.inputs import connection_ref, pipeline_ref, read_documents
@@ -126,7 +126,7 @@ async def connections_test(client: SetuClient, args: argparse.Namespace, _: Sess
     found = await connection_ref(client, args.name_or_id)
     tested = await client.test_connection(found.id, timeout_seconds=args.timeout)
     verdict = "ok" if tested.ok else "failed"
-    human = f"{verdict}: {tested.message}\n(tested on {tested.runtime}; job {tested.job_id})"
+    human = f"{verdict}: {tested.message}\n(tested on {_ran_on(tested)}; job {tested.job_id})"
     emit(args, as_dict(tested), human)
     return 0 if tested.ok else EXIT_FAILED
 
@@ -145,8 +145,27 @@ async def connections_discover(client: SetuClient, args: argparse.Namespace, _: 
         for s in answer.streams
     ]
     human = table(("STREAM", "COLUMNS", "PRIMARY KEY", "ROWS (EST.)", "STATUS"), rows)
-    emit(args, as_dict(answer), human if rows else "no streams")
+    emit(args, as_dict(answer), (human if rows else "no streams") + _on_agent("discovered", answer))
     return 0
+
+
+class _Ran(Protocol):
+    runtime: str
+    runtime_label: str
+    job_id: str
+
+
+def _ran_on(answer: _Ran) -> str:
+    """Where an operation ran as people read it ("cloud", "agent edge-1");
+    the bare runtime from a server that sends no label."""
+    return answer.runtime_label or answer.runtime
+
+
+def _on_agent(done: str, answer: _Ran) -> str:
+    """A last line naming the agent that answered; none for the cloud, the default."""
+    if answer.runtime == "cloud":
+        return ""
+    return f"\n({done} on {_ran_on(answer)}; job {answer.job_id})"
 
 
 def _status(status: int) -> str:
@@ -168,7 +187,8 @@ async def connections_preview(client: SetuClient, args: argparse.Namespace, _: S
         values = struct_to_dict(row)
         rows.append(["null" if values.get(h) is None else str(values[h]) for h in headers])
     human = table(headers, rows) if headers else "no columns"
-    emit(args, as_dict(answer), human if rows else f"{human}\n(no rows)")
+    human = human if rows else f"{human}\n(no rows)"
+    emit(args, as_dict(answer), human + _on_agent("previewed", answer))
     return 0
 
 

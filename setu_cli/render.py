@@ -229,6 +229,22 @@ def job_state(j: Job) -> str:
     return enum_name(j.state)
 
 
+def stage_runtimes(j: Job) -> tuple[str, str]:
+    """Where extract and load ran as people read it: "cloud", "agent edge-1"
+    (the server's label, with the short id when two agents share the name);
+    the bare runtime from a server that sends no label; "-" before it ran."""
+    return (
+        j.extract_runtime_label or j.extract_runtime or "-",
+        j.load_runtime_label or j.load_runtime or "-",
+    )
+
+
+def job_runtimes(j: Job) -> str:
+    """Both stages in one cell of `jobs list`: "cloud", "agent edge-1 → cloud"."""
+    extract, load = stage_runtimes(j)
+    return extract if extract == load else f"{extract} → {load}"
+
+
 def job_block(j: Job) -> str:
     p = j.progress
     pairs = [
@@ -242,7 +258,7 @@ def job_block(j: Job) -> str:
             "rows",
             f"extracted {p.rows_extracted:,}, loaded {p.rows_loaded:,}, total {p.rows_total:,}",
         ),
-        ("runtimes", f"extract {j.extract_runtime or '-'}, load {j.load_runtime or '-'}"),
+        ("runtimes", "extract {}, load {}".format(*stage_runtimes(j))),
         ("created_at", when(j.created_at)),
         ("started_at", when(j.started_at)),
         ("finished_at", when(j.finished_at)),

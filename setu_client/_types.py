@@ -153,8 +153,11 @@ class Job:
 
     Ids the job does not have (`pipeline_id` of a connection operation) are
     "". `extract_runtime` and `load_runtime` say where each stage ran
-    ("cloud" or an agent id). `result` is the job's summary, numbers that are
-    whole as ints.
+    ("cloud" or "agent:<id>"); `extract_agent_name` and `load_agent_name`
+    name that agent, and the `*_runtime_label` fields say it as a person
+    reads it ("cloud", "agent edge-1", "agent edge-1 (4f154cbd)" when two
+    agents of the workspace share the name, "agent 4f154cbd (deleted)").
+    `result` is the job's summary, numbers that are whole as ints.
     """
 
     id: str
@@ -171,6 +174,10 @@ class Job:
     progress: Progress = field(default_factory=Progress)
     extract_runtime: str = ""
     load_runtime: str = ""
+    extract_agent_name: str = ""
+    load_agent_name: str = ""
+    extract_runtime_label: str = ""
+    load_runtime_label: str = ""
     result: Mapping[str, Any] = field(default_factory=dict)
     created_at: datetime | None = None
     started_at: datetime | None = None
@@ -388,6 +395,10 @@ def job_from_message(m: common_pb2.Job) -> Job:
         progress=_progress(m.progress),
         extract_runtime=m.extract_runtime,
         load_runtime=m.load_runtime,
+        extract_agent_name=m.extract_agent_name,
+        load_agent_name=m.load_agent_name,
+        extract_runtime_label=m.extract_runtime_label,
+        load_runtime_label=m.load_runtime_label,
         result=struct_to_dict(m.result),
         created_at=_time(m, "created_at"),
         started_at=_time(m, "started_at"),

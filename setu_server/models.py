@@ -74,6 +74,17 @@ class HeldTask:
 
 
 @dataclass(frozen=True)
+class AgentName:
+    """An agent as people read it (service/naming.py makes the labels)."""
+
+    id: UUID
+    name: str
+    # Another agent of the workspace has a name that reads the same (equal
+    # ignoring case): a label adds the short id to tell them apart.
+    shared: bool = False
+
+
+@dataclass(frozen=True)
 class AgentWork:
     """What an agent does right now: the tasks it holds, and how many wait for it."""
 
@@ -174,6 +185,12 @@ class Job:
     rows_total: int = 0
     extract_runtime: str = ""
     load_runtime: str = ""
+    # How people read the two runtimes, filled for answers only
+    # (service/naming.py): the agent's name, and a label ("agent edge-1").
+    extract_agent_name: str = ""
+    load_agent_name: str = ""
+    extract_runtime_label: str = ""
+    load_runtime_label: str = ""
     result: dict[str, Any] | None = None
     idempotency_key: str | None = None
     scheduled_for: datetime | None = None

@@ -11,12 +11,13 @@ the failure, not a retry.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from setu_client.clock import Clock
 from setu_client.errors import DeadlineExceeded, NotFound
 from setu_server.models import CLOUD, Job, JobKind, JobState, Placement, TaskKind, runtime_name
+from setu_server.service import naming
 from setu_server.service.agents import AgentPresence
 from setu_server.service.jobs import JobService
 from setu_server.store import connections, jobs, tasks
@@ -24,6 +25,14 @@ from setu_server.store.db import Database, transaction
 from setu_tasks.specs import ConnectionSpec
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
+
+
+class Runtime(NamedTuple):
+    """Where an operation ran: "cloud" or "agent:<id>", and as people read
+    it ("agent edge-1", service/naming.py)."""
+
+    runtime: str
+    label: str
 
 
 class ConnectionOps:
@@ -46,7 +55,7 @@ class ConnectionOps:
         kind: TaskKind,
         params: dict[str, Any],
         timeout_seconds: float,
-    ) -> tuple[Job, str]:
+    ) -> tuple[Job, Runtime]:
         """The finished job and the runtime that answered; DeadlineExceeded
         (the job then cancelled) when no answer came in time."""
         found = await connections.get_connection(self._pool, connection_id, workspace_id)
@@ -56,6 +65,8 @@ class ConnectionOps:
         if agent_id is not None:
             await self._presence.require_online(self._pool, agent_id)
         runtime = runtime_name(str(agent_id) if agent_id else CLOUD)
+        names = await naming.names_for(self._pool, workspace_id, naming.named_agents(runtime))
+        label = names.label(runtime)
         spec = ConnectionSpec(str(found.id), found.provider, found.config)
         now = self._clock.sql_now()
         async with transaction(self._pool) as conn:
@@ -92,7 +103,7 @@ class ConnectionOps:
         if not done.state.terminal:
             await self._jobs.cancel(workspace_id, job.id, f"no answer within {timeout:g} s")
             raise DeadlineExceeded(
-                f"{runtime} did not answer the {kind.value} of {found.name} within "
+                f"{label} did not answer the {kind.value} of {found.name} within "
                 f"{timeout:g} s (job {job.id}); it may be busy: try again, or raise timeout_seconds"
             )
-        return done, runtime
+        return done, Runtime(runtime, label)

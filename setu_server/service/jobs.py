@@ -21,7 +21,7 @@ from setu_server.models import (
     JobOutput,
     JobState,
 )
-from setu_server.service import paging
+from setu_server.service import naming, paging
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.watch import CLOCK_SLACK, WatchHub
 from setu_server.store import jobs, tasks
@@ -60,10 +60,21 @@ class JobService:
         self.hooks: Hooks[UUID] = Hooks("after_subscribe", "after_read", "watching")
 
     async def get(self, workspace_id: UUID, job_id: UUID) -> Job:
+        """The job as people read it: its agents named (service/naming.py)."""
+        return await self._named(await self._find(workspace_id, job_id))
+
+    async def _find(self, workspace_id: UUID, job_id: UUID) -> Job:
         job = await jobs.get_job(self._pool, job_id, workspace_id)
         if job is None:
             raise JobNotFound(f"job {job_id} not found")
         return job
+
+    async def _named(self, job: Job, db: Executor | None = None) -> Job:
+        found = naming.job_agents([job])
+        if not found:
+            return job
+        names = await naming.names_for(db or self._pool, job.workspace_id, found)
+        return names.job(job)
 
     async def wait(self, workspace_id: UUID, job_id: UUID, max_wait: float) -> Job:
         """The job once terminal, or as it is after `max_wait` seconds.
@@ -74,13 +85,13 @@ class JobService:
         self._refuse_if_closing()
         with self._hub.subscribe(job_id) as watch:
             await self.hooks.after_subscribe(job_id)
-            job = await self.get(workspace_id, job_id)
+            job = await self._find(workspace_id, job_id)
             if job.state is JobState.READY:
                 raise JobNotStarted(f"job {job_id} is READY: start it with StartJob first")
             watch.offer(job)
             await self.hooks.after_read(job_id)
             if job.state.terminal:
-                return job
+                return await self._named(job)
             loop = asyncio.get_running_loop()
             deadline = loop.time() + max(max_wait, 0.0)
             latest = watch.latest or job
@@ -89,7 +100,7 @@ class JobService:
                 if remaining < CLOCK_SLACK:
                     break
                 latest = await watch.newer_than(latest.version, remaining, self._hub.closing)
-            return latest
+            return await self._named(latest)
 
     async def watch(
         self, workspace_id: UUID, job_id: UUID, from_version: int, max_wait: float | None = None
@@ -99,16 +110,23 @@ class JobService:
         or once `max_wait` seconds (None: no bound) have passed."""
         self._refuse_if_closing()
         with self._hub.subscribe(job_id) as watch:
-            job = await self.get(workspace_id, job_id)
+            job = await self._find(workspace_id, job_id)
             watch.offer(job)
             await self.hooks.watching(job_id)
             loop = asyncio.get_running_loop()
             deadline = None if max_wait is None else loop.time() + max(max_wait, 0.0)
             sent = from_version
             latest = watch.latest or job
+            # The agents a watch names change rarely (a stage's runtime, a
+            # message): looked up again only when they do.
+            names, named_for = naming.NO_AGENTS, set[UUID]()
             while True:
                 if latest.version > sent:
-                    yield latest
+                    agents = naming.job_agents([latest])
+                    if agents - named_for:
+                        names = await naming.names_for(self._pool, workspace_id, agents)
+                        named_for = agents
+                    yield names.job(latest) if agents else latest
                     sent = latest.version
                 if latest.state.terminal or self._hub.closing.is_set():
                     return
@@ -126,7 +144,7 @@ class JobService:
             raise ServerClosing(SHUTTING_DOWN)
 
     async def start(self, workspace_id: UUID, job_id: UUID) -> Job:
-        found = await self.get(workspace_id, job_id)
+        found = await self._find(workspace_id, job_id)
         orphan = found.kind is JobKind.RUN and found.pipeline_id is None
         if orphan and found.state is JobState.READY:
             # Deleting a pipeline cancels its READY runs; one left from before
@@ -153,7 +171,7 @@ class JobService:
             if job is None:
                 raise JobNotFound(f"job {job_id} not found")
             if job.state.terminal:
-                return job
+                return await self._named(job, conn)
             why = f"cancelled: {reason}" if reason else "cancelled by request"
             if await tasks.count_leased_tasks(conn, job_id) == 0:
                 await tasks.cancel_pending_tasks(conn, job_id, now)
@@ -165,7 +183,7 @@ class JobService:
                 await tasks.cancel_pending_tasks(conn, job_id, now)
                 requested = await jobs.request_job_cancel(conn, job_id, why, now)
                 if requested is None:
-                    return job
+                    return await self._named(job, conn)
                 await jobs.insert_job_event(
                     conn,
                     job_id,
@@ -175,7 +193,7 @@ class JobService:
                 )
                 changed = requested
         self._lifecycle.published([changed])
-        return changed
+        return await self._named(changed)
 
     async def list_jobs(
         self, workspace_id: UUID, where: JobFilter, page_size: int, page_token: str
@@ -194,12 +212,12 @@ class JobService:
             token = paging.encode(
                 {"created_at": last.created_at.isoformat(), "id": str(last.id)}, query
             )
-        return page, token
+        return await naming.named_jobs(self._pool, workspace_id, page), token
 
     async def events(
         self, workspace_id: UUID, job_id: UUID, after: int, page_size: int, page_token: str
     ) -> tuple[list[JobEvent], str]:
-        await self.get(workspace_id, job_id)
+        await self._find(workspace_id, job_id)
         query = repr((job_id, after))
         position = paging.decode(page_token, query)
         start = int(position["sequence"]) if position else after
@@ -207,7 +225,7 @@ class JobService:
         found = await jobs.list_job_events(self._pool, job_id, after=start, limit=size + 1)
         page, more = found[:size], len(found) > size
         token = paging.encode({"sequence": page[-1].sequence}, query) if more else ""
-        return page, token
+        return await naming.named_events(self._pool, workspace_id, page), token
 
     async def outputs(self, workspace_id: UUID, job_id: UUID) -> tuple[Job, list[JobOutput]]:
         job = await self.get(workspace_id, job_id)

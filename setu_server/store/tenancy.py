@@ -7,7 +7,15 @@ from uuid import UUID
 
 import asyncpg
 
-from setu_server.models import Agent, AgentWork, ApiKey, HeldTask, TaskKind, Workspace
+from setu_server.models import (
+    Agent,
+    AgentName,
+    AgentWork,
+    ApiKey,
+    HeldTask,
+    TaskKind,
+    Workspace,
+)
 from setu_server.store.db import Executor, translate_errors
 from setu_server.store.queries import QUERIES
 
@@ -118,6 +126,13 @@ async def get_agent(db: Executor, id: UUID) -> Agent | None:
 async def list_agents(db: Executor, workspace_id: UUID) -> list[Agent]:
     with translate_errors():
         return [_agent(r) for r in await db.fetch(QUERIES.list_agents, workspace_id)]
+
+
+async def agent_names(db: Executor, workspace_id: UUID, ids: list[UUID]) -> list[AgentName]:
+    """Those of `ids` that are agents of the workspace, as people read them."""
+    with translate_errors():
+        rows = await db.fetch(QUERIES.agent_names, workspace_id, ids)
+    return [AgentName(r["id"], r["name"], r["shared"]) for r in rows]
 
 
 async def deactivate_agent(db: Executor, id: UUID) -> Agent | None:

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 from uuid import UUID
 
 from setu_server.models import (
-    CLOUD,
     Agent,
     Connection,
     Job,
@@ -24,6 +24,7 @@ from setu_server.models import (
     Pipeline,
     Placement,
 )
+from setu_server.service.naming import RuntimeNames, runtime_agent
 from setu_server.web.deps import MonitorDeps
 from setu_tasks.results import TestResult
 
@@ -47,15 +48,18 @@ class Names:
     connections: dict[UUID, Connection] = field(default_factory=dict)
     agents: dict[UUID, Agent] = field(default_factory=dict)
 
+    @cached_property
+    def runtimes(self) -> RuntimeNames:
+        return RuntimeNames.of(self.agents.values())
+
     def runtime(self, runtime: str) -> str:
-        """ "cloud", "agent edge-1", or "—" before the stage has a place."""
-        if not runtime:
-            return "—"
-        if runtime == CLOUD:
-            return "cloud"
-        agent_id = _uuid(runtime)
-        agent = self.agents.get(agent_id) if agent_id else None
-        return f"agent {agent.name}" if agent else f"agent {runtime[:8]}"
+        """ "cloud", "agent edge-1" (with the short id when the name is
+        shared, service/naming.py), or "—" before the stage has a place."""
+        return self.runtimes.label(runtime) or "—"
+
+    def agent(self, agent: Agent) -> str:
+        """An agent's name, with its short id when another shares it."""
+        return self.runtimes.agent_label(agent.id).removeprefix("agent ")
 
     def pipeline(self, job: Job) -> str:
         if job.params is not None:
@@ -324,6 +328,8 @@ class AgentRow:
     agent: Agent
     online: bool
     running: list[RunRow]
+    # Its name, with the short id when another agent's name reads the same.
+    name: str = ""
 
 
 async def agent_rows(deps: MonitorDeps, workspace_id: UUID, known: Names) -> list[AgentRow]:
@@ -331,21 +337,30 @@ async def agent_rows(deps: MonitorDeps, workspace_id: UUID, known: Names) -> lis
     now = deps.clock.now()
     rows = []
     for agent in sorted(known.agents.values(), key=lambda a: a.name):
-        mine = [job for job in active if str(agent.id) in _current_runtimes(job)]
+        mine = [job for job in active if agent.id in _current_agents(job)]
         rows.append(
-            AgentRow(agent, deps.presence.online(agent), [run_row(j, known, now) for j in mine])
+            AgentRow(
+                agent,
+                deps.presence.online(agent),
+                [run_row(j, known, now) for j in mine],
+                known.agent(agent),
+            )
         )
     return rows
 
 
-def _current_runtimes(job: Job) -> Sequence[str]:
-    """Where a job's work happens now: the stage of its phase."""
+def _current_agents(job: Job) -> Sequence[UUID]:
+    """The agent a job's work happens on now: the stage of its phase (a
+    job's runtime reads "agent:<id>", a placement's "<id>")."""
     if job.params is None:
         return ()
     where = job.params.placement
     if job.phase is Phase.LOAD:
-        return (job.load_runtime or where.load_runtime,)
-    return (job.extract_runtime or where.extract_runtime,)
+        runtime = job.load_runtime or where.load_runtime
+    else:
+        runtime = job.extract_runtime or where.extract_runtime
+    agent = runtime_agent(runtime)
+    return (agent,) if agent else ()
 
 
 def _uuid(text: str) -> UUID | None:

@@ -196,12 +196,16 @@ async def test_all_three_edge_flows_copy_the_data_and_the_secret_never_reaches_t
             assert (job.extract_runtime, job.load_runtime) == (extract_at, load_at), table
             assert job.progress.rows_loaded == ROWS
             first = "extract" if extract_at != "cloud" else "migrate"
-            assert f"Dispatched {first} to {extract_at}" in timeline, timeline
+            # The timeline names the agents (the runtimes above keep their ids).
+            said = {a: "agent test agent", b: "agent agent b", "cloud": "cloud"}
+            assert f"Dispatched {first} to {said[extract_at]}" in timeline, timeline
             if load_at != "cloud":
-                assert f"Dispatched load to {load_at}" in timeline, timeline
-                assert any(m.startswith(f"Load finished on {load_at}") for m in timeline)
+                assert f"Dispatched load to {said[load_at]}" in timeline, timeline
+                assert any(m.startswith(f"Load finished on {said[load_at]}") for m in timeline)
             if extract_at != "cloud":
-                assert any(m.startswith(f"Extract finished on {extract_at}") for m in timeline)
+                assert any(
+                    m.startswith(f"Extract finished on {said[extract_at]}") for m in timeline
+                )
             if (extract_at, load_at) == (a, "cloud"):
                 assert "Loading staged data in the cloud" in timeline
             outputs = await client.job_outputs(job.id)
@@ -267,6 +271,7 @@ async def test_edge_test_discover_and_preview_answer_synchronously_and_fail_fast
         tested = await client.test_connection(conn.id)
         assert tested.ok, tested.message
         assert tested.runtime == f"agent:{edge.tenant.agent_id}"
+        assert tested.runtime_label == "agent test agent"
         assert "PostgreSQL" in tested.message
 
         found = await client.discover_streams(conn.id)

@@ -100,3 +100,16 @@ SELECT coalesce($1, now()) AS now;
 SELECT id, workspace_id, name, active, version, capabilities, hostname,
        last_seen_at, created_at, signed_off_at
 FROM agent WHERE active;
+
+-- name: agent_names
+-- Some agents of a workspace as people read them: the name, and whether
+-- another agent of the workspace has a name that reads the same (equal
+-- ignoring case), so a label must add the short id. One statement for a
+-- whole answer (a page of jobs, of events), never one per row.
+-- $1 workspace_id, $2 agent ids (uuid[])
+SELECT a.id, a.name,
+       EXISTS (SELECT 1 FROM agent b
+               WHERE b.workspace_id = a.workspace_id AND b.id <> a.id
+                 AND lower(b.name) = lower(a.name)) AS shared
+FROM agent a
+WHERE a.workspace_id = $1 AND a.id = ANY($2::uuid[]);

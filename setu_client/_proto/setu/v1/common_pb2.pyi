@@ -236,6 +236,10 @@ class Job(_message.Message):
     FINISHED_AT_FIELD_NUMBER: _builtins.int
     UPDATED_AT_FIELD_NUMBER: _builtins.int
     SCHEDULED_FOR_FIELD_NUMBER: _builtins.int
+    EXTRACT_AGENT_NAME_FIELD_NUMBER: _builtins.int
+    LOAD_AGENT_NAME_FIELD_NUMBER: _builtins.int
+    EXTRACT_RUNTIME_LABEL_FIELD_NUMBER: _builtins.int
+    LOAD_RUNTIME_LABEL_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     workspace_id: _builtins.str
     kind: Global___JobKind.ValueType
@@ -254,6 +258,17 @@ class Job(_message.Message):
     extract_runtime: _builtins.str
     """The runtime each stage executed on ("cloud" or "agent:<id>"); empty until known."""
     load_runtime: _builtins.str
+    extract_agent_name: _builtins.str
+    """The name of the agent in extract_runtime / load_runtime; empty for the
+    cloud, before the stage has a runtime, or when the agent is gone.
+    """
+    load_agent_name: _builtins.str
+    extract_runtime_label: _builtins.str
+    """Where each stage ran as a person reads it: "cloud", "agent edge-1",
+    "agent edge-1 (4f154cbd)" when another agent of the workspace has that
+    name too, "agent 4f154cbd (deleted)"; empty until known.
+    """
+    load_runtime_label: _builtins.str
     @_builtins.property
     def progress(self) -> Global___Progress: ...
     @_builtins.property
@@ -295,10 +310,14 @@ class Job(_message.Message):
         finished_at: _timestamp_pb2.Timestamp | None = ...,
         updated_at: _timestamp_pb2.Timestamp | None = ...,
         scheduled_for: _timestamp_pb2.Timestamp | None = ...,
+        extract_agent_name: _builtins.str = ...,
+        load_agent_name: _builtins.str = ...,
+        extract_runtime_label: _builtins.str = ...,
+        load_runtime_label: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "progress", b"progress", "result", b"result", "scheduled_for", b"scheduled_for", "started_at", b"started_at", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_requested", b"cancel_requested", "connection_id", b"connection_id", "created_at", b"created_at", "dry_run", b"dry_run", "error_message", b"error_message", "extract_runtime", b"extract_runtime", "finished_at", b"finished_at", "id", b"id", "kind", b"kind", "load_runtime", b"load_runtime", "phase", b"phase", "pipeline_id", b"pipeline_id", "progress", b"progress", "result", b"result", "scheduled_for", b"scheduled_for", "started_at", b"started_at", "state", b"state", "updated_at", b"updated_at", "version", b"version", "workspace_id", b"workspace_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_requested", b"cancel_requested", "connection_id", b"connection_id", "created_at", b"created_at", "dry_run", b"dry_run", "error_message", b"error_message", "extract_agent_name", b"extract_agent_name", "extract_runtime", b"extract_runtime", "extract_runtime_label", b"extract_runtime_label", "finished_at", b"finished_at", "id", b"id", "kind", b"kind", "load_agent_name", b"load_agent_name", "load_runtime", b"load_runtime", "load_runtime_label", b"load_runtime_label", "phase", b"phase", "pipeline_id", b"pipeline_id", "progress", b"progress", "result", b"result", "scheduled_for", b"scheduled_for", "started_at", b"started_at", "state", b"state", "updated_at", b"updated_at", "version", b"version", "workspace_id", b"workspace_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -266,12 +266,17 @@ class TestConnectionResponse(_message.Message):
     MESSAGE_FIELD_NUMBER: _builtins.int
     JOB_ID_FIELD_NUMBER: _builtins.int
     RUNTIME_FIELD_NUMBER: _builtins.int
+    RUNTIME_LABEL_FIELD_NUMBER: _builtins.int
     ok: _builtins.bool
     message: _builtins.str
     job_id: _builtins.str
     """The job that carried the operation."""
     runtime: _builtins.str
     """Where it ran: "cloud" or "agent:<id>"."""
+    runtime_label: _builtins.str
+    """The same as a person reads it: "cloud" or "agent edge-1" (Job's
+    extract_runtime_label says when the short id is added).
+    """
     def __init__(
         self,
         *,
@@ -279,10 +284,11 @@ class TestConnectionResponse(_message.Message):
         message: _builtins.str = ...,
         job_id: _builtins.str = ...,
         runtime: _builtins.str = ...,
+        runtime_label: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "message", b"message", "ok", b"ok", "runtime", b"runtime"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "message", b"message", "ok", b"ok", "runtime", b"runtime", "runtime_label", b"runtime_label"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -317,8 +323,10 @@ class DiscoverStreamsResponse(_message.Message):
     STREAMS_FIELD_NUMBER: _builtins.int
     JOB_ID_FIELD_NUMBER: _builtins.int
     RUNTIME_FIELD_NUMBER: _builtins.int
+    RUNTIME_LABEL_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     runtime: _builtins.str
+    runtime_label: _builtins.str
     @_builtins.property
     def streams(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.CatalogStream]: ...
     def __init__(
@@ -327,10 +335,11 @@ class DiscoverStreamsResponse(_message.Message):
         streams: _abc.Iterable[_common_pb2.CatalogStream] | None = ...,
         job_id: _builtins.str = ...,
         runtime: _builtins.str = ...,
+        runtime_label: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "runtime", b"runtime", "streams", b"streams"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "runtime", b"runtime", "runtime_label", b"runtime_label", "streams", b"streams"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -373,8 +382,10 @@ class PreviewStreamResponse(_message.Message):
     ROWS_FIELD_NUMBER: _builtins.int
     JOB_ID_FIELD_NUMBER: _builtins.int
     RUNTIME_FIELD_NUMBER: _builtins.int
+    RUNTIME_LABEL_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     runtime: _builtins.str
+    runtime_label: _builtins.str
     @_builtins.property
     def columns(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Column]: ...
     @_builtins.property
@@ -388,10 +399,11 @@ class PreviewStreamResponse(_message.Message):
         rows: _abc.Iterable[_struct_pb2.Struct] | None = ...,
         job_id: _builtins.str = ...,
         runtime: _builtins.str = ...,
+        runtime_label: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns", "job_id", b"job_id", "rows", b"rows", "runtime", b"runtime"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns", "job_id", b"job_id", "rows", b"rows", "runtime", b"runtime", "runtime_label", b"runtime_label"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

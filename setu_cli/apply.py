@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any, Literal
 from setu_cli.command_set import CommandSet
 from setu_cli.inputs import is_uuid, read_documents
 from setu_cli.render import enum_name
-from setu_cli.session import CliError, Session
+from setu_cli.session import EXIT_ERROR, CliError, Session
 from setu_client import (
     NotFound,
     Placement,
@@ -35,7 +36,9 @@ from setu_client import (
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
 _PLACEMENTS = ("cloud", "agent")
 _WRITE_MODES = ("append", "overwrite", "upsert", "merge")
-_CONNECTION_KEYS = ("name", "provider", "config", "placement", "agent_id")
+_CONNECTION_KEYS = ("name", "provider", "config", "placement", "agent")
+# agent_id: the older spelling of agent, read the same (a name or an id).
+_CONNECTION_ALIASES = {"agent_id": "agent"}
 _PIPELINE_KEYS = (
     "name",
     "source",
@@ -47,7 +50,7 @@ _PIPELINE_KEYS = (
     "paused",
 )
 # A field left out of a file means its default, so removing a line undoes it.
-_CONNECTION_DEFAULTS: dict[str, Any] = {"config": {}, "placement": "cloud", "agent_id": ""}
+_CONNECTION_DEFAULTS: dict[str, Any] = {"config": {}, "placement": "cloud", "agent": ""}
 _PIPELINE_DEFAULTS: dict[str, Any] = {
     "streams": [],
     "spec": {},
@@ -168,6 +171,8 @@ def _entry(source: str, kind: Kind, item: Any, n: int) -> Declared:
         if kind == "connection"
         else (_PIPELINE_KEYS, ("name", "source", "destination"))
     )
+    if kind == "connection":
+        item = _unalias(where, item)
     unknown = sorted(set(item) - set(keys))
     if unknown:
         raise CliError(
@@ -183,6 +188,16 @@ def _entry(source: str, kind: Kind, item: Any, n: int) -> Declared:
     return Declared(kind, str(item["name"]), fields, where)
 
 
+def _unalias(where: str, item: dict[str, Any]) -> dict[str, Any]:
+    item = dict(item)
+    for old, new in _CONNECTION_ALIASES.items():
+        if old in item:
+            if new in item:
+                raise CliError(f"{where}: {old} and {new} name the same thing; keep {new}")
+            item[new] = item.pop(old)
+    return item
+
+
 def _check_values(where: str, fields: dict[str, Any]) -> None:
     def expect(ok: bool, message: str) -> None:
         if not ok:
@@ -193,8 +208,11 @@ def _check_values(where: str, fields: dict[str, Any]) -> None:
     if "placement" in fields:
         expect(fields["placement"] in _PLACEMENTS, f"placement must be one of {_PLACEMENTS}")
         agent = fields["placement"] == "agent"
-        expect(agent == bool(fields["agent_id"]), "agent_id is needed with, and only with, agent")
-        fields["agent_id"] = str(fields["agent_id"])
+        expect(
+            agent == bool(fields["agent"]),
+            "agent (a name or an id) is needed with, and only with, placement agent",
+        )
+        fields["agent"] = str(fields["agent"])
     if "write_mode" in fields:
         expect(fields["write_mode"] in _WRITE_MODES, f"write_mode must be one of {_WRITE_MODES}")
         streams = fields["streams"]
@@ -298,18 +316,75 @@ def exported(current: Iterable[Current]) -> dict[str, list[dict[str, Any]]]:
     return document
 
 
+# ---------------------------------------------------------------- agents
+
+
+@dataclass(frozen=True)
+class Agents:
+    """The workspace's agents, id → name: how a file may name one (by name or
+    id) and how a plan and an export show it (its name, or its id when
+    another agent has the same name)."""
+
+    names: Mapping[str, str]
+
+    def shown(self, agent_id: str) -> str:
+        name = self.names.get(agent_id)
+        if name and list(self.names.values()).count(name) == 1:
+            return name
+        return agent_id
+
+    def resolve(self, where: str, ref: str) -> str:
+        """`ref` as `shown` writes it; an unknown or ambiguous name is an
+        error naming the candidates. An unknown id stays: the server says so."""
+        if is_uuid(ref):
+            return self.shown(ref.lower())
+        ids = sorted(i for i, n in self.names.items() if n == ref)
+        if len(ids) == 1:
+            return ref
+        if ids:
+            raise CliError(
+                f"{where}: agent {ref!r} is ambiguous: {len(ids)} agents have that name "
+                f"({', '.join(ids)}); name it by id"
+            )
+        known = ", ".join(sorted(set(self.names.values()))) or "none"
+        raise CliError(
+            f"{where}: agent {ref!r} is no agent of this workspace (its agents: {known})"
+        )
+
+    def id_of(self, shown: str) -> str:
+        if not shown or is_uuid(shown):
+            return shown
+        return next(i for i, n in self.names.items() if n == shown)
+
+
+def with_agents(declared: Sequence[Declared], agents: Agents) -> list[Declared]:
+    """`declared` with each connection's agent written as `Agents.shown` writes it."""
+    resolved: list[Declared] = []
+    for d in declared:
+        if d.kind == "connection" and d.fields.get("agent"):
+            fields = d.fields | {"agent": agents.resolve(d.where, d.fields["agent"])}
+            d = Declared(d.kind, d.name, fields, d.where)
+        resolved.append(d)
+    return resolved
+
+
 # ---------------------------------------------------------------- the workspace
 
 
-async def fetch(client: SetuClient) -> list[Current]:
+async def fetch_agents(client: SetuClient) -> Agents:
+    return Agents({a.id: a.name async for a in client.list_agents()})
+
+
+async def fetch(client: SetuClient, agents: Agents | None = None) -> list[Current]:
     """The workspace's connections and pipelines as `Current` values."""
+    agents = agents or await fetch_agents(client)
     found: list[Current] = []
     async for c in client.list_connections():
         fields: dict[str, Any] = {
             "provider": c.provider,
             "config": struct_to_dict(c.config),
             "placement": enum_name(Placement(c.placement)),
-            "agent_id": c.agent_id,
+            "agent": agents.shown(c.agent_id),
         }
         found.append(Current("connection", c.name, c.id, fields))
     names = {c.id: c.name for c in found}
@@ -327,49 +402,187 @@ async def fetch(client: SetuClient) -> list[Current]:
     return found
 
 
-async def execute(
-    client: SetuClient, changes: Sequence[Change], current: Sequence[Current]
-) -> None:
-    """Makes the planned changes, in order (connections before pipelines); a
-    refusal names the entry it was for and stops there."""
-    ids = {c.name: c.id for c in current if c.kind == "connection"}
-    for change in changes:
+@dataclass
+class Writer:
+    """Makes `Change`s through the SDK, for real or with validate_only. A
+    pipeline validated before its new connection exists names that
+    connection's fields instead of an id (the server makes it in the same
+    rolled-back transaction)."""
+
+    client: SetuClient
+    agents: Agents
+    # connection name → id, for pipelines; grows as connections are created
+    ids: dict[str, str]
+    # connection name → its create, for pipelines validated before it exists
+    new: dict[str, Change] = field(default_factory=dict)
+
+    async def make(self, change: Change, *, validate_only: bool = False) -> None:
+        f = change.fields
+        changed = {k.split(".")[0] for k in change.diffs}
+        if change.kind == "connection":
+            agent_id = self.agents.id_of(f["agent"]) or None
+            if change.action == "create":
+                made = await self.client.create_connection(
+                    change.name,
+                    f["provider"],
+                    f["config"],
+                    f["placement"],
+                    agent_id,
+                    validate_only=validate_only,
+                )
+                if not validate_only:
+                    self.ids[change.name] = made.id
+                return
+            updates = {k: f[k] for k in changed - {"agent"}}
+            if changed & {"placement", "agent"}:  # the server checks the pair together
+                updates |= {"placement": f["placement"], "agent_id": agent_id or ""}
+            await self.client.update_connection(change.id, validate_only=validate_only, **updates)
+            return
+        stand_ins: dict[str, Any] = {}
+        ends: dict[str, str] = {}
+        for end in ("source", "destination"):
+            ref = f[end]
+            if ref in self.ids or is_uuid(ref) or not validate_only:
+                ends[end] = self.ids.get(ref, ref)
+            else:
+                ends[end] = ""
+                stand_ins[f"new_{end}"] = self._draft(self.new[ref])
+        if change.action == "create":
+            await self.client.create_pipeline(
+                change.name,
+                ends["source"],
+                ends["destination"],
+                streams=f["streams"],
+                spec=f["spec"],
+                write_mode=f["write_mode"],
+                schedule=f["schedule"],
+                paused=f["paused"],
+                validate_only=validate_only,
+                **stand_ins,
+            )
+            return
+        updates = {k: f[k] for k in changed - {"source", "destination"}}
+        for end in changed & {"source", "destination"}:
+            updates[f"{end}_connection_id"] = ends[end]
+        if validate_only:
+            # A stand-in is judged only where the update names it.
+            named = {f"new_{end}" for end in changed & {"source", "destination"}}
+            stand_ins = {k: v for k, v in stand_ins.items() if k in named}
+        await self.client.update_pipeline(
+            change.id, validate_only=validate_only, **stand_ins, **updates
+        )
+
+    def _draft(self, change: Change) -> dict[str, Any]:
+        f = change.fields
+        return {
+            "name": change.name,
+            "provider": f["provider"],
+            "config": f["config"],
+            "placement": f["placement"],
+            "agent_id": self.agents.id_of(f["agent"]),
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The server's answer to one change sent with validate_only."""
+
+    change: Change
+    # the server's refusal, "" when it would accept the change
+    refused: str = ""
+    # why it was not sent: a connection it needs is refused
+    unchecked: str = ""
+
+
+async def validate(writer: Writer, changes: Sequence[Change]) -> list[Verdict]:
+    """Every change that would write, sent with validate_only, in order. A
+    pipeline whose new connection is refused is not sent (it could only
+    repeat that connection's refusal)."""
+    verdicts: list[Verdict] = []
+    refused: set[str] = set()
+    for change in (c for c in changes if c.action != "unchanged"):
+        if change.kind == "pipeline":
+            blocked = [change.fields[e] for e in ("source", "destination")]
+            blocked = [name for name in blocked if name in refused]
+            if blocked:
+                why = f"its connection {blocked[0]} is refused"
+                verdicts.append(Verdict(change, unchecked=why))
+                continue
         try:
-            await _make(client, change, ids)
+            await writer.make(change, validate_only=True)
         except Unavailable:
             raise
         except SetuError as exc:
-            raise CliError(f"{change.where}: {exc.message}") from exc
+            verdicts.append(Verdict(change, refused=exc.message))
+            if change.kind == "connection":
+                refused.add(change.name)
+            continue
+        verdicts.append(Verdict(change))
+        if change.kind == "connection" and change.action == "create":
+            writer.new[change.name] = change
+    return verdicts
 
 
-async def _make(client: SetuClient, change: Change, ids: dict[str, str]) -> None:
-    f = change.fields
-    changed = {k.split(".")[0] for k in change.diffs}
-    if change.kind == "connection" and change.action == "create":
-        made = await client.create_connection(
-            change.name, f["provider"], f["config"], f["placement"], f["agent_id"] or None
-        )
-        ids[change.name] = made.id
-    elif change.kind == "connection" and change.action == "update":
-        if changed & {"placement", "agent_id"}:
-            changed |= {"placement", "agent_id"}  # the server checks the pair together
-        await client.update_connection(change.id, **{k: f[k] for k in changed})
-    elif change.kind == "pipeline" and change.action == "create":
-        await client.create_pipeline(
-            change.name,
-            ids.get(f["source"], f["source"]),
-            ids.get(f["destination"], f["destination"]),
-            streams=f["streams"],
-            spec=f["spec"],
-            write_mode=f["write_mode"],
-            schedule=f["schedule"],
-            paused=f["paused"],
-        )
-    elif change.kind == "pipeline" and change.action == "update":
-        updates = {k: f[k] for k in changed - {"source", "destination"}}
-        for end in changed & {"source", "destination"}:
-            updates[f"{end}_connection_id"] = ids.get(f[end], f[end])
-        await client.update_pipeline(change.id, **updates)
+def _label(change: Change) -> str:
+    return f"{change.kind} {change.name}"
+
+
+def _say_refused(
+    args: argparse.Namespace, changes: Sequence[Change], verdicts: Sequence[Verdict]
+) -> int:
+    """The refusals (stderr, one line each, the same for a dry run and an
+    apply) and what was written: nothing."""
+    bad = [v for v in verdicts if v.refused]
+    for v in bad:
+        print(f"error: {v.change.where}: {v.refused}", file=sys.stderr)
+    unchecked = [f"{_label(v.change)} ({v.unchecked})" for v in verdicts if v.unchecked]
+    counted = f"{len(bad)} of {len(verdicts)} change(s) refused"
+    if unchecked:
+        counted += f"; not checked: {', '.join(unchecked)}"
+    if args.json:
+        refusals = [
+            {
+                "kind": v.change.kind,
+                "name": v.change.name,
+                "where": v.change.where,
+                "message": v.refused or v.unchecked,
+            }
+            for v in verdicts
+            if v.refused or v.unchecked
+        ]
+        document = {"changes": [c.as_json() for c in changes], "applied": False}
+        _report(args, [], document | {"refused": refusals})
+    elif args.dry_run:
+        print(f"dry run: {counted}; nothing changed")
+    else:
+        print(f"nothing was applied: {counted}")
+    return EXIT_ERROR
+
+
+async def execute(writer: Writer, changes: Sequence[Change], args: argparse.Namespace) -> int:
+    """Makes the validated changes in order (connections before pipelines).
+    A write refused or lost midway stops there and says what was applied,
+    what was not, and that applying again finishes the work."""
+    pending = [c for c in changes if c.action != "unchanged"]
+    for n, change in enumerate(pending):
+        try:
+            await writer.make(change)
+        except SetuError as exc:
+            done = [_label(c) for c in pending[:n]]
+            left = [_label(c) for c in pending[n:]]
+            print(f"error: {change.where}: {exc.message}", file=sys.stderr)
+            print(f"applied: {', '.join(done) or 'nothing'}", file=sys.stderr)
+            print(f"not applied: {', '.join(left)}", file=sys.stderr)
+            print(
+                "apply changes only what differs from the workspace, so running it "
+                f"again finishes the work: setu apply -f {args.file}",
+                file=sys.stderr,
+            )
+            if args.json:
+                document = {"changes": [c.as_json() for c in changes], "applied": False}
+                _report(args, [], document | {"applied_changes": done, "not_applied": left})
+            return EXIT_ERROR
+    return 0
 
 
 # ---------------------------------------------------------------- commands
@@ -380,14 +593,25 @@ def _report(args: argparse.Namespace, lines: list[str], document: dict[str, Any]
 
 
 async def apply_command(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
+    """Plans locally, has the server validate every change (validate_only),
+    and writes only when all of them pass: `--dry-run` stops after the
+    validation, so the plan and the apply give the same verdicts."""
     declared = load(args.file)
-    current = await fetch(client)
+    agents = await fetch_agents(client)
+    declared = with_agents(declared, agents)
+    current = await fetch(client, agents)
     changes = plan(declared, current)
     pending = any(c.action != "unchanged" for c in changes)
     if not args.json:
         print("\n".join(c.line() for c in changes) or "nothing declared", flush=True)
+    writer = Writer(client, agents, {c.name: c.id for c in current if c.kind == "connection"})
+    verdicts = await validate(writer, changes)
+    if any(v.refused or v.unchecked for v in verdicts):
+        return _say_refused(args, changes, verdicts)
     if pending and not args.dry_run:
-        await execute(client, changes, current)
+        code = await execute(writer, changes, args)
+        if code:
+            return code
     if args.json:
         applied = pending and not args.dry_run
         _report(args, [], {"changes": [c.as_json() for c in changes], "applied": applied})

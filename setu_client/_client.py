@@ -581,20 +581,18 @@ class SetuClient:
         config: Mapping[str, Any],
         placement: str = "cloud",
         agent_id: str | None = None,
+        *,
+        validate_only: bool = False,
     ) -> Connection:
         """A new connection. `placement` is "cloud" or "agent" (then `agent_id`
         names one of the workspace's agents). Config values may be secret
         references, {"$secret": "NAME"}: they are stored and returned as they
         are, and resolved only by the runtime that executes the connection.
         Raises InvalidArgument (config, placement), NotFound (agent) and
-        AlreadyExists (name)."""
-        request = connections_pb2.CreateConnectionRequest(
-            name=name,
-            provider=provider,
-            config=_struct(config),
-            placement=_placement(placement),
-            agent_id=agent_id or "",
-        )
+        AlreadyExists (name). With `validate_only` the server runs every
+        check and answers the connection it would create, creating nothing."""
+        request = _connection_request(name, provider, config, placement, agent_id)
+        request.validate_only = validate_only
         answer: connections_pb2.Connection = await self._call(
             self._connections.CreateConnection, request
         )
@@ -626,10 +624,13 @@ class SetuClient:
             if not token:
                 return
 
-    async def update_connection(self, connection_id: str, **fields: Any) -> Connection:
+    async def update_connection(
+        self, connection_id: str, *, validate_only: bool = False, **fields: Any
+    ) -> Connection:
         """Changes only the fields given: any of name, provider, config,
         placement ("cloud"/"agent") and agent_id. The result is validated as a
-        whole, so moving to "agent" needs agent_id in the same call."""
+        whole, so moving to "agent" needs agent_id in the same call. With
+        `validate_only` it answers the connection as it would be, changing nothing."""
         _check_fields("update_connection", fields, _CONNECTION_FIELDS)
         changes = connections_pb2.Connection(
             name=fields.get("name", ""),
@@ -642,6 +643,7 @@ class SetuClient:
             connection_id=connection_id,
             connection=changes,
             update_mask=field_mask_pb2.FieldMask(paths=list(fields)),
+            validate_only=validate_only,
         )
         answer: connections_pb2.Connection = await self._retrying(
             self._call, self._connections.UpdateConnection, request
@@ -732,12 +734,21 @@ class SetuClient:
         write_mode: str = "append",
         schedule: str = "",
         paused: bool = False,
+        *,
+        validate_only: bool = False,
+        new_source: Mapping[str, Any] | None = None,
+        new_destination: Mapping[str, Any] | None = None,
     ) -> Pipeline:
         """A new pipeline. `streams` empty means all the source offers; `spec`
         is {"operators": [...]}; `write_mode` is append, overwrite, upsert or
         merge; `schedule` a five-field cron expression in UTC ("" for manual
         runs only). Raises InvalidArgument, NotFound (a connection) and
-        AlreadyExists (name)."""
+        AlreadyExists (name).
+
+        With `validate_only` the server runs every check and answers the
+        pipeline it would create, creating nothing. Then `new_source` or
+        `new_destination` (create_connection's arguments by name) may stand
+        in for a connection not made yet; pass "" as its id."""
         request = pipelines_pb2.CreatePipelineRequest(
             name=name,
             source_connection_id=source_connection_id,
@@ -747,7 +758,9 @@ class SetuClient:
             write_mode=_write_mode(write_mode),
             schedule=schedule,
             paused=paused,
+            validate_only=validate_only,
         )
+        _stand_ins(request, new_source, new_destination)
         answer: pipelines_pb2.Pipeline = await self._call(self._pipelines.CreatePipeline, request)
         return answer
 
@@ -773,10 +786,20 @@ class SetuClient:
             if not token:
                 return
 
-    async def update_pipeline(self, pipeline_id: str, **fields: Any) -> Pipeline:
+    async def update_pipeline(
+        self,
+        pipeline_id: str,
+        *,
+        validate_only: bool = False,
+        new_source: Mapping[str, Any] | None = None,
+        new_destination: Mapping[str, Any] | None = None,
+        **fields: Any,
+    ) -> Pipeline:
         """Changes only the fields given: any of name, source_connection_id,
         destination_connection_id, streams, spec, write_mode, schedule and
-        paused. Changing the schedule or pausing recomputes next_run_at."""
+        paused. Changing the schedule or pausing recomputes next_run_at.
+        `validate_only`, `new_source` and `new_destination` as for
+        create_pipeline (name the stand-in's id field, as "")."""
         _check_fields("update_pipeline", fields, _PIPELINE_FIELDS)
         changes = pipelines_pb2.Pipeline(
             name=fields.get("name", ""),
@@ -792,7 +815,9 @@ class SetuClient:
             pipeline_id=pipeline_id,
             pipeline=changes,
             update_mask=field_mask_pb2.FieldMask(paths=list(fields)),
+            validate_only=validate_only,
         )
+        _stand_ins(request, new_source, new_destination)
         answer: pipelines_pb2.Pipeline = await self._retrying(
             self._call, self._pipelines.UpdatePipeline, request
         )
@@ -834,15 +859,22 @@ class SetuClient:
         start: bool = True,
         dry_run: bool = False,
         idempotency_key: str = "",
+        *,
+        rerun_of: str = "",
     ) -> Job:
         """A new run of the pipeline, given by its id or its name: PENDING, or
         READY for start_job when `start` is false. The job's `id` is what
         wait_for_job, watch_job and job_outputs take. With an
         `idempotency_key`, a repeated submit answers the first job, so only
-        then is the call retried. Raises NotFound for an unknown pipeline."""
+        then is the call retried. `rerun_of` names the run this one repeats
+        (rerun_job). Raises NotFound for an unknown pipeline."""
         pipeline_id = pipeline if _is_uuid(pipeline) else (await self._pipeline_named(pipeline)).id
         request = jobs_pb2.SubmitRunRequest(
-            pipeline_id=pipeline_id, start=start, dry_run=dry_run, idempotency_key=idempotency_key
+            pipeline_id=pipeline_id,
+            start=start,
+            dry_run=dry_run,
+            idempotency_key=idempotency_key,
+            rerun_of=rerun_of,
         )
         if idempotency_key:
             answer: jobs_pb2.SubmitRunResponse = await self._retrying(
@@ -851,6 +883,27 @@ class SetuClient:
         else:
             answer = await self._call(self._stub.SubmitRun, request)
         return job_from_message(answer.job)
+
+    async def rerun_job(self, job_id: str, *, start: bool = True) -> Job:
+        """A new run of the pipeline that run `job_id` ran, a dry run if it
+        was one; its first event says `rerun of job <job_id>`. Raises
+        JobNotFound, and FailedPrecondition when the job is a connection's
+        test, discover or preview (no run to repeat) or its pipeline was
+        deleted."""
+        old = await self.get_job(job_id)
+        if old.kind is not JobKind.RUN:
+            raise FailedPrecondition(
+                f"job {job_id} is a {old.kind.name.lower()} of a connection, not a run: "
+                "there is no run to repeat"
+            )
+        if not old.pipeline_id:
+            raise FailedPrecondition(
+                f"job {job_id} ran a pipeline that has since been deleted: there is nothing "
+                "to run again"
+            )
+        return await self.submit_run(
+            old.pipeline_id, start=start, dry_run=old.dry_run, rerun_of=job_id
+        )
 
 
 _CONNECTION_FIELDS = ("name", "provider", "config", "placement", "agent_id")
@@ -895,6 +948,41 @@ def _is_uuid(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _connection_request(
+    name: str, provider: str, config: Mapping[str, Any], placement: str, agent_id: str | None
+) -> connections_pb2.CreateConnectionRequest:
+    return connections_pb2.CreateConnectionRequest(
+        name=name,
+        provider=provider,
+        config=_struct(config),
+        placement=_placement(placement),
+        agent_id=agent_id or "",
+    )
+
+
+def _stand_ins(
+    request: pipelines_pb2.CreatePipelineRequest | pipelines_pb2.UpdatePipelineRequest,
+    source: Mapping[str, Any] | None,
+    destination: Mapping[str, Any] | None,
+) -> None:
+    """A validate_only request's connections not made yet (create_connection's
+    arguments by name)."""
+    for wanted, target in (
+        (source, request.new_source_connection),
+        (destination, request.new_destination_connection),
+    ):
+        if wanted is not None:
+            target.CopyFrom(
+                _connection_request(
+                    str(wanted["name"]),
+                    str(wanted["provider"]),
+                    wanted.get("config") or {},
+                    str(wanted.get("placement") or "cloud"),
+                    wanted.get("agent_id") or None,
+                )
+            )
 
 
 def _struct(values: Mapping[str, Any]) -> struct_pb2.Struct:

@@ -40,7 +40,7 @@ class ConnectionServicer(connections_pb2_grpc.ConnectionServiceServicer):
     async def TestConnection(
         self, request: pb.TestConnectionRequest, context: Ctx
     ) -> pb.TestConnectionResponse:
-        job, ran = await self._ops.run(
+        job, runtime = await self._ops.run(
             caller_workspace(),
             uid(request.connection_id),
             TaskKind.TEST,
@@ -54,13 +54,13 @@ class ConnectionServicer(connections_pb2_grpc.ConnectionServiceServicer):
         else:
             ok, message = False, job.error_message
         return pb.TestConnectionResponse(
-            ok=ok, message=message, job_id=str(job.id), runtime=ran.runtime, runtime_label=ran.label
+            ok=ok, message=message, job_id=str(job.id), runtime=runtime
         )
 
     async def DiscoverStreams(
         self, request: pb.DiscoverStreamsRequest, context: Ctx
     ) -> pb.DiscoverStreamsResponse:
-        job, ran = await self._ops.run(
+        job, runtime = await self._ops.run(
             caller_workspace(),
             uid(request.connection_id),
             TaskKind.DISCOVER,
@@ -68,15 +68,13 @@ class ConnectionServicer(connections_pb2_grpc.ConnectionServiceServicer):
             request.timeout_seconds,
         )
         streams = [catalog_stream(s) for s in _succeeded(job).get("streams", [])]
-        return pb.DiscoverStreamsResponse(
-            streams=streams, job_id=str(job.id), runtime=ran.runtime, runtime_label=ran.label
-        )
+        return pb.DiscoverStreamsResponse(streams=streams, job_id=str(job.id), runtime=runtime)
 
     async def PreviewStream(
         self, request: pb.PreviewStreamRequest, context: Ctx
     ) -> pb.PreviewStreamResponse:
         params = {"stream": request.stream, "limit": request.limit or 20}
-        job, ran = await self._ops.run(
+        job, runtime = await self._ops.run(
             caller_workspace(),
             uid(request.connection_id),
             TaskKind.PREVIEW,
@@ -84,9 +82,7 @@ class ConnectionServicer(connections_pb2_grpc.ConnectionServiceServicer):
             request.timeout_seconds,
         )
         result = PreviewResult.from_json(_succeeded(job))
-        answer = pb.PreviewStreamResponse(
-            job_id=str(job.id), runtime=ran.runtime, runtime_label=ran.label
-        )
+        answer = pb.PreviewStreamResponse(job_id=str(job.id), runtime=runtime)
         answer.columns.extend(column(c.to_dict()) for c in result.columns)
         for row in result.rows:
             answer.rows.add().update(row)
@@ -95,8 +91,11 @@ class ConnectionServicer(connections_pb2_grpc.ConnectionServiceServicer):
     async def CreateConnection(
         self, request: pb.CreateConnectionRequest, context: Ctx
     ) -> pb.Connection:
-        draft = _draft(request, "")
-        return connection(await self._connections.create(caller_workspace(), draft))
+        draft = draft_of(request, "")
+        made = await self._connections.create(
+            caller_workspace(), draft, validate_only=request.validate_only
+        )
+        return connection(made)
 
     async def GetConnection(self, request: pb.GetConnectionRequest, context: Ctx) -> pb.Connection:
         found = await self._connections.get(caller_workspace(), uid(request.connection_id))
@@ -118,8 +117,9 @@ class ConnectionServicer(connections_pb2_grpc.ConnectionServiceServicer):
         updated = await self._connections.update(
             caller_workspace(),
             uid(request.connection_id),
-            _draft(request.connection, "connection."),
+            draft_of(request.connection, "connection."),
             list(request.update_mask.paths),
+            validate_only=request.validate_only,
         )
         return connection(updated)
 
@@ -145,7 +145,7 @@ def connection(c: Connection) -> pb.Connection:
     return message
 
 
-def _draft(message: pb.CreateConnectionRequest | pb.Connection, prefix: str) -> ConnectionDraft:
+def draft_of(message: pb.CreateConnectionRequest | pb.Connection, prefix: str) -> ConnectionDraft:
     placement = PLACEMENTS_BACK.get(message.placement)
     if placement is None:
         raise InvalidArgument(f"{prefix}placement: unknown value {message.placement}")

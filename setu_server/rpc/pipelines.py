@@ -7,10 +7,12 @@ from setu_client._proto.setu.v1 import pipelines_pb2 as pb
 from setu_client.errors import InvalidArgument
 from setu_server.models import Pipeline, WriteMode
 from setu_server.rpc import convert
+from setu_server.rpc.connections import draft_of
 from setu_server.rpc.convert import WRITE_MODES, optional_uid, struct_dict, uid
 from setu_server.rpc.interceptor import caller_workspace
 from setu_server.rpc.types import Ctx
-from setu_server.service.pipelines import PipelineDraft, PipelineService
+from setu_server.service.connections import ConnectionDraft
+from setu_server.service.pipelines import End, NewConnections, PipelineDraft, PipelineService
 from setu_server.store.stream_state import StreamState
 from setu_tasks.codec.common import cursor_message
 
@@ -24,7 +26,13 @@ class PipelineServicer(pipelines_pb2_grpc.PipelineServiceServicer):
         self._pipelines = pipelines
 
     async def CreatePipeline(self, request: pb.CreatePipelineRequest, context: Ctx) -> pb.Pipeline:
-        return pipeline(await self._pipelines.create(caller_workspace(), _draft(request, "")))
+        made = await self._pipelines.create(
+            caller_workspace(),
+            _draft(request, ""),
+            validate_only=request.validate_only,
+            new_connections=_new_connections(request),
+        )
+        return pipeline(made)
 
     async def GetPipeline(self, request: pb.GetPipelineRequest, context: Ctx) -> pb.Pipeline:
         return pipeline(await self._pipelines.get(caller_workspace(), uid(request.pipeline_id)))
@@ -45,6 +53,8 @@ class PipelineServicer(pipelines_pb2_grpc.PipelineServiceServicer):
             uid(request.pipeline_id),
             _draft(request.pipeline, "pipeline."),
             list(request.update_mask.paths),
+            validate_only=request.validate_only,
+            new_connections=_new_connections(request),
         )
         return pipeline(updated)
 
@@ -118,3 +128,16 @@ def _draft(message: pb.CreatePipelineRequest | pb.Pipeline, prefix: str) -> Pipe
         schedule=message.schedule.strip(),
         paused=message.paused,
     )
+
+
+def _new_connections(
+    request: pb.CreatePipelineRequest | pb.UpdatePipelineRequest,
+) -> NewConnections:
+    """The connections a validate_only call names in place of an id."""
+    found: dict[End, ConnectionDraft] = {}
+    if request.HasField("new_source_connection"):
+        found["source"] = draft_of(request.new_source_connection, "new_source_connection.")
+    if request.HasField("new_destination_connection"):
+        wanted = request.new_destination_connection
+        found["destination"] = draft_of(wanted, "new_destination_connection.")
+    return found

@@ -72,11 +72,22 @@ class ConnectionService:
         self._clock = clock
         self._validate_config = validator
 
-    async def create(self, workspace_id: UUID, draft: ConnectionDraft) -> Connection:
-        await self._check(self._pool, workspace_id, draft)
+    async def create(
+        self, workspace_id: UUID, draft: ConnectionDraft, *, validate_only: bool = False
+    ) -> Connection:
+        """The new connection. With `validate_only` the same checks and the
+        same insert run in a transaction that is rolled back: the answer is
+        what would be written, and nothing is."""
+        async with transaction(self._pool, commit=not validate_only) as conn:
+            return await self.insert(conn, workspace_id, draft)
+
+    async def insert(self, db: Executor, workspace_id: UUID, draft: ConnectionDraft) -> Connection:
+        """Checks `draft` and inserts it on `db`, so a caller's transaction
+        can hold it (a pipeline validated with a connection not yet made)."""
+        await self._check(db, workspace_id, draft)
         try:
             return await connections.insert_connection(
-                self._pool,
+                db,
                 id=uuid.uuid4(),
                 workspace_id=workspace_id,
                 name=draft.name,
@@ -115,10 +126,13 @@ class ConnectionService:
         connection_id: UUID,
         changes: ConnectionDraft,
         paths: Sequence[str],
+        *,
+        validate_only: bool = False,
     ) -> Connection:
         """Replaces the fields named in `paths` (all mutable ones when empty),
-        then validates the connection that results as a whole."""
-        async with transaction(self._pool) as conn:
+        then validates the connection that results as a whole; with
+        `validate_only`, rolled back after the write."""
+        async with transaction(self._pool, commit=not validate_only) as conn:
             current = await connections.lock_connection(conn, connection_id, workspace_id)
             if current is None:
                 raise _not_found(connection_id)

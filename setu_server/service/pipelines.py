@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 from croniter import CroniterError, croniter
@@ -23,7 +23,13 @@ from setu_engine.operators.chain import parse_spec
 from setu_engine.planning.incremental import check_provider, parse_sync
 from setu_server.models import JobState, Pipeline, WriteMode
 from setu_server.service import paging
-from setu_server.service.connections import DEFAULT_PAGE_SIZE, check_name, merge_fields
+from setu_server.service.connections import (
+    DEFAULT_PAGE_SIZE,
+    ConnectionDraft,
+    ConnectionService,
+    check_name,
+    merge_fields,
+)
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.pipeline_catalog import check_against_catalog
 from setu_server.store import connections, pipelines, stream_state
@@ -31,6 +37,9 @@ from setu_server.store.db import Connection, Database, transaction
 from setu_server.store.stream_state import StreamState
 
 SpecValidator = Callable[[dict[str, Any]], object]
+# With validate_only: a connection not made yet, by the end it stands in for.
+End = Literal["source", "destination"]
+NewConnections = Mapping[End, ConnectionDraft]
 
 CRON_FIELDS = 5
 
@@ -86,15 +95,29 @@ class PipelineService:
         clock: Clock,
         lifecycle: JobLifecycle,
         spec_validator: SpecValidator = parse_spec,
+        connections: ConnectionService | None = None,
     ) -> None:
         self._pool = pool
         self._clock = clock
         self._lifecycle = lifecycle
         self._parse_spec = spec_validator
+        self._connections = connections or ConnectionService(pool, clock)
 
-    async def create(self, workspace_id: UUID, draft: PipelineDraft) -> Pipeline:
+    async def create(
+        self,
+        workspace_id: UUID,
+        draft: PipelineDraft,
+        *,
+        validate_only: bool = False,
+        new_connections: NewConnections | None = None,
+    ) -> Pipeline:
+        """The new pipeline. With `validate_only` the same checks and the same
+        insert run in a transaction that is rolled back; `new_connections`
+        (only then) are made first in it, so the pipeline is judged against
+        connections an apply has yet to create."""
         next_run_at = self._check(draft)
-        async with transaction(self._pool) as conn:
+        async with transaction(self._pool, commit=not validate_only) as conn:
+            draft = await self._stand_ins(conn, workspace_id, draft, validate_only, new_connections)
             await _hold_connections(conn, workspace_id, draft)
             await _check_catalog(conn, draft)
             try:
@@ -130,16 +153,27 @@ class PipelineService:
         return page, token
 
     async def update(
-        self, workspace_id: UUID, pipeline_id: UUID, changes: PipelineDraft, paths: Sequence[str]
+        self,
+        workspace_id: UUID,
+        pipeline_id: UUID,
+        changes: PipelineDraft,
+        paths: Sequence[str],
+        *,
+        validate_only: bool = False,
+        new_connections: NewConnections | None = None,
     ) -> Pipeline:
         """Replaces the fields named in `paths` (all mutable ones when empty)
         and validates the pipeline that results as a whole. The next run is
         recomputed only when the schedule or pause changed, so an edit of
-        anything else never moves or skips a tick."""
-        async with transaction(self._pool) as conn:
+        anything else never moves or skips a tick. `validate_only` and
+        `new_connections` as for `create`."""
+        async with transaction(self._pool, commit=not validate_only) as conn:
             current = await pipelines.lock_pipeline(conn, pipeline_id, workspace_id)
             if current is None:
                 raise _not_found(pipeline_id)
+            changes = await self._stand_ins(
+                conn, workspace_id, changes, validate_only, new_connections
+            )
             draft = merge_fields(_draft_of(current), changes, paths, MUTABLE_FIELDS)
             next_run_at = self._check(draft)
             if (draft.schedule, draft.paused) == (current.schedule, current.paused):
@@ -202,6 +236,29 @@ class PipelineService:
                 )
             await pipelines.delete_pipeline(conn, pipeline_id, workspace_id)
         self._lifecycle.published(cancelled)
+
+    async def _stand_ins(
+        self,
+        conn: Connection,
+        workspace_id: UUID,
+        draft: PipelineDraft,
+        validate_only: bool,
+        new_connections: NewConnections | None,
+    ) -> PipelineDraft:
+        """`draft` naming the connections made for it in this (rolled-back)
+        transaction; one made once when it is both ends."""
+        if not new_connections:
+            return draft
+        if not validate_only:
+            end = sorted(new_connections)[0]
+            raise InvalidArgument(f"new_{end}_connection: only with validate_only")
+        made: dict[str, UUID] = {}
+        ids: dict[str, UUID] = {}
+        for end, wanted in sorted(new_connections.items()):
+            if wanted.name not in made:
+                made[wanted.name] = (await self._connections.insert(conn, workspace_id, wanted)).id
+            ids[f"{end}_connection_id"] = made[wanted.name]
+        return dataclasses.replace(draft, **ids)  # type: ignore[arg-type]  # UUID fields
 
     def _check(self, draft: PipelineDraft) -> datetime | None:
         """Validates everything but the connections; returns the next run."""

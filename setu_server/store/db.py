@@ -124,11 +124,20 @@ def _constraint_message(exc: asyncpg.IntegrityConstraintViolationError, what: st
 
 
 @contextlib.asynccontextmanager
-async def transaction(pool: Database) -> AsyncIterator[Connection]:
-    """One connection in one transaction, errors translated."""
+async def transaction(pool: Database, *, commit: bool = True) -> AsyncIterator[Connection]:
+    """One connection in one transaction, errors translated. With `commit`
+    False the work is rolled back at the end, error or not: a validate_only
+    call runs the real writes and keeps none of them."""
     with translate_errors():
-        async with pool.acquire() as conn, conn.transaction():
-            yield conn
+        async with pool.acquire() as conn:
+            work = conn.transaction()
+            await work.start()
+            try:
+                yield conn
+            except BaseException:
+                await work.rollback()
+                raise
+            await (work.commit() if commit else work.rollback())
 
 
 def row_dict(record: Any) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from setu_client._proto.setu.v1 import common_pb2 as setu_dot_v1_dot_common__pb2
 from setu_client._proto.setu.v1 import options_pb2 as setu_dot_v1_dot_options__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19setu/v1/connections.proto\x12\x07setu.v1\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14setu/v1/common.proto\x1a\x15setu/v1/options.proto\"\x90\x02\n\nConnection\x12\n\n\x02id\x18\x01 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x10\n\x08provider\x18\x04 \x01(\t\x12\'\n\x06\x63onfig\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12%\n\tplacement\x18\x06 \x01(\x0e\x32\x12.setu.v1.Placement\x12\x10\n\x08\x61gent_id\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xb8\x01\n\x17\x43reateConnectionRequest\x12\x17\n\x04name\x18\x01 \x01(\tB\t\xc2\xf3\x18\x05\x08\x01\x18\xc8\x01\x12\x1a\n\x08provider\x18\x02 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x18\x32\x12\'\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12%\n\tplacement\x18\x04 \x01(\x0e\x32\x12.setu.v1.Placement\x12\x18\n\x08\x61gent_id\x18\x05 \x01(\tB\x06\xc2\xf3\x18\x02\x10\x01\"7\n\x14GetConnectionRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"\\\n\x16ListConnectionsRequest\x12\x1c\n\tpage_size\x18\x01 \x01(\x05\x42\t\xc2\xf3\x18\x05 \x00(\xf4\x03\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x10\n\x08provider\x18\x03 \x01(\t\"\\\n\x17ListConnectionsResponse\x12(\n\x0b\x63onnections\x18\x01 \x03(\x0b\x32\x13.setu.v1.Connection\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x9c\x01\n\x17UpdateConnectionRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12/\n\nconnection\x18\x02 \x01(\x0b\x32\x13.setu.v1.ConnectionB\x06\xc2\xf3\x18\x02\x08\x01\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\":\n\x17\x44\x65leteConnectionRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"\x1a\n\x18\x44\x65leteConnectionResponse\"[\n\x15TestConnectionRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12!\n\x0ftimeout_seconds\x18\x02 \x01(\x05\x42\x08\xc2\xf3\x18\x04 \x00(x\"m\n\x16TestConnectionResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0f\n\x07runtime\x18\x04 \x01(\t\x12\x15\n\rruntime_label\x18\x05 \x01(\t\"\\\n\x16\x44iscoverStreamsRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12!\n\x0ftimeout_seconds\x18\x02 \x01(\x05\x42\x08\xc2\xf3\x18\x04 \x00(x\"z\n\x17\x44iscoverStreamsResponse\x12\'\n\x07streams\x18\x01 \x03(\x0b\x32\x16.setu.v1.CatalogStream\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0f\n\x07runtime\x18\x03 \x01(\t\x12\x15\n\rruntime_label\x18\x04 \x01(\t\"\x8f\x01\n\x14PreviewStreamRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x19\n\x06stream\x18\x02 \x01(\tB\t\xc2\xf3\x18\x05\x08\x01\x18\xf4\x03\x12\x18\n\x05limit\x18\x03 \x01(\x05\x42\t\xc2\xf3\x18\x05 \x00(\xe8\x07\x12!\n\x0ftimeout_seconds\x18\x04 \x01(\x05\x42\x08\xc2\xf3\x18\x04 \x00(x\"\x98\x01\n\x15PreviewStreamResponse\x12 \n\x07\x63olumns\x18\x01 \x03(\x0b\x32\x0f.setu.v1.Column\x12%\n\x04rows\x18\x02 \x03(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0f\n\x07runtime\x18\x04 \x01(\t\x12\x15\n\rruntime_label\x18\x05 \x01(\t2\x96\x05\n\x11\x43onnectionService\x12I\n\x10\x43reateConnection\x12 .setu.v1.CreateConnectionRequest\x1a\x13.setu.v1.Connection\x12\x43\n\rGetConnection\x12\x1d.setu.v1.GetConnectionRequest\x1a\x13.setu.v1.Connection\x12T\n\x0fListConnections\x12\x1f.setu.v1.ListConnectionsRequest\x1a .setu.v1.ListConnectionsResponse\x12I\n\x10UpdateConnection\x12 .setu.v1.UpdateConnectionRequest\x1a\x13.setu.v1.Connection\x12W\n\x10\x44\x65leteConnection\x12 .setu.v1.DeleteConnectionRequest\x1a!.setu.v1.DeleteConnectionResponse\x12Q\n\x0eTestConnection\x12\x1e.setu.v1.TestConnectionRequest\x1a\x1f.setu.v1.TestConnectionResponse\x12T\n\x0f\x44iscoverStreams\x12\x1f.setu.v1.DiscoverStreamsRequest\x1a .setu.v1.DiscoverStreamsResponse\x12N\n\rPreviewStream\x12\x1d.setu.v1.PreviewStreamRequest\x1a\x1e.setu.v1.PreviewStreamResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19setu/v1/connections.proto\x12\x07setu.v1\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14setu/v1/common.proto\x1a\x15setu/v1/options.proto\"\x90\x02\n\nConnection\x12\n\n\x02id\x18\x01 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x10\n\x08provider\x18\x04 \x01(\t\x12\'\n\x06\x63onfig\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12%\n\tplacement\x18\x06 \x01(\x0e\x32\x12.setu.v1.Placement\x12\x10\n\x08\x61gent_id\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xcf\x01\n\x17\x43reateConnectionRequest\x12\x17\n\x04name\x18\x01 \x01(\tB\t\xc2\xf3\x18\x05\x08\x01\x18\xc8\x01\x12\x1a\n\x08provider\x18\x02 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x18\x32\x12\'\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12%\n\tplacement\x18\x04 \x01(\x0e\x32\x12.setu.v1.Placement\x12\x18\n\x08\x61gent_id\x18\x05 \x01(\tB\x06\xc2\xf3\x18\x02\x10\x01\x12\x15\n\rvalidate_only\x18\x06 \x01(\x08\"7\n\x14GetConnectionRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"\\\n\x16ListConnectionsRequest\x12\x1c\n\tpage_size\x18\x01 \x01(\x05\x42\t\xc2\xf3\x18\x05 \x00(\xf4\x03\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x10\n\x08provider\x18\x03 \x01(\t\"\\\n\x17ListConnectionsResponse\x12(\n\x0b\x63onnections\x18\x01 \x03(\x0b\x32\x13.setu.v1.Connection\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xb3\x01\n\x17UpdateConnectionRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12/\n\nconnection\x18\x02 \x01(\x0b\x32\x13.setu.v1.ConnectionB\x06\xc2\xf3\x18\x02\x08\x01\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x15\n\rvalidate_only\x18\x04 \x01(\x08\":\n\x17\x44\x65leteConnectionRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"\x1a\n\x18\x44\x65leteConnectionResponse\"[\n\x15TestConnectionRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12!\n\x0ftimeout_seconds\x18\x02 \x01(\x05\x42\x08\xc2\xf3\x18\x04 \x00(x\"m\n\x16TestConnectionResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0f\n\x07runtime\x18\x04 \x01(\t\x12\x15\n\rruntime_label\x18\x05 \x01(\t\"\\\n\x16\x44iscoverStreamsRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12!\n\x0ftimeout_seconds\x18\x02 \x01(\x05\x42\x08\xc2\xf3\x18\x04 \x00(x\"z\n\x17\x44iscoverStreamsResponse\x12\'\n\x07streams\x18\x01 \x03(\x0b\x32\x16.setu.v1.CatalogStream\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0f\n\x07runtime\x18\x03 \x01(\t\x12\x15\n\rruntime_label\x18\x04 \x01(\t\"\x8f\x01\n\x14PreviewStreamRequest\x12\x1f\n\rconnection_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x19\n\x06stream\x18\x02 \x01(\tB\t\xc2\xf3\x18\x05\x08\x01\x18\xf4\x03\x12\x18\n\x05limit\x18\x03 \x01(\x05\x42\t\xc2\xf3\x18\x05 \x00(\xe8\x07\x12!\n\x0ftimeout_seconds\x18\x04 \x01(\x05\x42\x08\xc2\xf3\x18\x04 \x00(x\"\x98\x01\n\x15PreviewStreamResponse\x12 \n\x07\x63olumns\x18\x01 \x03(\x0b\x32\x0f.setu.v1.Column\x12%\n\x04rows\x18\x02 \x03(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x0f\n\x07runtime\x18\x04 \x01(\t\x12\x15\n\rruntime_label\x18\x05 \x01(\t2\x96\x05\n\x11\x43onnectionService\x12I\n\x10\x43reateConnection\x12 .setu.v1.CreateConnectionRequest\x1a\x13.setu.v1.Connection\x12\x43\n\rGetConnection\x12\x1d.setu.v1.GetConnectionRequest\x1a\x13.setu.v1.Connection\x12T\n\x0fListConnections\x12\x1f.setu.v1.ListConnectionsRequest\x1a .setu.v1.ListConnectionsResponse\x12I\n\x10UpdateConnection\x12 .setu.v1.UpdateConnectionRequest\x1a\x13.setu.v1.Connection\x12W\n\x10\x44\x65leteConnection\x12 .setu.v1.DeleteConnectionRequest\x1a!.setu.v1.DeleteConnectionResponse\x12Q\n\x0eTestConnection\x12\x1e.setu.v1.TestConnectionRequest\x1a\x1f.setu.v1.TestConnectionResponse\x12T\n\x0f\x44iscoverStreams\x12\x1f.setu.v1.DiscoverStreamsRequest\x1a .setu.v1.DiscoverStreamsResponse\x12N\n\rPreviewStream\x12\x1d.setu.v1.PreviewStreamRequest\x1a\x1e.setu.v1.PreviewStreamResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -71,31 +71,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CONNECTION']._serialized_start=181
   _globals['_CONNECTION']._serialized_end=453
   _globals['_CREATECONNECTIONREQUEST']._serialized_start=456
-  _globals['_CREATECONNECTIONREQUEST']._serialized_end=640
-  _globals['_GETCONNECTIONREQUEST']._serialized_start=642
-  _globals['_GETCONNECTIONREQUEST']._serialized_end=697
-  _globals['_LISTCONNECTIONSREQUEST']._serialized_start=699
-  _globals['_LISTCONNECTIONSREQUEST']._serialized_end=791
-  _globals['_LISTCONNECTIONSRESPONSE']._serialized_start=793
-  _globals['_LISTCONNECTIONSRESPONSE']._serialized_end=885
-  _globals['_UPDATECONNECTIONREQUEST']._serialized_start=888
-  _globals['_UPDATECONNECTIONREQUEST']._serialized_end=1044
-  _globals['_DELETECONNECTIONREQUEST']._serialized_start=1046
-  _globals['_DELETECONNECTIONREQUEST']._serialized_end=1104
-  _globals['_DELETECONNECTIONRESPONSE']._serialized_start=1106
-  _globals['_DELETECONNECTIONRESPONSE']._serialized_end=1132
-  _globals['_TESTCONNECTIONREQUEST']._serialized_start=1134
-  _globals['_TESTCONNECTIONREQUEST']._serialized_end=1225
-  _globals['_TESTCONNECTIONRESPONSE']._serialized_start=1227
-  _globals['_TESTCONNECTIONRESPONSE']._serialized_end=1336
-  _globals['_DISCOVERSTREAMSREQUEST']._serialized_start=1338
-  _globals['_DISCOVERSTREAMSREQUEST']._serialized_end=1430
-  _globals['_DISCOVERSTREAMSRESPONSE']._serialized_start=1432
-  _globals['_DISCOVERSTREAMSRESPONSE']._serialized_end=1554
-  _globals['_PREVIEWSTREAMREQUEST']._serialized_start=1557
-  _globals['_PREVIEWSTREAMREQUEST']._serialized_end=1700
-  _globals['_PREVIEWSTREAMRESPONSE']._serialized_start=1703
-  _globals['_PREVIEWSTREAMRESPONSE']._serialized_end=1855
-  _globals['_CONNECTIONSERVICE']._serialized_start=1858
-  _globals['_CONNECTIONSERVICE']._serialized_end=2520
+  _globals['_CREATECONNECTIONREQUEST']._serialized_end=663
+  _globals['_GETCONNECTIONREQUEST']._serialized_start=665
+  _globals['_GETCONNECTIONREQUEST']._serialized_end=720
+  _globals['_LISTCONNECTIONSREQUEST']._serialized_start=722
+  _globals['_LISTCONNECTIONSREQUEST']._serialized_end=814
+  _globals['_LISTCONNECTIONSRESPONSE']._serialized_start=816
+  _globals['_LISTCONNECTIONSRESPONSE']._serialized_end=908
+  _globals['_UPDATECONNECTIONREQUEST']._serialized_start=911
+  _globals['_UPDATECONNECTIONREQUEST']._serialized_end=1090
+  _globals['_DELETECONNECTIONREQUEST']._serialized_start=1092
+  _globals['_DELETECONNECTIONREQUEST']._serialized_end=1150
+  _globals['_DELETECONNECTIONRESPONSE']._serialized_start=1152
+  _globals['_DELETECONNECTIONRESPONSE']._serialized_end=1178
+  _globals['_TESTCONNECTIONREQUEST']._serialized_start=1180
+  _globals['_TESTCONNECTIONREQUEST']._serialized_end=1271
+  _globals['_TESTCONNECTIONRESPONSE']._serialized_start=1273
+  _globals['_TESTCONNECTIONRESPONSE']._serialized_end=1382
+  _globals['_DISCOVERSTREAMSREQUEST']._serialized_start=1384
+  _globals['_DISCOVERSTREAMSREQUEST']._serialized_end=1476
+  _globals['_DISCOVERSTREAMSRESPONSE']._serialized_start=1478
+  _globals['_DISCOVERSTREAMSRESPONSE']._serialized_end=1600
+  _globals['_PREVIEWSTREAMREQUEST']._serialized_start=1603
+  _globals['_PREVIEWSTREAMREQUEST']._serialized_end=1746
+  _globals['_PREVIEWSTREAMRESPONSE']._serialized_start=1749
+  _globals['_PREVIEWSTREAMRESPONSE']._serialized_end=1901
+  _globals['_CONNECTIONSERVICE']._serialized_start=1904
+  _globals['_CONNECTIONSERVICE']._serialized_end=2566
 # @@protoc_insertion_point(module_scope)

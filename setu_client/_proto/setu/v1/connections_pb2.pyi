@@ -81,11 +81,16 @@ class CreateConnectionRequest(_message.Message):
     CONFIG_FIELD_NUMBER: _builtins.int
     PLACEMENT_FIELD_NUMBER: _builtins.int
     AGENT_ID_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     provider: _builtins.str
     placement: _common_pb2.Placement.ValueType
     """UNSPECIFIED means CLOUD."""
     agent_id: _builtins.str
+    validate_only: _builtins.bool
+    """Run every check the call runs and answer the connection it would
+    create, writing nothing (AIP-163).
+    """
     @_builtins.property
     def config(self) -> _struct_pb2.Struct: ...
     def __init__(
@@ -96,10 +101,11 @@ class CreateConnectionRequest(_message.Message):
         config: _struct_pb2.Struct | None = ...,
         placement: _common_pb2.Placement.ValueType = ...,
         agent_id: _builtins.str = ...,
+        validate_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "config", b"config", "name", b"name", "placement", b"placement", "provider", b"provider"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "config", b"config", "name", b"name", "placement", b"placement", "provider", b"provider", "validate_only", b"validate_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -179,7 +185,10 @@ class UpdateConnectionRequest(_message.Message):
     CONNECTION_ID_FIELD_NUMBER: _builtins.int
     CONNECTION_FIELD_NUMBER: _builtins.int
     UPDATE_MASK_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
     connection_id: _builtins.str
+    validate_only: _builtins.bool
+    """Run every check and answer the connection as it would be, writing nothing."""
     @_builtins.property
     def connection(self) -> Global___Connection:
         """name, provider, config, placement, agent_id."""
@@ -192,10 +201,11 @@ class UpdateConnectionRequest(_message.Message):
         connection_id: _builtins.str = ...,
         connection: Global___Connection | None = ...,
         update_mask: _field_mask_pb2.FieldMask | None = ...,
+        validate_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["connection", b"connection", "update_mask", b"update_mask"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection", b"connection", "connection_id", b"connection_id", "update_mask", b"update_mask"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connection", b"connection", "connection_id", b"connection_id", "update_mask", b"update_mask", "validate_only", b"validate_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -88,7 +88,9 @@ class ConnectionServiceServicer:
     """
 
     def CreateConnection(self, request, context):
-        """Codes: OK, INVALID_ARGUMENT (provider, config or placement),
+        """With validate_only, every check runs and the answer is the connection
+        that would be written, but nothing is (the same codes either way).
+        Codes: OK, INVALID_ARGUMENT (provider, config or placement),
         NOT_FOUND (agent), ALREADY_EXISTS (name taken in the workspace).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -111,6 +113,7 @@ class ConnectionServiceServicer:
 
     def UpdateConnection(self, request, context):
         """Replaces the fields named in update_mask (all mutable fields when empty).
+        With validate_only, answers the connection as it would be, changing nothing.
         Codes: OK, NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS (name).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

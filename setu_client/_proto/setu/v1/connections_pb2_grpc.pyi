@@ -38,7 +38,9 @@ class ConnectionServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ConnectionServiceAsyncStub: ...
     CreateConnection: _grpc.UnaryUnaryMultiCallable[_connections_pb2.CreateConnectionRequest, _connections_pb2.Connection]
-    """Codes: OK, INVALID_ARGUMENT (provider, config or placement),
+    """With validate_only, every check runs and the answer is the connection
+    that would be written, but nothing is (the same codes either way).
+    Codes: OK, INVALID_ARGUMENT (provider, config or placement),
     NOT_FOUND (agent), ALREADY_EXISTS (name taken in the workspace).
     """
     GetConnection: _grpc.UnaryUnaryMultiCallable[_connections_pb2.GetConnectionRequest, _connections_pb2.Connection]
@@ -47,6 +49,7 @@ class ConnectionServiceStub:
     """Ordered by name. Codes: OK, INVALID_ARGUMENT (bad page token)."""
     UpdateConnection: _grpc.UnaryUnaryMultiCallable[_connections_pb2.UpdateConnectionRequest, _connections_pb2.Connection]
     """Replaces the fields named in update_mask (all mutable fields when empty).
+    With validate_only, answers the connection as it would be, changing nothing.
     Codes: OK, NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS (name).
     """
     DeleteConnection: _grpc.UnaryUnaryMultiCallable[_connections_pb2.DeleteConnectionRequest, _connections_pb2.DeleteConnectionResponse]
@@ -76,7 +79,9 @@ class ConnectionServiceAsyncStub(ConnectionServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     CreateConnection: _aio.UnaryUnaryMultiCallable[_connections_pb2.CreateConnectionRequest, _connections_pb2.Connection]  # type: ignore[assignment]
-    """Codes: OK, INVALID_ARGUMENT (provider, config or placement),
+    """With validate_only, every check runs and the answer is the connection
+    that would be written, but nothing is (the same codes either way).
+    Codes: OK, INVALID_ARGUMENT (provider, config or placement),
     NOT_FOUND (agent), ALREADY_EXISTS (name taken in the workspace).
     """
     GetConnection: _aio.UnaryUnaryMultiCallable[_connections_pb2.GetConnectionRequest, _connections_pb2.Connection]  # type: ignore[assignment]
@@ -85,6 +90,7 @@ class ConnectionServiceAsyncStub(ConnectionServiceStub):
     """Ordered by name. Codes: OK, INVALID_ARGUMENT (bad page token)."""
     UpdateConnection: _aio.UnaryUnaryMultiCallable[_connections_pb2.UpdateConnectionRequest, _connections_pb2.Connection]  # type: ignore[assignment]
     """Replaces the fields named in update_mask (all mutable fields when empty).
+    With validate_only, answers the connection as it would be, changing nothing.
     Codes: OK, NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS (name).
     """
     DeleteConnection: _aio.UnaryUnaryMultiCallable[_connections_pb2.DeleteConnectionRequest, _connections_pb2.DeleteConnectionResponse]  # type: ignore[assignment]
@@ -117,7 +123,9 @@ class ConnectionServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _connections_pb2.CreateConnectionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_connections_pb2.Connection, _abc.Awaitable[_connections_pb2.Connection]]:
-        """Codes: OK, INVALID_ARGUMENT (provider, config or placement),
+        """With validate_only, every check runs and the answer is the connection
+        that would be written, but nothing is (the same codes either way).
+        Codes: OK, INVALID_ARGUMENT (provider, config or placement),
         NOT_FOUND (agent), ALREADY_EXISTS (name taken in the workspace).
         """
 
@@ -144,6 +152,7 @@ class ConnectionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_connections_pb2.Connection, _abc.Awaitable[_connections_pb2.Connection]]:
         """Replaces the fields named in update_mask (all mutable fields when empty).
+        With validate_only, answers the connection as it would be, changing nothing.
         Codes: OK, NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS (name).
         """
 

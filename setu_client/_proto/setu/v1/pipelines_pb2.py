@@ -26,10 +26,11 @@ from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mas
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from setu_client._proto.setu.v1 import common_pb2 as setu_dot_v1_dot_common__pb2
+from setu_client._proto.setu.v1 import connections_pb2 as setu_dot_v1_dot_connections__pb2
 from setu_client._proto.setu.v1 import options_pb2 as setu_dot_v1_dot_options__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17setu/v1/pipelines.proto\x12\x07setu.v1\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14setu/v1/common.proto\x1a\x15setu/v1/options.proto\"\x8e\x03\n\x08Pipeline\x12\n\n\x02id\x18\x01 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x1c\n\x14source_connection_id\x18\x04 \x01(\t\x12!\n\x19\x64\x65stination_connection_id\x18\x05 \x01(\t\x12\x0f\n\x07streams\x18\x06 \x03(\t\x12%\n\x04spec\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x12&\n\nwrite_mode\x18\x08 \x01(\x0e\x32\x12.setu.v1.WriteMode\x12\x10\n\x08schedule\x18\t \x01(\t\x12\x0e\n\x06paused\x18\n \x01(\x08\x12/\n\x0bnext_run_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\ncreated_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x90\x02\n\x15\x43reatePipelineRequest\x12\x17\n\x04name\x18\x01 \x01(\tB\t\xc2\xf3\x18\x05\x08\x01\x18\xc8\x01\x12&\n\x14source_connection_id\x18\x02 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12+\n\x19\x64\x65stination_connection_id\x18\x03 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x0f\n\x07streams\x18\x04 \x03(\t\x12%\n\x04spec\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12&\n\nwrite_mode\x18\x06 \x01(\x0e\x32\x12.setu.v1.WriteMode\x12\x19\n\x08schedule\x18\x07 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xc8\x01\x12\x0e\n\x06paused\x18\x08 \x01(\x08\"3\n\x12GetPipelineRequest\x12\x1d\n\x0bpipeline_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"H\n\x14ListPipelinesRequest\x12\x1c\n\tpage_size\x18\x01 \x01(\x05\x42\t\xc2\xf3\x18\x05 \x00(\xf4\x03\x12\x12\n\npage_token\x18\x02 \x01(\t\"V\n\x15ListPipelinesResponse\x12$\n\tpipelines\x18\x01 \x03(\x0b\x32\x11.setu.v1.Pipeline\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x94\x01\n\x15UpdatePipelineRequest\x12\x1d\n\x0bpipeline_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12+\n\x08pipeline\x18\x02 \x01(\x0b\x32\x11.setu.v1.PipelineB\x06\xc2\xf3\x18\x02\x08\x01\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"6\n\x15\x44\x65letePipelineRequest\x12\x1d\n\x0bpipeline_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"\x18\n\x16\x44\x65letePipelineResponse\"8\n\x17GetPipelineStateRequest\x12\x1d\n\x0bpipeline_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"\x97\x01\n\x0bStreamState\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12%\n\x06\x63ursor\x18\x02 \x01(\x0b\x32\x15.setu.v1.StreamCursor\x12\x0c\n\x04rows\x18\x03 \x01(\x03\x12\x13\n\x0blast_job_id\x18\x04 \x01(\t\x12.\n\nupdated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"K\n\rPipelineState\x12\x13\n\x0bpipeline_id\x18\x01 \x01(\t\x12%\n\x07streams\x18\x02 \x03(\x0b\x32\x14.setu.v1.StreamState\"S\n\x19ResetPipelineStateRequest\x12\x1d\n\x0bpipeline_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x17\n\x06stream\x18\x02 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xe8\x07\"-\n\x1aResetPipelineStateResponse\x12\x0f\n\x07streams\x18\x01 \x03(\t2\xaa\x04\n\x0fPipelineService\x12\x43\n\x0e\x43reatePipeline\x12\x1e.setu.v1.CreatePipelineRequest\x1a\x11.setu.v1.Pipeline\x12=\n\x0bGetPipeline\x12\x1b.setu.v1.GetPipelineRequest\x1a\x11.setu.v1.Pipeline\x12N\n\rListPipelines\x12\x1d.setu.v1.ListPipelinesRequest\x1a\x1e.setu.v1.ListPipelinesResponse\x12\x43\n\x0eUpdatePipeline\x12\x1e.setu.v1.UpdatePipelineRequest\x1a\x11.setu.v1.Pipeline\x12Q\n\x0e\x44\x65letePipeline\x12\x1e.setu.v1.DeletePipelineRequest\x1a\x1f.setu.v1.DeletePipelineResponse\x12L\n\x10GetPipelineState\x12 .setu.v1.GetPipelineStateRequest\x1a\x16.setu.v1.PipelineState\x12]\n\x12ResetPipelineState\x12\".setu.v1.ResetPipelineStateRequest\x1a#.setu.v1.ResetPipelineStateResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17setu/v1/pipelines.proto\x12\x07setu.v1\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14setu/v1/common.proto\x1a\x19setu/v1/connections.proto\x1a\x15setu/v1/options.proto\"\x8e\x03\n\x08Pipeline\x12\n\n\x02id\x18\x01 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x1c\n\x14source_connection_id\x18\x04 \x01(\t\x12!\n\x19\x64\x65stination_connection_id\x18\x05 \x01(\t\x12\x0f\n\x07streams\x18\x06 \x03(\t\x12%\n\x04spec\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x12&\n\nwrite_mode\x18\x08 \x01(\x0e\x32\x12.setu.v1.WriteMode\x12\x10\n\x08schedule\x18\t \x01(\t\x12\x0e\n\x06paused\x18\n \x01(\x08\x12/\n\x0bnext_run_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\ncreated_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xaa\x03\n\x15\x43reatePipelineRequest\x12\x17\n\x04name\x18\x01 \x01(\tB\t\xc2\xf3\x18\x05\x08\x01\x18\xc8\x01\x12$\n\x14source_connection_id\x18\x02 \x01(\tB\x06\xc2\xf3\x18\x02\x10\x01\x12)\n\x19\x64\x65stination_connection_id\x18\x03 \x01(\tB\x06\xc2\xf3\x18\x02\x10\x01\x12\x0f\n\x07streams\x18\x04 \x03(\t\x12%\n\x04spec\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12&\n\nwrite_mode\x18\x06 \x01(\x0e\x32\x12.setu.v1.WriteMode\x12\x19\n\x08schedule\x18\x07 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xc8\x01\x12\x0e\n\x06paused\x18\x08 \x01(\x08\x12\x15\n\rvalidate_only\x18\t \x01(\x08\x12?\n\x15new_source_connection\x18\n \x01(\x0b\x32 .setu.v1.CreateConnectionRequest\x12\x44\n\x1anew_destination_connection\x18\x0b \x01(\x0b\x32 .setu.v1.CreateConnectionRequest\"3\n\x12GetPipelineRequest\x12\x1d\n\x0bpipeline_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"H\n\x14ListPipelinesRequest\x12\x1c\n\tpage_size\x18\x01 \x01(\x05\x42\t\xc2\xf3\x18\x05 \x00(\xf4\x03\x12\x12\n\npage_token\x18\x02 \x01(\t\"V\n\x15ListPipelinesResponse\x12$\n\tpipelines\x18\x01 \x03(\x0b\x32\x11.setu.v1.Pipeline\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xb2\x02\n\x15UpdatePipelineRequest\x12\x1d\n\x0bpipeline_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12+\n\x08pipeline\x18\x02 \x01(\x0b\x32\x11.setu.v1.PipelineB\x06\xc2\xf3\x18\x02\x08\x01\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x15\n\rvalidate_only\x18\x04 \x01(\x08\x12?\n\x15new_source_connection\x18\x05 \x01(\x0b\x32 .setu.v1.CreateConnectionRequest\x12\x44\n\x1anew_destination_connection\x18\x06 \x01(\x0b\x32 .setu.v1.CreateConnectionRequest\"6\n\x15\x44\x65letePipelineRequest\x12\x1d\n\x0bpipeline_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"\x18\n\x16\x44\x65letePipelineResponse\"8\n\x17GetPipelineStateRequest\x12\x1d\n\x0bpipeline_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"\x97\x01\n\x0bStreamState\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12%\n\x06\x63ursor\x18\x02 \x01(\x0b\x32\x15.setu.v1.StreamCursor\x12\x0c\n\x04rows\x18\x03 \x01(\x03\x12\x13\n\x0blast_job_id\x18\x04 \x01(\t\x12.\n\nupdated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"K\n\rPipelineState\x12\x13\n\x0bpipeline_id\x18\x01 \x01(\t\x12%\n\x07streams\x18\x02 \x03(\x0b\x32\x14.setu.v1.StreamState\"S\n\x19ResetPipelineStateRequest\x12\x1d\n\x0bpipeline_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x17\n\x06stream\x18\x02 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xe8\x07\"-\n\x1aResetPipelineStateResponse\x12\x0f\n\x07streams\x18\x01 \x03(\t2\xaa\x04\n\x0fPipelineService\x12\x43\n\x0e\x43reatePipeline\x12\x1e.setu.v1.CreatePipelineRequest\x1a\x11.setu.v1.Pipeline\x12=\n\x0bGetPipeline\x12\x1b.setu.v1.GetPipelineRequest\x1a\x11.setu.v1.Pipeline\x12N\n\rListPipelines\x12\x1d.setu.v1.ListPipelinesRequest\x1a\x1e.setu.v1.ListPipelinesResponse\x12\x43\n\x0eUpdatePipeline\x12\x1e.setu.v1.UpdatePipelineRequest\x1a\x11.setu.v1.Pipeline\x12Q\n\x0e\x44\x65letePipeline\x12\x1e.setu.v1.DeletePipelineRequest\x1a\x1f.setu.v1.DeletePipelineResponse\x12L\n\x10GetPipelineState\x12 .setu.v1.GetPipelineStateRequest\x1a\x16.setu.v1.PipelineState\x12]\n\x12ResetPipelineState\x12\".setu.v1.ResetPipelineStateRequest\x1a#.setu.v1.ResetPipelineStateResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,9 +40,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATEPIPELINEREQUEST'].fields_by_name['name']._loaded_options = None
   _globals['_CREATEPIPELINEREQUEST'].fields_by_name['name']._serialized_options = b'\302\363\030\005\010\001\030\310\001'
   _globals['_CREATEPIPELINEREQUEST'].fields_by_name['source_connection_id']._loaded_options = None
-  _globals['_CREATEPIPELINEREQUEST'].fields_by_name['source_connection_id']._serialized_options = b'\302\363\030\004\010\001\020\001'
+  _globals['_CREATEPIPELINEREQUEST'].fields_by_name['source_connection_id']._serialized_options = b'\302\363\030\002\020\001'
   _globals['_CREATEPIPELINEREQUEST'].fields_by_name['destination_connection_id']._loaded_options = None
-  _globals['_CREATEPIPELINEREQUEST'].fields_by_name['destination_connection_id']._serialized_options = b'\302\363\030\004\010\001\020\001'
+  _globals['_CREATEPIPELINEREQUEST'].fields_by_name['destination_connection_id']._serialized_options = b'\302\363\030\002\020\001'
   _globals['_CREATEPIPELINEREQUEST'].fields_by_name['schedule']._loaded_options = None
   _globals['_CREATEPIPELINEREQUEST'].fields_by_name['schedule']._serialized_options = b'\302\363\030\003\030\310\001'
   _globals['_GETPIPELINEREQUEST'].fields_by_name['pipeline_id']._loaded_options = None
@@ -60,32 +61,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RESETPIPELINESTATEREQUEST'].fields_by_name['pipeline_id']._serialized_options = b'\302\363\030\004\010\001\020\001'
   _globals['_RESETPIPELINESTATEREQUEST'].fields_by_name['stream']._loaded_options = None
   _globals['_RESETPIPELINESTATEREQUEST'].fields_by_name['stream']._serialized_options = b'\302\363\030\003\030\350\007'
-  _globals['_PIPELINE']._serialized_start=179
-  _globals['_PIPELINE']._serialized_end=577
-  _globals['_CREATEPIPELINEREQUEST']._serialized_start=580
-  _globals['_CREATEPIPELINEREQUEST']._serialized_end=852
-  _globals['_GETPIPELINEREQUEST']._serialized_start=854
-  _globals['_GETPIPELINEREQUEST']._serialized_end=905
-  _globals['_LISTPIPELINESREQUEST']._serialized_start=907
-  _globals['_LISTPIPELINESREQUEST']._serialized_end=979
-  _globals['_LISTPIPELINESRESPONSE']._serialized_start=981
-  _globals['_LISTPIPELINESRESPONSE']._serialized_end=1067
-  _globals['_UPDATEPIPELINEREQUEST']._serialized_start=1070
-  _globals['_UPDATEPIPELINEREQUEST']._serialized_end=1218
-  _globals['_DELETEPIPELINEREQUEST']._serialized_start=1220
-  _globals['_DELETEPIPELINEREQUEST']._serialized_end=1274
-  _globals['_DELETEPIPELINERESPONSE']._serialized_start=1276
-  _globals['_DELETEPIPELINERESPONSE']._serialized_end=1300
-  _globals['_GETPIPELINESTATEREQUEST']._serialized_start=1302
-  _globals['_GETPIPELINESTATEREQUEST']._serialized_end=1358
-  _globals['_STREAMSTATE']._serialized_start=1361
-  _globals['_STREAMSTATE']._serialized_end=1512
-  _globals['_PIPELINESTATE']._serialized_start=1514
-  _globals['_PIPELINESTATE']._serialized_end=1589
-  _globals['_RESETPIPELINESTATEREQUEST']._serialized_start=1591
-  _globals['_RESETPIPELINESTATEREQUEST']._serialized_end=1674
-  _globals['_RESETPIPELINESTATERESPONSE']._serialized_start=1676
-  _globals['_RESETPIPELINESTATERESPONSE']._serialized_end=1721
-  _globals['_PIPELINESERVICE']._serialized_start=1724
-  _globals['_PIPELINESERVICE']._serialized_end=2278
+  _globals['_PIPELINE']._serialized_start=206
+  _globals['_PIPELINE']._serialized_end=604
+  _globals['_CREATEPIPELINEREQUEST']._serialized_start=607
+  _globals['_CREATEPIPELINEREQUEST']._serialized_end=1033
+  _globals['_GETPIPELINEREQUEST']._serialized_start=1035
+  _globals['_GETPIPELINEREQUEST']._serialized_end=1086
+  _globals['_LISTPIPELINESREQUEST']._serialized_start=1088
+  _globals['_LISTPIPELINESREQUEST']._serialized_end=1160
+  _globals['_LISTPIPELINESRESPONSE']._serialized_start=1162
+  _globals['_LISTPIPELINESRESPONSE']._serialized_end=1248
+  _globals['_UPDATEPIPELINEREQUEST']._serialized_start=1251
+  _globals['_UPDATEPIPELINEREQUEST']._serialized_end=1557
+  _globals['_DELETEPIPELINEREQUEST']._serialized_start=1559
+  _globals['_DELETEPIPELINEREQUEST']._serialized_end=1613
+  _globals['_DELETEPIPELINERESPONSE']._serialized_start=1615
+  _globals['_DELETEPIPELINERESPONSE']._serialized_end=1639
+  _globals['_GETPIPELINESTATEREQUEST']._serialized_start=1641
+  _globals['_GETPIPELINESTATEREQUEST']._serialized_end=1697
+  _globals['_STREAMSTATE']._serialized_start=1700
+  _globals['_STREAMSTATE']._serialized_end=1851
+  _globals['_PIPELINESTATE']._serialized_start=1853
+  _globals['_PIPELINESTATE']._serialized_end=1928
+  _globals['_RESETPIPELINESTATEREQUEST']._serialized_start=1930
+  _globals['_RESETPIPELINESTATEREQUEST']._serialized_end=2013
+  _globals['_RESETPIPELINESTATERESPONSE']._serialized_start=2015
+  _globals['_RESETPIPELINESTATERESPONSE']._serialized_end=2060
+  _globals['_PIPELINESERVICE']._serialized_start=2063
+  _globals['_PIPELINESERVICE']._serialized_end=2617
 # @@protoc_insertion_point(module_scope)

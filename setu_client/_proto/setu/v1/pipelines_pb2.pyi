@@ -11,6 +11,7 @@ from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from setu_client._proto.setu.v1 import common_pb2 as _common_pb2
+from setu_client._proto.setu.v1 import connections_pb2 as _connections_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -100,17 +101,37 @@ class CreatePipelineRequest(_message.Message):
     WRITE_MODE_FIELD_NUMBER: _builtins.int
     SCHEDULE_FIELD_NUMBER: _builtins.int
     PAUSED_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    NEW_SOURCE_CONNECTION_FIELD_NUMBER: _builtins.int
+    NEW_DESTINATION_CONNECTION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     source_connection_id: _builtins.str
+    """Required, unless new_source_connection stands in for it."""
     destination_connection_id: _builtins.str
+    """Required, unless new_destination_connection stands in for it."""
     write_mode: _common_pb2.WriteMode.ValueType
     """UNSPECIFIED means APPEND."""
     schedule: _builtins.str
     paused: _builtins.bool
+    validate_only: _builtins.bool
+    """Run every check the call runs and answer the pipeline it would write,
+    writing nothing (AIP-163).
+    """
     @_builtins.property
     def streams(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def spec(self) -> _struct_pb2.Struct: ...
+    @_builtins.property
+    def new_source_connection(self) -> _connections_pb2.CreateConnectionRequest:
+        """Only with validate_only, for a pipeline whose connection does not exist
+        yet (an apply that creates both): that connection, in place of the id
+        (leave the id empty). It is checked as CreateConnection checks it and
+        created in the same transaction, which is then rolled back, so the
+        pipeline is judged against it.
+        """
+
+    @_builtins.property
+    def new_destination_connection(self) -> _connections_pb2.CreateConnectionRequest: ...
     def __init__(
         self,
         *,
@@ -122,10 +143,13 @@ class CreatePipelineRequest(_message.Message):
         write_mode: _common_pb2.WriteMode.ValueType = ...,
         schedule: _builtins.str = ...,
         paused: _builtins.bool = ...,
+        validate_only: _builtins.bool = ...,
+        new_source_connection: _connections_pb2.CreateConnectionRequest | None = ...,
+        new_destination_connection: _connections_pb2.CreateConnectionRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["new_destination_connection", b"new_destination_connection", "new_source_connection", b"new_source_connection", "spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["destination_connection_id", b"destination_connection_id", "name", b"name", "paused", b"paused", "schedule", b"schedule", "source_connection_id", b"source_connection_id", "spec", b"spec", "streams", b"streams", "write_mode", b"write_mode"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["destination_connection_id", b"destination_connection_id", "name", b"name", "new_destination_connection", b"new_destination_connection", "new_source_connection", b"new_source_connection", "paused", b"paused", "schedule", b"schedule", "source_connection_id", b"source_connection_id", "spec", b"spec", "streams", b"streams", "validate_only", b"validate_only", "write_mode", b"write_mode"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -202,7 +226,14 @@ class UpdatePipelineRequest(_message.Message):
     PIPELINE_ID_FIELD_NUMBER: _builtins.int
     PIPELINE_FIELD_NUMBER: _builtins.int
     UPDATE_MASK_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    NEW_SOURCE_CONNECTION_FIELD_NUMBER: _builtins.int
+    NEW_DESTINATION_CONNECTION_FIELD_NUMBER: _builtins.int
     pipeline_id: _builtins.str
+    validate_only: _builtins.bool
+    """Run every check the call runs and answer the pipeline it would write,
+    writing nothing (AIP-163).
+    """
     @_builtins.property
     def pipeline(self) -> Global___Pipeline:
         """name, source_connection_id, destination_connection_id, streams, spec,
@@ -211,16 +242,30 @@ class UpdatePipelineRequest(_message.Message):
 
     @_builtins.property
     def update_mask(self) -> _field_mask_pb2.FieldMask: ...
+    @_builtins.property
+    def new_source_connection(self) -> _connections_pb2.CreateConnectionRequest:
+        """Only with validate_only, for a pipeline whose connection does not exist
+        yet (an apply that creates both): that connection, in place of the id
+        (leave the id empty, name it in update_mask). It is checked as CreateConnection checks it and
+        created in the same transaction, which is then rolled back, so the
+        pipeline is judged against it.
+        """
+
+    @_builtins.property
+    def new_destination_connection(self) -> _connections_pb2.CreateConnectionRequest: ...
     def __init__(
         self,
         *,
         pipeline_id: _builtins.str = ...,
         pipeline: Global___Pipeline | None = ...,
         update_mask: _field_mask_pb2.FieldMask | None = ...,
+        validate_only: _builtins.bool = ...,
+        new_source_connection: _connections_pb2.CreateConnectionRequest | None = ...,
+        new_destination_connection: _connections_pb2.CreateConnectionRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["pipeline", b"pipeline", "update_mask", b"update_mask"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["new_destination_connection", b"new_destination_connection", "new_source_connection", b"new_source_connection", "pipeline", b"pipeline", "update_mask", b"update_mask"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["pipeline", b"pipeline", "pipeline_id", b"pipeline_id", "update_mask", b"update_mask"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["new_destination_connection", b"new_destination_connection", "new_source_connection", b"new_source_connection", "pipeline", b"pipeline", "pipeline_id", b"pipeline_id", "update_mask", b"update_mask", "validate_only", b"validate_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -82,7 +82,9 @@ class PipelineServiceServicer:
         """Codes: OK, INVALID_ARGUMENT (spec, write mode, schedule; and, once the
         source connection was discovered, a stream, operator column or key its
         catalog says a run would not find), NOT_FOUND (a connection),
-        ALREADY_EXISTS (name taken).
+        ALREADY_EXISTS (name taken). With validate_only, every check runs and
+        the answer is the pipeline that would be written, but nothing is (the
+        same codes either way).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -105,7 +107,8 @@ class PipelineServiceServicer:
     def UpdatePipeline(self, request, context):
         """Replaces the fields named in update_mask (all mutable fields when empty).
         The result is checked against the source's catalog, as at create, when
-        the update changes the source, streams, spec or write mode.
+        the update changes the source, streams, spec or write mode. With
+        validate_only, answers the pipeline as it would be, changing nothing.
         Codes: OK, NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

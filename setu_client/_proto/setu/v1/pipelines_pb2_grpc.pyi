@@ -39,7 +39,9 @@ class PipelineServiceStub:
     """Codes: OK, INVALID_ARGUMENT (spec, write mode, schedule; and, once the
     source connection was discovered, a stream, operator column or key its
     catalog says a run would not find), NOT_FOUND (a connection),
-    ALREADY_EXISTS (name taken).
+    ALREADY_EXISTS (name taken). With validate_only, every check runs and
+    the answer is the pipeline that would be written, but nothing is (the
+    same codes either way).
     """
     GetPipeline: _grpc.UnaryUnaryMultiCallable[_pipelines_pb2.GetPipelineRequest, _pipelines_pb2.Pipeline]
     """Codes: OK, NOT_FOUND."""
@@ -48,7 +50,8 @@ class PipelineServiceStub:
     UpdatePipeline: _grpc.UnaryUnaryMultiCallable[_pipelines_pb2.UpdatePipelineRequest, _pipelines_pb2.Pipeline]
     """Replaces the fields named in update_mask (all mutable fields when empty).
     The result is checked against the source's catalog, as at create, when
-    the update changes the source, streams, spec or write mode.
+    the update changes the source, streams, spec or write mode. With
+    validate_only, answers the pipeline as it would be, changing nothing.
     Codes: OK, NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS.
     """
     DeletePipeline: _grpc.UnaryUnaryMultiCallable[_pipelines_pb2.DeletePipelineRequest, _pipelines_pb2.DeletePipelineResponse]
@@ -77,7 +80,9 @@ class PipelineServiceAsyncStub(PipelineServiceStub):
     """Codes: OK, INVALID_ARGUMENT (spec, write mode, schedule; and, once the
     source connection was discovered, a stream, operator column or key its
     catalog says a run would not find), NOT_FOUND (a connection),
-    ALREADY_EXISTS (name taken).
+    ALREADY_EXISTS (name taken). With validate_only, every check runs and
+    the answer is the pipeline that would be written, but nothing is (the
+    same codes either way).
     """
     GetPipeline: _aio.UnaryUnaryMultiCallable[_pipelines_pb2.GetPipelineRequest, _pipelines_pb2.Pipeline]  # type: ignore[assignment]
     """Codes: OK, NOT_FOUND."""
@@ -86,7 +91,8 @@ class PipelineServiceAsyncStub(PipelineServiceStub):
     UpdatePipeline: _aio.UnaryUnaryMultiCallable[_pipelines_pb2.UpdatePipelineRequest, _pipelines_pb2.Pipeline]  # type: ignore[assignment]
     """Replaces the fields named in update_mask (all mutable fields when empty).
     The result is checked against the source's catalog, as at create, when
-    the update changes the source, streams, spec or write mode.
+    the update changes the source, streams, spec or write mode. With
+    validate_only, answers the pipeline as it would be, changing nothing.
     Codes: OK, NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS.
     """
     DeletePipeline: _aio.UnaryUnaryMultiCallable[_pipelines_pb2.DeletePipelineRequest, _pipelines_pb2.DeletePipelineResponse]  # type: ignore[assignment]
@@ -118,7 +124,9 @@ class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
         """Codes: OK, INVALID_ARGUMENT (spec, write mode, schedule; and, once the
         source connection was discovered, a stream, operator column or key its
         catalog says a run would not find), NOT_FOUND (a connection),
-        ALREADY_EXISTS (name taken).
+        ALREADY_EXISTS (name taken). With validate_only, every check runs and
+        the answer is the pipeline that would be written, but nothing is (the
+        same codes either way).
         """
 
     @_abc_1.abstractmethod
@@ -145,7 +153,8 @@ class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_pipelines_pb2.Pipeline, _abc.Awaitable[_pipelines_pb2.Pipeline]]:
         """Replaces the fields named in update_mask (all mutable fields when empty).
         The result is checked against the source's catalog, as at create, when
-        the update changes the source, streams, spec or write mode.
+        the update changes the source, streams, spec or write mode. With
+        validate_only, answers the pipeline as it would be, changing nothing.
         Codes: OK, NOT_FOUND, INVALID_ARGUMENT, ALREADY_EXISTS.
         """
 

@@ -27,6 +27,10 @@ from pathlib import Path
 
 import pytest
 
+from setu_engine.errors import ConfigError
+from setu_engine.providers.files import parquet_options
+from setu_engine.staged import s3
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # What an agent host runs: setu-agent and setu-worker (setu_agent) over the
@@ -385,3 +389,26 @@ def test_a_module_level_import_of_an_extras_module_is_found(tmp_path: Path) -> N
         "setu_agent.runtime:22 imports setu_engine.providers.files.parquet"
         " (the parquet extra's) at module level"
     ]
+
+
+# -- without an extra, the work that needs it says which
+
+
+def test_an_s3_client_without_the_s3_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A None in sys.modules makes the import fail, as on a host without aiobotocore.
+    monkeypatch.setitem(sys.modules, "aiobotocore.session", None)
+    with pytest.raises(ConfigError, match=r"^S3 needs the s3 extra.*pip install 'setu\[s3\]'$"):
+        s3.s3_client(s3.S3Settings())
+
+
+def test_a_parquet_file_without_the_parquet_extra_names_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    found = parquet_options.importlib.util.find_spec
+    monkeypatch.setattr(
+        parquet_options.importlib.util,
+        "find_spec",
+        lambda name, *rest: None if name == "pyarrow" else found(name, *rest),
+    )
+    with pytest.raises(ConfigError, match=r"pip install 'setu\[parquet\]'$"):
+        parquet_options.require_pyarrow()

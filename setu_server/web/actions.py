@@ -1,6 +1,8 @@
 """The monitor's actions (POST): sign in and out, cancel a run, run a
-pipeline now, test a connection. Each answers with a redirect (303) to the
-page that shows the outcome, so a reload never repeats it."""
+pipeline now, pause or resume it, test or discover a connection. Each
+answers with a redirect (303) to the page that shows the outcome, so a
+reload never repeats it. Any signed-in session of the workspace may take
+them, as its API key may make the same gRPC calls."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from aiohttp import web
 
 from setu_client.errors import NotFound, PermissionDenied, Unauthenticated
 from setu_server.models import Role, TaskKind
+from setu_server.service.pipelines import PipelineDraft
 from setu_server.web.deps import deps_of, session_of
 from setu_server.web.pages import job_id_of, signin_context
 from setu_server.web.render import render
@@ -60,11 +63,37 @@ async def cancel_run(request: web.Request) -> web.Response:
 
 
 async def run_now(request: web.Request) -> web.Response:
+    """A manual run, to its page; on a paused pipeline it goes ahead all the
+    same, and the pipeline's page says so (paused stops the schedule only)."""
+    deps, workspace = deps_of(request), session_of(request).workspace_id
     pipeline_id = _uuid(request.match_info["pipeline_id"], "pipeline")
-    job = await deps_of(request).runs.submit(
-        session_of(request).workspace_id, pipeline_id, start=True, dry_run=False, idempotency_key=""
+    pipeline = await deps.pipelines.get(workspace, pipeline_id)
+    job = await deps.runs.submit(
+        workspace, pipeline_id, start=True, dry_run=False, idempotency_key=""
     )
+    if pipeline.paused:
+        raise web.HTTPSeeOther(f"/pipelines/{pipeline_id}?ran={job.id}")
     raise web.HTTPSeeOther(f"/runs/{job.id}")
+
+
+async def pause_pipeline(request: web.Request) -> web.Response:
+    return await _set_paused(request, True)
+
+
+async def resume_pipeline(request: web.Request) -> web.Response:
+    return await _set_paused(request, False)
+
+
+async def _set_paused(request: web.Request, paused: bool) -> web.Response:
+    """As UpdatePipeline with update_mask `paused`: resuming computes the next tick."""
+    pipeline_id = _uuid(request.match_info["pipeline_id"], "pipeline")
+    change = PipelineDraft(
+        name="", source_connection_id=None, destination_connection_id=None, paused=paused
+    )
+    await deps_of(request).pipelines.update(
+        session_of(request).workspace_id, pipeline_id, change, ["paused"]
+    )
+    raise web.HTTPSeeOther(f"/pipelines/{pipeline_id}")
 
 
 async def test_connection(request: web.Request) -> web.Response:
@@ -74,6 +103,16 @@ async def test_connection(request: web.Request) -> web.Response:
         session_of(request).workspace_id, connection_id, TaskKind.TEST, {}, TEST_TIMEOUT_SECONDS
     )
     raise web.HTTPSeeOther(f"/connections?tested={job.id}#connection-{connection_id}")
+
+
+async def discover_connection(request: web.Request) -> web.Response:
+    """Blocks until the connection's runtime answers (bounded), like DiscoverStreams;
+    the page then shows the new catalog and links to the discover job."""
+    connection_id = _uuid(request.match_info["connection_id"], "connection")
+    job, _ = await deps_of(request).connection_ops.run(
+        session_of(request).workspace_id, connection_id, TaskKind.DISCOVER, {}, TEST_TIMEOUT_SECONDS
+    )
+    raise web.HTTPSeeOther(f"/connections?discovered={job.id}#connection-{connection_id}")
 
 
 def _uuid(raw: str, what: str) -> UUID:

@@ -130,8 +130,12 @@ def build_app(deps: MonitorDeps) -> web.Application:
     app.router.add_get("/runs/{job_id}/live", live.run_stream)
     app.router.add_post("/runs/{job_id}/cancel", actions.cancel_run)
     app.router.add_get("/pipelines", pages.pipelines_page)
+    app.router.add_get("/pipelines/{pipeline_id}", pages.pipeline_page)
     app.router.add_post("/pipelines/{pipeline_id}/run", actions.run_now)
+    app.router.add_post("/pipelines/{pipeline_id}/pause", actions.pause_pipeline)
+    app.router.add_post("/pipelines/{pipeline_id}/resume", actions.resume_pipeline)
     app.router.add_get("/connections", pages.connections_page)
     app.router.add_post("/connections/{connection_id}/test", actions.test_connection)
+    app.router.add_post("/connections/{connection_id}/discover", actions.discover_connection)
     app.router.add_get("/agents", pages.agents_page)
     return app

@@ -1,4 +1,4 @@
-"""The monitor's pages (GET): runs, a run, pipelines, connections, agents."""
+"""The monitor's pages (GET): runs, a run, pipelines, a pipeline, connections, agents."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from uuid import UUID
 
 from aiohttp import web
 
-from setu_client.errors import JobNotFound
+from setu_client.errors import JobNotFound, NotFound
 from setu_server.models import JobState
-from setu_server.web import chart, reads
+from setu_server.web import chart, pipeline_view, reads
 from setu_server.web.deps import csrf_of, deps_of, session_of
 from setu_server.web.render import render
 
@@ -117,6 +117,30 @@ async def pipelines_page(request: web.Request) -> web.Response:
     return render("pipelines.html", base(request, "pipelines", title="Pipelines", rows=rows))
 
 
+async def pipeline_page(request: web.Request) -> web.Response:
+    """A pipeline: its schedule, Run now and Pause/Resume, its recent runs,
+    its saved state; `?ran=JOB` (after Run now on a paused pipeline) says
+    that the manual run went ahead."""
+    deps, workspace = deps_of(request), session_of(request).workspace_id
+    raw = request.match_info["pipeline_id"]
+    try:
+        pipeline_id = UUID(raw)
+    except ValueError:
+        raise NotFound(f"pipeline {raw} not found") from None
+    known = await reads.names(deps, workspace)
+    view = await pipeline_view.pipeline_view(deps, workspace, pipeline_id, known)
+    ran = await pipeline_view.run_of(deps, workspace, pipeline_id, request.query.get("ran", ""))
+    context = base(
+        request,
+        "pipelines",
+        title=view.pipeline.name,
+        view=view,
+        ran=ran,
+        paused_run=pipeline_view.PAUSED_RUN,
+    )
+    return render("pipeline.html", context)
+
+
 async def connections_page(request: web.Request) -> web.Response:
     deps, workspace = deps_of(request), session_of(request).workspace_id
     known = await reads.names(deps, workspace)
@@ -127,10 +151,22 @@ async def connections_page(request: web.Request) -> web.Response:
             tested = await reads.test_outcome(deps, workspace, UUID(request.query["tested"]))
         except (ValueError, JobNotFound):
             tested = None
-    return render(
-        "connections.html",
-        base(request, "connections", title="Connections", rows=rows, tested=tested),
+    discovered = None
+    if "discovered" in request.query:
+        try:
+            found = UUID(request.query["discovered"])
+            discovered = await pipeline_view.discover_outcome(deps, workspace, found)
+        except (ValueError, JobNotFound):
+            discovered = None
+    context = base(
+        request,
+        "connections",
+        title="Connections",
+        rows=rows,
+        tested=tested,
+        discovered=discovered,
     )
+    return render("connections.html", context)
 
 
 async def agents_page(request: web.Request) -> web.Response:

@@ -279,7 +279,7 @@ async def connection_rows(
             ConnectionRow(
                 connection,
                 known.placement(connection),
-                shown_config(connection.config),
+                shown_config(connection.config, provider=connection.provider),
                 [s for s in streams if isinstance(s, dict)],
                 discovered,
             )
@@ -287,21 +287,44 @@ async def connection_rows(
     return rows
 
 
-def shown_config(config: dict[str, Any], prefix: str = "") -> list[tuple[str, str, bool]]:
+def shown_config(
+    config: dict[str, Any], prefix: str = "", provider: str = ""
+) -> list[tuple[str, str, bool]]:
     """(key, value, is a reference) lines: secret references as their names,
-    never a value; a plain value under a secret-sounding key is masked."""
+    never a value; a plain value under a secret-sounding key is masked; a
+    switch (true/false) in words."""
     lines: list[tuple[str, str, bool]] = []
     for key, value in sorted(config.items()):
         path = f"{prefix}{key}"
         if isinstance(value, dict) and set(value) == {"$secret"}:
             lines.append((path, f"secret {value['$secret']}", True))
         elif isinstance(value, dict):
-            lines.extend(shown_config(value, path + "."))
+            lines.extend(shown_config(value, path + ".", provider))
         elif any(word in key.lower() for word in SENSITIVE_KEYS):
             lines.append((path, "•••• (a plain value: use a secret reference)", False))
         else:
-            lines.append((path, str(value), False))
+            lines.append((path, shown_value(provider, path, value), False))
     return lines
+
+
+# What a provider's switches mean (README.md's table of config keys).
+SWITCHES: dict[tuple[str, str], dict[bool, str]] = {
+    ("sqlite", "create"): {
+        True: "yes: opened for writing; the file is made when missing",
+        False: "no: opened read-only",
+    },
+    ("file", "csv.header"): {
+        True: "yes: the first line names the columns",
+        False: "no: the columns are c1, c2, … or column_names",
+    },
+}
+
+
+def shown_value(provider: str, path: str, value: Any) -> str:
+    """A config value as a person reads it: a switch in words, else as given."""
+    if isinstance(value, bool):
+        return SWITCHES.get((provider, path), {}).get(value) or ("yes" if value else "no")
+    return str(value)
 
 
 @dataclass(frozen=True)

@@ -342,7 +342,7 @@ async def test_test_names_version_place_and_stream_count(
     async with connected(url) as pg:
         assert await pg.test() == (f"PostgreSQL {version} at {where} (3 tables in schema public)")
     async with connected(url, schema="other") as pg:
-        assert await pg.test() == f"PostgreSQL {version} at {where} (1 tables in schema other)"
+        assert await pg.test() == f"PostgreSQL {version} at {where} (1 table in schema other)"
 
 
 # -- discover -----------------------------------------------------------------

@@ -343,10 +343,8 @@ class PostgresConnector:
             streams = await self.discover()
         except DRIVER_ERRORS as exc:
             raise postgres_error(exc, "postgres") from exc
-        return (
-            f"PostgreSQL {version} at {self._where} "
-            f"({len(streams)} tables in schema {self._schema})"
-        )
+        tables = f"{len(streams)} table{'' if len(streams) == 1 else 's'}"
+        return f"PostgreSQL {version} at {self._where} ({tables} in schema {self._schema})"
 
     async def discover(self) -> list[Stream]:
         try:

@@ -171,7 +171,7 @@ class SqliteConnector:
                 "SELECT count(*) FROM sqlite_master WHERE type = 'table' "
                 "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
             ).fetchone()[0]
-            return f"SQLite {version} at {self._path} ({tables} tables)"
+            return f"SQLite {version} at {self._path} ({tables} table{'' if tables == 1 else 's'})"
 
         return await self._run("test", probe)
 

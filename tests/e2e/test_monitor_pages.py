@@ -21,6 +21,8 @@ from setu_server.web.render import STATIC
 from tests.e2e.monitor_helpers import browser_sign_in, make_copy, signed_in
 from tests.factories import Tenant
 
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+
 # Each label's drawn box against the chart's viewBox, measured by the browser.
 LABELS_OUTSIDE = """() => {
   const svg = document.querySelector('svg.chart');
@@ -157,3 +159,47 @@ async def test_pipeline_actions_want_the_csrf_token_and_the_pipelines_workspace(
     assert pages == [404, 404, 200]
     assert not (await client.get_pipeline(copy.pipeline_id)).paused
     assert [j async for j in client.list_jobs()] == []
+
+
+# The Sign out button's box and how far the page reaches sideways.
+FITS = """() => {
+  const box = document.querySelector('form.signout button').getBoundingClientRect();
+  return {
+    signout: [box.left, box.top, box.right, box.bottom],
+    width: window.innerWidth, height: window.innerHeight,
+    scroll: document.documentElement.scrollWidth,
+  };
+}"""
+PHONE = {"width": 390, "height": 844}
+
+
+async def test_every_page_fits_a_phones_width_with_sign_out_on_screen(
+    server: Running, client: SetuClient, tenant: Tenant, tmp_path: Path, browser: Browser
+) -> None:
+    copy = await make_copy(client, tmp_path, name="a-pipeline-with-a-rather-long-name")
+    await client.update_pipeline(copy.pipeline_id, schedule="0 3 * * *")
+    await client.discover_streams(copy.source_id)
+    job = await client.submit_run(copy.pipeline_id)
+    await client.wait_for_job(job.id)
+    page = await browser.new_page(viewport=PHONE)
+    await browser_sign_in(page, server.http_url, tenant.api_key)
+    paths = [
+        "/runs",
+        f"/runs/{job.id}",
+        "/pipelines",
+        f"/pipelines/{copy.pipeline_id}",
+        "/connections",
+        "/agents",
+    ]
+    seen = {}
+    for path in paths:
+        await page.goto(f"{server.http_url}{path}")
+        seen[path] = await page.evaluate(FITS)
+    await page.goto(f"{server.http_url}/runs")
+    await page.screenshot(path=str(ARTIFACTS / "monitor-runs-phone.png"), full_page=True)
+
+    for path, fit in seen.items():
+        left, top, right, bottom = fit["signout"]
+        assert (fit["width"], fit["height"]) == (390, 844)
+        assert min(left, top) >= 0 and right <= 390 and bottom <= 844, (path, fit)
+        assert fit["scroll"] <= 390, (path, fit)  # nothing reaches past the screen's edge

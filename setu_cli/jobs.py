@@ -32,9 +32,19 @@ from setu_cli.session import (
     CliError,
     Session,
 )
-from setu_client import Job, JobEvent, JobKind, JobNotStarted, JobState, SetuClient
+from setu_client import (
+    FailedPrecondition,
+    Job,
+    JobEvent,
+    JobKind,
+    JobNotStarted,
+    JobState,
+    SetuClient,
+)
 
 # ---------------------------------------------------------------- runs and jobs
+
+PAUSED_SAID = "pipeline is paused: schedules make no runs; this manual run goes ahead"
 
 _EXIT_BY_STATE = {
     JobState.SUCCEEDED: EXIT_SUCCEEDED,
@@ -77,6 +87,9 @@ async def run(client: SetuClient, args: argparse.Namespace, session: Session) ->
     if args.wait and args.no_start:
         raise CliError("--wait would wait for ever on a job left READY; drop one of them")
     pipeline = await pipeline_ref(client, args.pipeline)
+    if pipeline.paused:
+        # stderr: `JOB=$(setu run P)` still reads the id alone.
+        print(PAUSED_SAID, file=sys.stderr, flush=True)
     job = await client.submit_run(
         pipeline.id,
         start=not args.no_start,
@@ -89,6 +102,19 @@ async def run(client: SetuClient, args: argparse.Namespace, session: Session) ->
         return 0
     if not args.json:
         print(f"job {job.id}  (pipeline {pipeline.name})", flush=True)
+    return await _follow(client, job.id, args, session)
+
+
+async def jobs_rerun(client: SetuClient, args: argparse.Namespace, session: Session) -> int:
+    try:
+        job = await client.rerun_job(args.id, start=not args.no_start)
+    except FailedPrecondition as error:
+        raise CliError(error.message) from None
+    if not args.json:
+        print(f"job {job.id}: a rerun of job {args.id}", file=sys.stderr, flush=True)
+    if not args.wait:
+        emit(args, as_dict(job), job.id)
+        return 0
     return await _follow(client, job.id, args, session)
 
 
@@ -277,6 +303,15 @@ def register(commands: CommandSet) -> None:
 
     leaves = commands.noun("jobs", "inspect, wait for and cancel jobs")
     leaves.add("get", jobs_get, "show a job", "ID")
+    rerun = leaves.add(
+        "rerun",
+        jobs_rerun,
+        "a new run of the pipeline a run ran (a dry run again if it was one); print its id",
+        "ID",
+        **codes,
+    )
+    rerun.add_argument("--wait", action="store_true", help="show progress until the run ends")
+    rerun.add_argument("--no-start", action="store_true", help="leave it READY (jobs start ID)")
     leaves.add("start", jobs_start, "start a READY job", "ID")
     leaves.add("wait", jobs_wait, "wait until a job ends", "ID", **codes).add_argument(
         "--timeout", type=float, metavar="S", help="give up after S seconds (exit 4)"

@@ -859,15 +859,22 @@ class SetuClient:
         start: bool = True,
         dry_run: bool = False,
         idempotency_key: str = "",
+        *,
+        rerun_of: str = "",
     ) -> Job:
         """A new run of the pipeline, given by its id or its name: PENDING, or
         READY for start_job when `start` is false. The job's `id` is what
         wait_for_job, watch_job and job_outputs take. With an
         `idempotency_key`, a repeated submit answers the first job, so only
-        then is the call retried. Raises NotFound for an unknown pipeline."""
+        then is the call retried. `rerun_of` names the run this one repeats
+        (rerun_job). Raises NotFound for an unknown pipeline."""
         pipeline_id = pipeline if _is_uuid(pipeline) else (await self._pipeline_named(pipeline)).id
         request = jobs_pb2.SubmitRunRequest(
-            pipeline_id=pipeline_id, start=start, dry_run=dry_run, idempotency_key=idempotency_key
+            pipeline_id=pipeline_id,
+            start=start,
+            dry_run=dry_run,
+            idempotency_key=idempotency_key,
+            rerun_of=rerun_of,
         )
         if idempotency_key:
             answer: jobs_pb2.SubmitRunResponse = await self._retrying(
@@ -876,6 +883,27 @@ class SetuClient:
         else:
             answer = await self._call(self._stub.SubmitRun, request)
         return job_from_message(answer.job)
+
+    async def rerun_job(self, job_id: str, *, start: bool = True) -> Job:
+        """A new run of the pipeline that run `job_id` ran, a dry run if it
+        was one; its first event says `rerun of job <job_id>`. Raises
+        JobNotFound, and FailedPrecondition when the job is a connection's
+        test, discover or preview (no run to repeat) or its pipeline was
+        deleted."""
+        old = await self.get_job(job_id)
+        if old.kind is not JobKind.RUN:
+            raise FailedPrecondition(
+                f"job {job_id} is a {old.kind.name.lower()} of a connection, not a run: "
+                "there is no run to repeat"
+            )
+        if not old.pipeline_id:
+            raise FailedPrecondition(
+                f"job {job_id} ran a pipeline that has since been deleted: there is nothing "
+                "to run again"
+            )
+        return await self.submit_run(
+            old.pipeline_id, start=start, dry_run=old.dry_run, rerun_of=job_id
+        )
 
 
 _CONNECTION_FIELDS = ("name", "provider", "config", "placement", "agent_id")

@@ -33,6 +33,7 @@ class JobServicer(jobs_pb2_grpc.JobOrchestrationServiceServicer):
             start=request.start,
             dry_run=request.dry_run,
             idempotency_key=request.idempotency_key,
+            rerun_of=uid(request.rerun_of) if request.rerun_of else None,
         )
         return pb.SubmitRunResponse(job=convert.job(job))
 

@@ -18,6 +18,8 @@ from setu_client.clock import Clock
 from setu_client.errors import (
     AlreadyExists,
     FailedPrecondition,
+    InvalidArgument,
+    JobNotFound,
     LeaseLost,
     NotFound,
 )
@@ -41,9 +43,12 @@ from setu_server.models import (
 from setu_server.service.agents import AgentPresence
 from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.placement import placement
-from setu_server.store import jobs, runs, stream_state, tasks
+from setu_server.store import jobs, pipelines, runs, stream_state, tasks
 from setu_server.store.db import Database, Executor, transaction
 from setu_tasks.specs import ConnectionSpec, ExtractSpec, LoadSpec
+
+# A paused pipeline's manual run says why it runs anyway (the CLI says it too).
+PAUSED_NOTE = "pipeline is paused: schedules make no runs; this manual run goes ahead"
 
 # Attempts of a run's tasks: a retry resumes where the last one stopped.
 RUN_TASK_ATTEMPTS = 3
@@ -92,7 +97,10 @@ class RunService:
         start: bool,
         dry_run: bool,
         idempotency_key: str,
+        rerun_of: UUID | None = None,
     ) -> Job:
+        """A manual run (or, with `rerun_of`, a run that repeats that one,
+        which must be a run of this pipeline in this workspace)."""
         if idempotency_key:
             first = await runs.job_by_idempotency_key(self._pool, workspace_id, idempotency_key)
             if first is not None:
@@ -101,10 +109,16 @@ class RunService:
         if pipeline is None:
             raise NotFound(f"pipeline {pipeline_id} not found")
         _check_spec(pipeline)
+        notes = await self._manual_notes(workspace_id, pipeline_id, rerun_of)
         try:
             async with transaction(self._pool) as conn:
                 job = await self._create(
-                    conn, pipeline, start=start, dry_run=dry_run, idempotency_key=idempotency_key
+                    conn,
+                    pipeline,
+                    start=start,
+                    dry_run=dry_run,
+                    idempotency_key=idempotency_key,
+                    notes=notes,
                 )
                 if start:
                     await self.dispatch(conn, job)
@@ -115,6 +129,32 @@ class RunService:
                 raise
             return first
         return await self._reread(job)
+
+    async def _manual_notes(
+        self, workspace_id: UUID, pipeline_id: UUID, rerun_of: UUID | None
+    ) -> str:
+        """What a manual run's first event adds: the run it repeats, and
+        that its pipeline is paused (which stops the schedule only)."""
+        notes = ""
+        if rerun_of is not None:
+            # Another workspace's job is not found, as GetJob says of it.
+            old = await jobs.get_job(self._pool, rerun_of, workspace_id)
+            if old is None:
+                raise JobNotFound(f"rerun_of: job {rerun_of} not found")
+            if old.kind is not JobKind.RUN:
+                raise FailedPrecondition(
+                    f"rerun_of: job {rerun_of} is a {old.kind.value} of a connection, not a "
+                    "run: there is no run to repeat"
+                )
+            if old.pipeline_id != pipeline_id:
+                raise InvalidArgument(
+                    f"rerun_of: job {rerun_of} is a run of another pipeline, not of {pipeline_id}"
+                )
+            notes += f"; rerun of job {rerun_of}"
+        found = await pipelines.get_pipeline(self._pool, pipeline_id, workspace_id)
+        if found is not None and found.paused:
+            notes += f"; {PAUSED_NOTE}"
+        return notes
 
     def published(self, jobs: list[Job]) -> None:
         """Runs submitted in a caller's transaction (the scheduler's), after
@@ -155,6 +195,7 @@ class RunService:
         dry_run: bool,
         idempotency_key: str,
         scheduled_for: datetime | None = None,
+        notes: str = "",
     ) -> Job:
         taken = snapshot(pipeline)
         where = taken.placement
@@ -174,7 +215,7 @@ class RunService:
         )
         how = ", dry run" if dry_run else ", scheduled" if scheduled_for else ""
         await jobs.insert_job_event(
-            db, job.id, f"Run of {pipeline.name} submitted ({where.flow}{how})", now=now
+            db, job.id, f"Run of {pipeline.name} submitted ({where.flow}{how}){notes}", now=now
         )
         return job
 

@@ -11,10 +11,12 @@ import os
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
 
+from setu_client import FailedPrecondition, InvalidArgument, JobNotFound, SetuClient
 from setu_server import models
 from setu_server.server import Running
 from setu_server.store import jobs
@@ -24,8 +26,13 @@ from tests.servers import free_port
 
 
 @pytest.fixture
-async def tenant_env(server: Running, pool: asyncpg.Pool) -> tuple[Tenant, dict[str, str]]:
-    tenant = await make_tenant(pool)
+def server_settings(tmp_path: Path) -> dict[str, Any]:
+    return {"data_dir": tmp_path / "server", "task_retry_backoff_seconds": 0.05}
+
+
+@pytest.fixture
+async def tenant_env(server: Running, tenant: Tenant) -> tuple[Tenant, dict[str, str]]:
+    """The conftest's tenant (the `client` fixture's too) as the CLI's environment."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("SETU_")}
     env = base | {"SETU_SERVER": f"127.0.0.1:{server.port}", "SETU_API_KEY": tenant.api_key}
     return tenant, env
@@ -139,3 +146,98 @@ async def test_jobs_list_shows_runs_unless_asked_for_other_kinds(
     assert await listed("--kind", "all") == [str(preview.id), str(test.id), run]
     code, _, err = await setu("jobs", "list", "--kind", "tests", env=env)
     assert code == 2 and "invalid choice: 'tests'" in err
+
+
+async def _first_event(client: SetuClient, job_id: str) -> str:
+    async for event in client.job_events(job_id):
+        return event.message
+    raise AssertionError(f"job {job_id} has no events")
+
+
+async def test_jobs_rerun_runs_the_same_pipeline_again_and_its_first_event_names_the_old_run(
+    tenant_env: tuple[Tenant, dict[str, str]],
+    client: SetuClient,
+    pool: asyncpg.Pool,
+    tmp_path: Path,
+) -> None:
+    tenant, env = tenant_env
+    await setu("connections", "create", "-f", str(connections_yaml(tmp_path)), env=env)
+    overwrite = PIPELINE | {"write_mode": "overwrite"}  # a run again lands the same rows
+    await setu("pipelines", "create", "-f", "-", env=env, stdin=json.dumps(overwrite))
+    code, out, _ = await setu("run", "users-sync", "--wait", env=env)
+    assert code == 0, out
+    first = out.splitlines()[0].split()[1]
+
+    code, out, err = await setu("jobs", "rerun", first, "--wait", env=env)
+    assert code == 0, err
+    again = err.splitlines()[0].split()[1].rstrip(":")
+    assert err.splitlines()[0] == f"job {again}: a rerun of job {first}"
+    assert "succeeded" in out
+    old, new = await client.get_job(first), await client.get_job(again)
+    assert new.pipeline_id == old.pipeline_id and not new.dry_run
+    assert (await _first_event(client, again)).endswith(f"; rerun of job {first}")
+
+    # A dry run is rerun as a dry run.
+    planned = await client.submit_run(old.pipeline_id, dry_run=True)
+    code, out, err = await setu("jobs", "rerun", planned.id, env=env)
+    assert code == 0, err
+    assert (await client.get_job(out.strip())).dry_run
+
+    # No run to repeat: a connection's test, or a run whose pipeline is gone.
+    test = await make_job(pool, tenant.workspace_id, kind=models.JobKind.TEST)
+    code, _, err = await setu("jobs", "rerun", str(test.id), env=env)
+    assert (code, err) == (
+        2,
+        f"error: job {test.id} is a test of a connection, not a run: there is no run to repeat\n",
+    )
+    await client.delete_pipeline(old.pipeline_id)
+    code, _, err = await setu("jobs", "rerun", first, env=env)
+    assert code == 2 and "ran a pipeline that has since been deleted" in err
+
+
+async def test_submit_run_rerun_of_takes_only_a_run_of_that_pipeline_in_its_own_workspace(
+    client: SetuClient, tenant: Tenant, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    source = await client.create_connection(
+        "s", "sqlite", {"path": str(tmp_path / "s.db"), "create": True}
+    )
+    into = await client.create_connection(
+        "d", "sqlite", {"path": str(tmp_path / "d.db"), "create": True}
+    )
+    one = await client.create_pipeline("one", source.id, into.id)
+    two = await client.create_pipeline("two", source.id, into.id)
+    ran = await client.submit_run(one.id, start=False)
+
+    stranger = await make_tenant(pool)
+    theirs = await make_job(pool, stranger.workspace_id, kind=models.JobKind.RUN)
+    # Another workspace's job is as unknown as a job that never was.
+    for unknown in (theirs.id, uuid.uuid4()):
+        with pytest.raises(JobNotFound, match=f"rerun_of: job {unknown} not found"):
+            await client.submit_run(one.id, start=False, rerun_of=str(unknown))
+    with pytest.raises(InvalidArgument, match="is a run of another pipeline"):
+        await client.submit_run(two.id, start=False, rerun_of=ran.id)
+    test = await make_job(pool, tenant.workspace_id, kind=models.JobKind.TEST)
+    with pytest.raises(FailedPrecondition, match="is a test of a connection, not a run"):
+        await client.submit_run(one.id, start=False, rerun_of=str(test.id))
+    with pytest.raises(InvalidArgument, match="rerun_of"):
+        await client.submit_run(one.id, start=False, rerun_of="not-a-uuid")
+    again = await client.submit_run(one.id, start=False, rerun_of=ran.id)
+    assert (await _first_event(client, again.id)).endswith(f"; rerun of job {ran.id}")
+
+
+async def test_a_paused_pipelines_manual_run_says_it_goes_ahead(
+    tenant_env: tuple[Tenant, dict[str, str]], client: SetuClient, tmp_path: Path
+) -> None:
+    _, env = tenant_env
+    await setu("connections", "create", "-f", str(connections_yaml(tmp_path)), env=env)
+    await setu("pipelines", "create", "-f", "-", env=env, stdin=json.dumps(PIPELINE))
+    code, out, err = await setu("run", "users-sync", "--no-start", env=env)
+    assert code == 0 and err == ""  # not paused: nothing to say
+    assert "paused" not in await _first_event(client, out.strip())
+
+    await setu("pipelines", "update", "users-sync", "--set", "paused=true", env=env)
+    code, out, err = await setu("run", "users-sync", "--no-start", env=env)
+    assert code == 0 and len(out.strip()) == 36  # stdout is still the id alone
+    said = "pipeline is paused: schedules make no runs; this manual run goes ahead"
+    assert err.splitlines() == [said]
+    assert (await _first_event(client, out.strip())).endswith(f"; {said}")

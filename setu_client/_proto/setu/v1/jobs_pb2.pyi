@@ -28,6 +28,7 @@ class SubmitRunRequest(_message.Message):
     DRY_RUN_FIELD_NUMBER: _builtins.int
     START_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    RERUN_OF_FIELD_NUMBER: _builtins.int
     pipeline_id: _builtins.str
     dry_run: _builtins.bool
     """Plan against the source and the destination without writing anything:
@@ -39,6 +40,11 @@ class SubmitRunRequest(_message.Message):
     """false: the job is created READY and waits for StartJob."""
     idempotency_key: _builtins.str
     """Optional: a repeated submit with the same key answers the first job."""
+    rerun_of: _builtins.str
+    """Optional: the run this one repeats (`setu jobs rerun ID`), a run of the
+    same pipeline in the caller's workspace; its id goes into the new run's
+    first event ("rerun of job <id>").
+    """
     def __init__(
         self,
         *,
@@ -46,10 +52,11 @@ class SubmitRunRequest(_message.Message):
         dry_run: _builtins.bool = ...,
         start: _builtins.bool = ...,
         idempotency_key: _builtins.str = ...,
+        rerun_of: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "idempotency_key", b"idempotency_key", "pipeline_id", b"pipeline_id", "start", b"start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "idempotency_key", b"idempotency_key", "pipeline_id", b"pipeline_id", "rerun_of", b"rerun_of", "start", b"start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -98,10 +98,15 @@ class JobOrchestrationServiceServicer:
 
     def SubmitRun(self, request, context):
         """Creates a run of a pipeline. With start = false the job stays READY
-        until StartJob. Answers with the job as re-read after dispatch.
-        Codes: OK, NOT_FOUND (pipeline), FAILED_PRECONDITION (the pipeline's
-        first edge stage sits on an offline agent, or the pipeline is invalid),
-        ALREADY_EXISTS never: a repeated idempotency_key answers the first job.
+        until StartJob. Answers with the job as re-read after dispatch. A paused
+        pipeline runs when asked (paused stops its schedule only); the run's
+        first event says so. With rerun_of the first event names that job.
+        Codes: OK, NOT_FOUND (pipeline; or rerun_of: unknown, or another
+        workspace's job), FAILED_PRECONDITION (the pipeline's first edge stage
+        sits on an offline agent, or the pipeline is invalid; rerun_of names a
+        connection operation, not a run), INVALID_ARGUMENT (rerun_of is a run
+        of another pipeline), ALREADY_EXISTS never: a repeated idempotency_key
+        answers the first job.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

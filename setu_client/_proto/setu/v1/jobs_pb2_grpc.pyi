@@ -41,10 +41,15 @@ class JobOrchestrationServiceStub:
     def __new__(cls, channel: _aio.Channel) -> JobOrchestrationServiceAsyncStub: ...
     SubmitRun: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.SubmitRunRequest, _jobs_pb2.SubmitRunResponse]
     """Creates a run of a pipeline. With start = false the job stays READY
-    until StartJob. Answers with the job as re-read after dispatch.
-    Codes: OK, NOT_FOUND (pipeline), FAILED_PRECONDITION (the pipeline's
-    first edge stage sits on an offline agent, or the pipeline is invalid),
-    ALREADY_EXISTS never: a repeated idempotency_key answers the first job.
+    until StartJob. Answers with the job as re-read after dispatch. A paused
+    pipeline runs when asked (paused stops its schedule only); the run's
+    first event says so. With rerun_of the first event names that job.
+    Codes: OK, NOT_FOUND (pipeline; or rerun_of: unknown, or another
+    workspace's job), FAILED_PRECONDITION (the pipeline's first edge stage
+    sits on an offline agent, or the pipeline is invalid; rerun_of names a
+    connection operation, not a run), INVALID_ARGUMENT (rerun_of is a run
+    of another pipeline), ALREADY_EXISTS never: a repeated idempotency_key
+    answers the first job.
     """
     StartJob: _grpc.UnaryUnaryMultiCallable[_jobs_pb2.StartJobRequest, _jobs_pb2.StartJobResponse]
     """Moves a READY job on to PENDING and dispatches it.
@@ -101,10 +106,15 @@ class JobOrchestrationServiceAsyncStub(JobOrchestrationServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     SubmitRun: _aio.UnaryUnaryMultiCallable[_jobs_pb2.SubmitRunRequest, _jobs_pb2.SubmitRunResponse]  # type: ignore[assignment]
     """Creates a run of a pipeline. With start = false the job stays READY
-    until StartJob. Answers with the job as re-read after dispatch.
-    Codes: OK, NOT_FOUND (pipeline), FAILED_PRECONDITION (the pipeline's
-    first edge stage sits on an offline agent, or the pipeline is invalid),
-    ALREADY_EXISTS never: a repeated idempotency_key answers the first job.
+    until StartJob. Answers with the job as re-read after dispatch. A paused
+    pipeline runs when asked (paused stops its schedule only); the run's
+    first event says so. With rerun_of the first event names that job.
+    Codes: OK, NOT_FOUND (pipeline; or rerun_of: unknown, or another
+    workspace's job), FAILED_PRECONDITION (the pipeline's first edge stage
+    sits on an offline agent, or the pipeline is invalid; rerun_of names a
+    connection operation, not a run), INVALID_ARGUMENT (rerun_of is a run
+    of another pipeline), ALREADY_EXISTS never: a repeated idempotency_key
+    answers the first job.
     """
     StartJob: _aio.UnaryUnaryMultiCallable[_jobs_pb2.StartJobRequest, _jobs_pb2.StartJobResponse]  # type: ignore[assignment]
     """Moves a READY job on to PENDING and dispatches it.
@@ -164,10 +174,15 @@ class JobOrchestrationServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_jobs_pb2.SubmitRunResponse, _abc.Awaitable[_jobs_pb2.SubmitRunResponse]]:
         """Creates a run of a pipeline. With start = false the job stays READY
-        until StartJob. Answers with the job as re-read after dispatch.
-        Codes: OK, NOT_FOUND (pipeline), FAILED_PRECONDITION (the pipeline's
-        first edge stage sits on an offline agent, or the pipeline is invalid),
-        ALREADY_EXISTS never: a repeated idempotency_key answers the first job.
+        until StartJob. Answers with the job as re-read after dispatch. A paused
+        pipeline runs when asked (paused stops its schedule only); the run's
+        first event says so. With rerun_of the first event names that job.
+        Codes: OK, NOT_FOUND (pipeline; or rerun_of: unknown, or another
+        workspace's job), FAILED_PRECONDITION (the pipeline's first edge stage
+        sits on an offline agent, or the pipeline is invalid; rerun_of names a
+        connection operation, not a run), INVALID_ARGUMENT (rerun_of is a run
+        of another pipeline), ALREADY_EXISTS never: a repeated idempotency_key
+        answers the first job.
         """
 
     @_abc_1.abstractmethod

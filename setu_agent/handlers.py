@@ -26,12 +26,12 @@ from setu_agent.runtime.task import NonRetryable
 from setu_client.errors import DeadlineExceeded, LeaseLost, Unavailable
 from setu_engine.capabilities import capabilities_of
 from setu_engine.errors import ConfigError, PermanentError, ProviderError, SpecError
-from setu_engine.kinds import DEFAULT_BATCH_ROWS
+from setu_engine.kinds import DEFAULT_BATCH_ROWS, WriteMode
 from setu_engine.movement import dry_run, transfer
 from setu_engine.movement.transfer import read_said
 from setu_engine.operators.chain import PipelineSpec, parse_spec
 from setu_engine.planning import incremental
-from setu_engine.planning.plans import PlannedStream
+from setu_engine.planning.plans import PlannedStream, SampleCheck
 from setu_engine.providers import get_provider
 from setu_engine.providers.base import Connector, CountsRows
 from setu_engine.staged.blob import BlobSettings, BlobStore, open_blob
@@ -201,8 +201,10 @@ class EngineHandlers:
         batch_rows: int = DEFAULT_BATCH_ROWS,
         policy: ConnectPolicy | None = None,
         resume: ResumePolicy = DEFAULT_POLICY,
+        sample: dry_run.SampleLimits = dry_run.DEFAULT_SAMPLE,
     ) -> None:
         self._secrets = secrets
+        self._sample = sample
         self._resume = resume
         self._specs = specs
         self._blob_override = blob_override
@@ -234,9 +236,26 @@ class EngineHandlers:
             await connector.close()
 
     async def discover(self, ctx: TaskContext) -> DiscoverResult:
+        asked = ctx.task.payload.get(dry_run.SAMPLE_PAYLOAD)
         async with self._connected(ctx, _connection(ctx)) as connector:
             streams = await connector.discover()
-        return DiscoverResult(tuple(streams))
+            samples = {} if asked is None else await self._sampled(connector, streams, asked)
+        return DiscoverResult(tuple(streams), samples)
+
+    async def _sampled(
+        self, connector: Connector, streams: list[Any], asked: Any
+    ) -> dict[str, SampleCheck]:
+        """A dry run's discover on the source's agent: the first rows of each
+        of the pipeline's streams through its chain (dry_run.sample), here,
+        where the source is open. A spec or stream that does not fit is left
+        to the server's plan, which says why."""
+        try:
+            wanted = dry_run.handed(asked)
+            chosen = transfer.select_streams(streams, wanted["streams"])
+            spec, mode = parse_spec(wanted["spec"]), WriteMode(wanted["write_mode"])
+        except (ConfigError, SpecError, KeyError, TypeError, ValueError):
+            return {}
+        return await dry_run.sample(connector, spec, chosen, mode, self._sample)
 
     async def preview(self, ctx: TaskContext) -> PreviewResult:
         wanted = str(ctx.task.payload.get("stream", ""))

@@ -29,6 +29,7 @@ from setu_client.errors import PermissionDenied, SetuError, Unauthenticated
 from setu_client.long_poll import LongPollWindow
 from setu_client.tls import TlsConfig
 from setu_client.version import add_version_flag
+from setu_engine.movement.dry_run import SampleLimits
 from setu_engine.staged.blob import BlobSettings
 from setu_engine.staged.resumable import ResumePolicy
 from setu_engine.support.secrets import SecretStore
@@ -76,6 +77,7 @@ async def run(settings: RuntimeSettings, tls: TlsConfig | None) -> None:
             blob_override=blob_override(settings.blob_url, settings.s3_endpoint_url),
             batch_rows=settings.batch_rows,
             resume=ResumePolicy(settings.resumable_load_min_bytes),
+            sample=SampleLimits(rows=settings.dry_run_sample_rows),
         )
         handlers = engine.table()
         if settings.extra_handlers:

@@ -151,6 +151,11 @@ class RuntimeSettings:
         "SETU_DIRECT_MAX_ROWS",
         roles=(WORKER,),
     )
+    dry_run_sample_rows: int = _setting(
+        1_000,
+        "a dry run checks at most this many rows of each stream through its operator chain",
+        "SETU_DRY_RUN_SAMPLE_ROWS",
+    )
     resumable_load_min_bytes: int = _setting(
         DEFAULT_MIN_BYTES,
         "a staged stream of several parts and this many bytes loads part by part",

@@ -32,6 +32,7 @@ from setu_client import (
     Phase,
     Placement,
     PlannedStream,
+    SampleCheck,
     WriteMode,
     message_to_dict,
     struct_to_dict,
@@ -304,8 +305,29 @@ def _stream_plan(s: PlannedStream) -> str:
             for c in s.columns
         ]
         lines.append(table(("    SOURCE", "", "COLUMN", "TYPE", "DESTINATION"), rows))
+    if s.sample is not None:
+        lines += _sample_lines(s.stream, s.sample)
     lines += [f"  ✗ {problem}" for problem in s.incompatibilities]
     return "\n".join(lines)
+
+
+def _sample_lines(stream: str, check: SampleCheck) -> list[str]:
+    """What the dry run checked of the stream's rows, said as a sample: a
+    clean one is no promise for the rows after it."""
+    head = f"  checked the first {check.rows:,} rows of {stream}"
+    if check.cut:
+        head += f" (the sample's {check.cut} bound stopped it)"
+    elif check.rows < check.limit:
+        head += " (the stream had no more)"
+    fault = check.fault
+    if fault is None:
+        return [f"{head}: every value fits"]
+    where = f"column {fault.column}" if fault.column else "a row"
+    declared = f" (declared {fault.declared_type})" if fault.declared_type else ""
+    return [
+        f"{head}: row {fault.row} would fail the run",
+        f"    {where}{declared}, value {fault.value}",
+    ]
 
 
 def outputs_table(outputs: JobOutputs) -> str:

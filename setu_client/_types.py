@@ -213,7 +213,8 @@ class PlannedColumn:
 class PlannedStream:
     """What the run would do with one stream: where it lands, the actions on
     the destination (create schema, create table, add columns, append to the
-    existing table), its columns, and what would stop it."""
+    existing table), its columns, what a sample of its rows met, and what
+    would stop it."""
 
     stream: str
     destination: str
@@ -222,6 +223,38 @@ class PlannedStream:
     columns: tuple[PlannedColumn, ...]
     key: tuple[str, ...]
     incompatibilities: tuple[str, ...]
+    # None where no sample was read (the chain does not fit the stream).
+    sample: SampleCheck | None = None
+
+
+@dataclass(frozen=True)
+class SampleFault:
+    """The first sampled value the real run would fail on."""
+
+    # The column it sits in ("" where the error names none).
+    column: str
+    # Its row, 1-based, in the order the run reads the stream (0: not known).
+    row: int
+    # A short excerpt of the value.
+    value: str
+    # The type the column was to take ("" where none was declared).
+    declared_type: str
+    # The error the real run fails with.
+    error: str
+
+
+@dataclass(frozen=True)
+class SampleCheck:
+    """What a dry run checked of a stream's rows: its first `rows` (at most
+    `limit`), through the operator chain and the declared column types. A
+    clean sample is no promise for the rows after them."""
+
+    rows: int
+    limit: int
+    # "bytes" or "time" where that bound stopped the sample short of `limit`.
+    cut: str = ""
+    # The first value that would not fit; None when every value fits.
+    fault: SampleFault | None = None
 
 
 @dataclass(frozen=True)
@@ -257,7 +290,26 @@ def _planned_stream(s: Mapping[str, Any]) -> PlannedStream:
         ),
         key=tuple(s.get("key", ())),
         incompatibilities=tuple(s.get("incompatibilities", ())),
+        sample=_sample(s.get("sample")),
     )
+
+
+def _sample(s: Mapping[str, Any] | None) -> SampleCheck | None:
+    if not s:
+        return None
+    f = s.get("fault")
+    fault = (
+        SampleFault(
+            str(f.get("column", "")),
+            int(f.get("row", 0)),
+            str(f.get("value", "")),
+            str(f.get("declared_type", "")),
+            str(f.get("error", "")),
+        )
+        if f
+        else None
+    )
+    return SampleCheck(int(s.get("rows", 0)), int(s.get("limit", 0)), str(s.get("cut", "")), fault)
 
 
 @dataclass(frozen=True)

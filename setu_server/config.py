@@ -175,6 +175,13 @@ class Settings:
         default=50_000,
         metadata={"help": "a fresh cloud run of at most this many rows copies without staging"},
     )
+    dry_run_sample_rows: int = field(
+        default=1_000,
+        metadata={
+            "help": "a dry run checks at most this many rows of each stream through its "
+            "operator chain and declared column types"
+        },
+    )
     resumable_load_min_bytes: int = field(
         default=64 * 1024 * 1024,
         metadata={

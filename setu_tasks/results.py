@@ -24,7 +24,13 @@ from setu_engine.planning.incremental import MARK_TYPES
 
 # A result carries a dry run's plan (setu_engine/planning/plans.py) and is refused with
 # the engine's strict reader's error, which is re-exported for the callers of results.
-from setu_engine.planning.plans import PlannedStream, incompatibilities, plans_from_json
+from setu_engine.planning.plans import (
+    PlannedStream,
+    SampleCheck,
+    SampleFault,
+    incompatibilities,
+    plans_from_json,
+)
 from setu_engine.staged.staging import MANIFEST, Manifest
 from setu_engine.values.strict_json import MalformedResult as MalformedResult
 from setu_engine.values.strict_json import an_object as _fields_any
@@ -286,9 +292,15 @@ class TestResult:
 class DiscoverResult:
     kind: ClassVar[str] = "discover"
     streams: tuple[Stream, ...]
+    # A dry run's discover on the source's agent: per stream (qualified
+    # name), what a sample of its rows met (setu_engine/movement/dry_run.py).
+    samples: Mapping[str, SampleCheck] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "streams": [s.to_dict() for s in self.streams]}
+        body: dict[str, Any] = {"kind": self.kind, "streams": [s.to_dict() for s in self.streams]}
+        if self.samples:
+            body["samples"] = {name: c.to_json() for name, c in self.samples.items()}
+        return body
 
     def validate(self) -> None:
         for stream in self.streams:
@@ -297,7 +309,7 @@ class DiscoverResult:
 
     @classmethod
     def from_json(cls, data: Any) -> DiscoverResult:
-        body = _fields(data, "discover result", kind=str, streams=list)
+        body = _fields(data, "discover result", {"samples": dict}, kind=str, streams=list)
         streams = []
         for item in body["streams"]:
             s = _fields(
@@ -318,7 +330,8 @@ class DiscoverResult:
                     row_estimate=s["row_estimate"],
                 )
             )
-        return cls(tuple(streams))
+        samples = {str(k): SampleCheck.from_json(v) for k, v in body.get("samples", {}).items()}
+        return cls(tuple(streams), samples)
 
 
 @dataclass(frozen=True)
@@ -493,7 +506,36 @@ def redacted(result: TaskResult, redact: Callable[[str], str]) -> TaskResult:
     they are."""
     if isinstance(result, TestResult):
         return replace(result, message=redact(result.message))
+    if isinstance(result, DiscoverResult) and result.samples:
+        samples = {n: _redacted_sample(c, redact) for n, c in result.samples.items()}
+        return replace(result, samples=samples)
+    if isinstance(result, LoadResult | MigrateResult) and result.planned:
+        return replace(result, planned=_redacted_plan(result.planned, redact))
     return result
+
+
+def _redacted_plan(
+    planned: tuple[PlannedStream, ...], redact: Callable[[str], str]
+) -> tuple[PlannedStream, ...]:
+    """A plan's free text: its reasons, and what a sample quotes of a value."""
+    return tuple(
+        replace(
+            p,
+            incompatibilities=tuple(redact(i) for i in p.incompatibilities),
+            sample=None if p.sample is None else _redacted_sample(p.sample, redact),
+        )
+        for p in planned
+    )
+
+
+def _redacted_sample(check: SampleCheck, redact: Callable[[str], str]) -> SampleCheck:
+    fault = check.fault
+    if fault is None:
+        return check
+    quoted = SampleFault(
+        fault.column, fault.row, redact(fault.value), fault.declared_type, redact(fault.error)
+    )
+    return replace(check, fault=quoted)
 
 
 # -- value checks

@@ -37,6 +37,7 @@ from setu_client.diagnose import Outage
 from setu_client.long_poll import LongPollWindow
 from setu_client.tls import TlsConfig
 from setu_client.version import add_version_flag
+from setu_engine.movement.dry_run import SampleLimits
 from setu_engine.staged.blob import BlobSettings, BlobStore, open_blob
 from setu_engine.staged.resumable import ResumePolicy
 from setu_engine.staged.s3 import S3Settings
@@ -87,10 +88,16 @@ async def run(settings: RuntimeSettings, tls: TlsConfig | None) -> None:
             batch_rows=settings.batch_rows,
             direct_max_rows=settings.direct_max_rows,
             resume=ResumePolicy(settings.resumable_load_min_bytes),
+            sample=SampleLimits(rows=settings.dry_run_sample_rows),
         )
         handlers: dict[str, Handler] = {
             # The cloud's part of a run is `migrate`: no extract or load here.
-            **EngineHandlers(secrets, batch_rows=settings.batch_rows, policy=policy).table(),
+            **EngineHandlers(
+                secrets,
+                batch_rows=settings.batch_rows,
+                policy=policy,
+                sample=SampleLimits(rows=settings.dry_run_sample_rows),
+            ).table(),
             "migrate": Migrate(book, blob, secrets, migrate_settings, policy, connections),
         }
         runtime = Runtime(

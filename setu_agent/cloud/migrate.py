@@ -63,6 +63,8 @@ class MigrateSettings:
     resume: ResumePolicy = DEFAULT_POLICY
     # cloud → cloud: load the last stream while it is extracted (setu_engine/movement/transfer.py).
     overlap: bool = True
+    # What a dry run reads of each stream to check its values (SETU_DRY_RUN_SAMPLE_ROWS).
+    sample: dry_run.SampleLimits = dry_run.DEFAULT_SAMPLE
 
 
 BookOf = Callable[[LeasedTask], RunBook]
@@ -267,7 +269,7 @@ class _Run:
                 exact = all(d.rows is not None for d in deltas)
                 if run.dry_run:
                     await book.plan(rows_total=total, extract=True)
-                    return await self._dry_run(streams)
+                    return await self._dry_run(source, streams)
                 await self._say_windows(streams)
                 # 0 means the provider cannot tell (a file): stage, to be safe.
                 fresh = run.phase is None and not run.load_on_agent
@@ -407,8 +409,13 @@ class _Run:
             await self._migrate.release(destination)
         return await self._finish(MigrateMode.DIRECT)
 
-    async def _dry_run(self, streams: list[Any]) -> MigrateResult:
+    async def _dry_run(self, source: Connector, streams: list[Any]) -> MigrateResult:
         planned = dry_run.plan(self._spec, streams, self._run.write_mode)
+        # The source is open here, and only here: its sample is checked now.
+        checks = await dry_run.sample(
+            source, self._spec, streams, self._run.write_mode, self._settings.sample
+        )
+        planned = dry_run.with_samples(planned, checks)
         if self._run.load_on_agent:
             # cloud → agent: the destination's secrets live with its agent and
             # must never be resolved here: the agent inspects it next.

@@ -11,11 +11,11 @@ otherwise; either way the plan is the job's result.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from setu_engine.movement import dry_run
 from setu_engine.operators.chain import parse_spec
-from setu_engine.planning.plans import PlannedStream, incompatibilities
+from setu_engine.planning.plans import PlannedStream, SampleCheck, incompatibilities
 from setu_engine.values.types import Stream
 from setu_server.models import EventLevel, Job, JobState, Task, TaskKind, runtime_name
 from setu_server.service.lifecycle import JobLifecycle
@@ -30,12 +30,19 @@ class DryRunPlans:
         self._runs = runs_service
 
     async def source_discovered(
-        self, db: Executor, task: Task, job: Job, streams: Sequence[Stream]
+        self,
+        db: Executor,
+        task: Task,
+        job: Job,
+        streams: Sequence[Stream],
+        samples: Mapping[str, SampleCheck],
     ) -> list[Job]:
-        """A source agent's discover: the source half is made here, and the
-        plan goes on to where the load would run."""
+        """A source agent's discover: the source half is made here, with the
+        samples the agent checked, and the plan goes on to where the load
+        would run."""
         taken = snapshot_of(job)
         planned = dry_run.plan(parse_spec(taken.spec), streams, taken.write_mode)
+        planned = dry_run.with_samples(planned, samples)
         await self._runs.dispatch_dry_run_plan(db, job, _plan_json(planned))
         return []
 
@@ -57,14 +64,16 @@ class DryRunPlans:
         where = runtime_name(task.runtime)
         result = MigrateResult(MigrateMode.DRY_RUN, planned=planned).to_json()
         problems = incompatibilities(planned)
+        # A sample checked is said plainly, so a clean one reads as what it is.
+        sampled = "".join(f"; {p.sample.said(p.stream)}" for p in planned if p.sample)
         if problems:
             listed = "; ".join(problems)
             return await self._lifecycle.transition_many(
                 [job.id],
                 JobState.FAILED,
                 f"Dry run: the run would fail ({len(problems)} incompatibilit"
-                f"{'y' if len(problems) == 1 else 'ies'}, destination inspected on {where}): "
-                f"{listed}",
+                f"{'y' if len(problems) == 1 else 'ies'}, destination inspected on {where}"
+                f"{sampled}): {listed}",
                 db=db,
                 level=EventLevel.ERROR,
                 error_message=f"dry run: the run would fail: {listed}",
@@ -73,8 +82,8 @@ class DryRunPlans:
         return await self._lifecycle.transition_many(
             [job.id],
             JobState.SUCCEEDED,
-            f"Dry run: planned {len(planned)} stream(s), destination inspected on {where}; "
-            f"nothing was staged or written",
+            f"Dry run: planned {len(planned)} stream(s), destination inspected on {where}"
+            f"{sampled}; nothing was staged or written",
             db=db,
             result=result,
         )

@@ -143,11 +143,11 @@ class PlansDryRun:
         return False
 
     async def succeeded(self, db: Executor, task: Task, job: Job, result: TaskResult) -> list[Job]:
-        offered = _expect(result, DiscoverResult).streams
+        found = _expect(result, DiscoverResult)
         taken = snapshot_of(job)
         try:
-            streams = transfer.select_streams(offered, taken.streams)
-            return await self._plans.source_discovered(db, task, job, streams)
+            streams = transfer.select_streams(found.streams, taken.streams)
+            return await self._plans.source_discovered(db, task, job, streams, found.samples)
         except (ConfigError, SpecError, ProviderError) as exc:
             return await self._lifecycle.transition_many(
                 [job.id],

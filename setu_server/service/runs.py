@@ -253,7 +253,8 @@ class RunService:
 
     async def _dispatch_dry_run(self, db: Executor, job: Job, agent_id: UUID) -> None:
         """A dry run whose source is on an agent: that agent discovers (which
-        opens, so tests, the source, and stages nothing); the plan is made
+        opens, so tests, the source, and stages nothing) and samples each
+        stream's first rows through the chain; the plan is made
         when the streams come back (outcomes.PlansDryRun). Nothing loads, and
         the cloud resolves no edge connection's secrets."""
         taken = snapshot_of(job)
@@ -263,6 +264,10 @@ class RunService:
         provider, config, _ = found
         source = ConnectionSpec(str(taken.source_connection_id), provider, config)
         connection = {"connection": source.to_payload(), "workspace_id": str(job.workspace_id)}
+        # What the agent samples of the source, there (dry_run.sample).
+        connection[dry_run.SAMPLE_PAYLOAD] = dry_run.sample_payload(
+            taken.spec, taken.streams, taken.write_mode
+        )
         await self._dispatch(db, job, TaskKind.DISCOVER, agent_id, extra=connection)
 
     async def dispatch_dry_run_plan(

@@ -39,6 +39,7 @@ def worker_settings(settings: Settings, port: int, token: str) -> dict[str, str]
         local_files_root=str(settings.files_root.resolve()),
         batch_rows=settings.batch_rows,
         direct_max_rows=settings.direct_max_rows,
+        dry_run_sample_rows=settings.dry_run_sample_rows,
         resumable_load_min_bytes=settings.resumable_load_min_bytes,
         grace_seconds=settings.grace_seconds,
         log_level=settings.log_level,

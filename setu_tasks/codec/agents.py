@@ -36,6 +36,8 @@ from setu_tasks.codec.common import (
     cursor_of,
     planned_message,
     planned_of,
+    sample_message,
+    sample_of,
     stored_part_message,
     stored_part_of,
 )
@@ -239,11 +241,17 @@ def _test_result(message: pb.TestResult) -> TestResult:
 
 
 def _discover_message(result: DiscoverResult) -> pb.DiscoverResult:
-    return pb.DiscoverResult(streams=[catalog_stream_message(s) for s in result.streams])
+    return pb.DiscoverResult(
+        streams=[catalog_stream_message(s) for s in result.streams],
+        samples={name: sample_message(c) for name, c in result.samples.items()},
+    )
 
 
 def _discover_result(message: pb.DiscoverResult) -> DiscoverResult:
-    return DiscoverResult(tuple(catalog_stream_of(s) for s in message.streams))
+    return DiscoverResult(
+        tuple(catalog_stream_of(s) for s in message.streams),
+        {name: sample_of(c) for name, c in message.samples.items()},
+    )
 
 
 def _preview_message(result: PreviewResult) -> pb.PreviewResult:

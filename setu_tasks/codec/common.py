@@ -13,7 +13,7 @@ from setu_client.errors import InvalidArgument
 from setu_engine.errors import BlobError, SqlTypeError
 from setu_engine.kinds import RowChanges, WriteMode
 from setu_engine.planning.incremental import MARK_TYPES
-from setu_engine.planning.plans import PlannedColumn, PlannedStream
+from setu_engine.planning.plans import PlannedColumn, PlannedStream, SampleCheck, SampleFault
 from setu_engine.staged.blob import BlobSettings, check_key
 from setu_engine.staged.staging import Part, StoredPart
 from setu_engine.values import sqltypes
@@ -138,7 +138,36 @@ def planned_message(p: PlannedStream) -> pb.PlannedStream:
             )
             for m in p.mapping
         ],
+        sample=None if p.sample is None else sample_message(p.sample),
     )
+
+
+def sample_message(check: SampleCheck) -> pb.SampleCheck:
+    fault = check.fault
+    return pb.SampleCheck(
+        rows=check.rows,
+        limit=check.limit,
+        cut=check.cut,
+        fault=None
+        if fault is None
+        else pb.SampleFault(
+            column=fault.column,
+            row=fault.row,
+            value=fault.value,
+            declared_type=fault.declared_type,
+            error=fault.error,
+        ),
+    )
+
+
+def sample_of(m: pb.SampleCheck) -> SampleCheck:
+    f = m.fault
+    fault = (
+        SampleFault(f.column, f.row, f.value, f.declared_type, f.error)
+        if m.HasField("fault")
+        else None
+    )
+    return SampleCheck(m.rows, m.limit, m.cut, fault)
 
 
 def planned_of(p: pb.PlannedStream) -> PlannedStream:
@@ -153,6 +182,7 @@ def planned_of(p: pb.PlannedStream) -> PlannedStream:
         tuple(p.actions),
         tuple(p.incompatibilities),
         tuple(PlannedColumn(m.column, m.type, m.source, m.destination_type) for m in p.mapping),
+        sample_of(p.sample) if p.HasField("sample") else None,
     )
 
 

@@ -154,3 +154,50 @@ async def test_a_dry_run_fails_where_the_run_would_wherever_the_destination_is(
     assert done.error_message.startswith("dry run: the run would fail: ")
     assert all(p in done.error_message for p in problems)
     assert await _fetch(edge.destination, f"SELECT count(*) FROM {table}") == [(0,)]
+
+
+async def test_an_agent_placed_source_is_sampled_on_its_agent(edge: Edge) -> None:
+    """The source's agent reads the sample (the cloud never opens the
+    source): the orders' `body` is md5 text, declared integer here."""
+    client = edge.client
+    async with edge.agent("a", edge.tenant.agent_token):
+        source = await client.create_connection(
+            "src-sampled",
+            "postgres",
+            edge.edge_config(edge.source),
+            "agent",
+            str(edge.tenant.agent_id),
+        )
+        destination = await client.create_connection(
+            "dst-sampled", "postgres", postgres_config(edge.destination)
+        )
+        pipeline = await client.create_pipeline(
+            "dry_sampled",
+            source.id,
+            destination.id,
+            streams=["orders"],
+            spec={
+                "destination": {"orders": "dry_sampled"},
+                "columns": {"orders": {"body": "integer"}},
+                # Rows the filter drops are never checked; row 1 is.
+                "operators": [{"op": "filter", "where": "id > 1"}],
+            },
+        )
+        job = await client.submit_run(pipeline.id, dry_run=True)
+        await client.wait_for_job(job.id)
+        done = await client.get_job(job.id)
+        timeline = await events(client, job.id)
+
+    assert done.state == JobState.FAILED, (done.error_message, timeline)
+    plan = done.plan
+    assert plan is not None
+    (stream,) = plan.streams
+    assert stream.sample is not None and stream.sample.fault is not None, stream
+    fault = stream.sample.fault
+    assert (fault.column, fault.declared_type) == ("body", "integer")
+    # Row 2 is the first the filter keeps: its md5 text cannot be an integer.
+    assert fault.row == 2, fault
+    assert "integer" in fault.error and fault.value.startswith("'"), fault
+    assert any(fault.error in p for p in plan.incompatibilities), plan.incompatibilities
+    assert any("checked the first" in m and "row 2 would fail" in m for m in timeline), timeline
+    assert await _fetch(edge.destination, "SELECT to_regclass('dry_sampled')") == [(None,)]

@@ -42,6 +42,8 @@ PUBLIC = [
     "Progress",
     "ResourceExhausted",
     "RetryPolicy",
+    "SampleCheck",
+    "SampleFault",
     "SetuClient",
     "SetuError",
     "StreamOutput",

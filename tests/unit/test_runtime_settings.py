@@ -28,6 +28,7 @@ WORKER_SETTINGS = RuntimeSettings(
     blob_session_token="session",
     batch_rows=500,
     direct_max_rows=0,
+    dry_run_sample_rows=7,
     resumable_load_min_bytes=1024,
     idle_connection_seconds=0.0,
     long_poll_seconds=20.0,

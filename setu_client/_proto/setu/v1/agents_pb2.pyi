@@ -897,17 +897,46 @@ Global___TestResult: _TypeAlias = TestResult  # noqa: Y015
 class DiscoverResult(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class SamplesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___SampleCheck: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___SampleCheck | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     STREAMS_FIELD_NUMBER: _builtins.int
+    SAMPLES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def streams(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.CatalogStream]: ...
+    @_builtins.property
+    def samples(self) -> _containers.MessageMap[_builtins.str, Global___SampleCheck]:
+        """A dry run's discover on the source's agent: per stream (its qualified
+        name), what a sample of its first rows met in the operator chain.
+        """
+
     def __init__(
         self,
         *,
         streams: _abc.Iterable[_common_pb2.CatalogStream] | None = ...,
+        samples: _abc.Mapping[_builtins.str, Global___SampleCheck] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["streams", b"streams"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["samples", b"samples", "streams", b"streams"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1018,6 +1047,7 @@ class PlannedStream(_message.Message):
     ACTIONS_FIELD_NUMBER: _builtins.int
     INCOMPATIBILITIES_FIELD_NUMBER: _builtins.int
     MAPPING_FIELD_NUMBER: _builtins.int
+    SAMPLE_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     destination: _builtins.str
     """Where the stream would land in the destination."""
@@ -1046,6 +1076,10 @@ class PlannedStream(_message.Message):
         destination column it lands in.
         """
 
+    @_builtins.property
+    def sample(self) -> Global___SampleCheck:
+        """What a sample of the stream's first rows met; unset where none was read."""
+
     def __init__(
         self,
         *,
@@ -1059,14 +1093,93 @@ class PlannedStream(_message.Message):
         actions: _abc.Iterable[_builtins.str] | None = ...,
         incompatibilities: _abc.Iterable[_builtins.str] | None = ...,
         mapping: _abc.Iterable[Global___PlannedColumn] | None = ...,
+        sample: Global___SampleCheck | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["sample", b"sample"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "columns", b"columns", "destination", b"destination", "incompatibilities", b"incompatibilities", "key", b"key", "mapping", b"mapping", "rows_estimate", b"rows_estimate", "schema", b"schema", "stream", b"stream", "table", b"table"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "columns", b"columns", "destination", b"destination", "incompatibilities", b"incompatibilities", "key", b"key", "mapping", b"mapping", "rows_estimate", b"rows_estimate", "sample", b"sample", "schema", b"schema", "stream", b"stream", "table", b"table"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PlannedStream: _TypeAlias = PlannedStream  # noqa: Y015
+
+@_typing.final
+class SampleCheck(_message.Message):
+    """A dry run's check of one stream's first rows, read as the run reads them,
+    through the operator chain and the declared column types. A clean sample
+    is no promise for the rows after it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROWS_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    CUT_FIELD_NUMBER: _builtins.int
+    FAULT_FIELD_NUMBER: _builtins.int
+    rows: _builtins.int
+    """The rows checked, and the sample's bound in rows."""
+    limit: _builtins.int
+    cut: _builtins.str
+    """Why the sample stopped short of `limit`: "bytes" or "time"; "" where
+    the stream ended or the limit was reached.
+    """
+    @_builtins.property
+    def fault(self) -> Global___SampleFault:
+        """The first value that would not fit; unset when every value fits."""
+
+    def __init__(
+        self,
+        *,
+        rows: _builtins.int = ...,
+        limit: _builtins.int = ...,
+        cut: _builtins.str = ...,
+        fault: Global___SampleFault | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fault", b"fault"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cut", b"cut", "fault", b"fault", "limit", b"limit", "rows", b"rows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SampleCheck: _TypeAlias = SampleCheck  # noqa: Y015
+
+@_typing.final
+class SampleFault(_message.Message):
+    """The first sampled value the real run would fail on."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLUMN_FIELD_NUMBER: _builtins.int
+    ROW_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    DECLARED_TYPE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    column: _builtins.str
+    """"" where the fault names no column."""
+    row: _builtins.int
+    """1-based, in the order the run reads the stream (0: not known)."""
+    value: _builtins.str
+    """A short excerpt of the value."""
+    declared_type: _builtins.str
+    """The type the column was to take ("" where none was declared)."""
+    error: _builtins.str
+    """The error the real run fails with."""
+    def __init__(
+        self,
+        *,
+        column: _builtins.str = ...,
+        row: _builtins.int = ...,
+        value: _builtins.str = ...,
+        declared_type: _builtins.str = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["column", b"column", "declared_type", b"declared_type", "error", b"error", "row", b"row", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SampleFault: _TypeAlias = SampleFault  # noqa: Y015
 
 @_typing.final
 class PlannedColumn(_message.Message):

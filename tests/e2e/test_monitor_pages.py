@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from markupsafe import escape
 from playwright.async_api import Browser
 
 from setu_client import JobKind as ClientJobKind
@@ -203,3 +204,19 @@ async def test_every_page_fits_a_phones_width_with_sign_out_on_screen(
         assert (fit["width"], fit["height"]) == (390, 844)
         assert min(left, top) >= 0 and right <= 390 and bottom <= 844, (path, fit)
         assert fit["scroll"] <= 390, (path, fit)  # nothing reaches past the screen's edge
+
+
+HOSTILE = "<script>alert(1)</script>"
+
+
+async def test_a_pipeline_named_with_markup_renders_inert_on_its_page(
+    server: Running, client: SetuClient, tenant: Tenant, tmp_path: Path
+) -> None:
+    copy = await make_copy(client, tmp_path, name=HOSTILE)
+    await client.update_pipeline(copy.pipeline_id, schedule="0 3 * * *", paused=True)
+    async with signed_in(server.http_url, tenant.api_key) as monitor:
+        status, page = await monitor.page(f"/pipelines/{copy.pipeline_id}")
+
+    assert status == 200
+    assert HOSTILE not in page and f"<h1>{escape(HOSTILE)} " in page
+    assert "paused: schedules make no runs" in page and "Resume</button>" in page

@@ -354,7 +354,7 @@ class Agents:
     def id_of(self, shown: str) -> str:
         if not shown or is_uuid(shown):
             return shown
-        return next(i for i, n in self.names.items() if n == shown)
+        return next((i for i, n in self.names.items() if n == shown), shown)
 
 
 def with_agents(declared: Sequence[Declared], agents: Agents) -> list[Declared]:

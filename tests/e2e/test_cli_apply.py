@@ -382,6 +382,14 @@ async def test_agents_by_name_in_the_file_and_in_the_export(
     code, out, _ = await setu("apply", "-f", write(tmp_path / "x.yaml", exported), env=env)
     assert code == 0 and {line[0] for line in out.splitlines()} == {"="}
 
+    # `connections create -f` reads an agent the same way.
+    one = {"name": "edge-db", "provider": "sqlite", "config": {"path": "/tmp/edge.db"}}
+    one |= {"placement": "agent", "agent": "edge-1"}
+    path = write(tmp_path / "one.yaml", one)
+    code, out, err = await setu("connections", "create", "-f", path, "--json", env=env)
+    assert code == 0, err
+    assert json.loads(out)["agent_id"] == str(edge.id)
+
     document["connections"][0]["agent"] = "edge-2"
     code, _, err = await setu("apply", "-f", write(tmp_path / "setu.yaml", document), env=env)
     assert code == 2

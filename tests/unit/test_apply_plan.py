@@ -32,7 +32,7 @@ def workspace(**pipeline_changes: Any) -> list[Current]:
     """The workspace as applying CONNECTIONS and PIPELINE leaves it."""
     pipeline = {k: v for k, v in PIPELINE.items() if k != "name"}
     pipeline |= {"schedule": "", "paused": False} | pipeline_changes
-    base = {"placement": "cloud", "agent_id": ""}
+    base = {"placement": "cloud", "agent": ""}
     return [
         Current(
             "connection", "crm", CRM_ID, base | {"provider": "sqlite", "config": {"path": "crm.db"}}

@@ -115,8 +115,11 @@ async def test_the_monitor_names_the_agent_in_the_runs_list_and_the_run_page(
     await page.locator("#live-status", has_text="ended").wait_for(timeout=WAIT_MS)
     placement = await page.locator("#run-placement").inner_html()
     timeline = "\n".join(await page.locator("#run-events li").all_inner_texts())
+    await page.goto(f"{server.http_url}/connections")
+    placed = await page.locator("h2", has_text="edge-src").inner_text()
 
     assert cells[2:4] == [f"agent {NAME}", "cloud"], cells
     assert f"extract on agent {NAME}" in placement and "load on cloud" in placement
     assert f"Dispatched extract to agent {NAME}" in timeline, timeline
+    assert placed.endswith(f"sqlite · agent {NAME}"), placed
     assert not AN_ID.search(timeline) and str(tenant.agent_id) not in placement + timeline

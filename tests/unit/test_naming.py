@@ -4,6 +4,7 @@ when read."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from uuid import UUID, uuid4
 
@@ -74,3 +75,36 @@ def test_runtime_agent_reads_both_spellings_and_nothing_else() -> None:
     assert runtime_agent(f"agent:{EDGE}") == runtime_agent(str(EDGE)) == EDGE
     assert runtime_agent("cloud") is None
     assert runtime_agent("agent:nope") is None
+
+
+def test_the_agents_page_finds_the_run_an_agent_is_executing_by_either_spelling() -> None:
+    # Here, not at the top: the monitor's modules are only this test's.
+    from setu_server.models import Phase, RunPlacement, RunSnapshot, WriteMode
+    from setu_server.web import reads
+
+    placed = RunSnapshot(
+        pipeline_name="p",
+        source_connection_id=uuid4(),
+        destination_connection_id=uuid4(),
+        streams=(),
+        spec={},
+        write_mode=WriteMode.APPEND,
+        placement=RunPlacement(EDGE, TWIN),
+    )
+    base = Job(
+        id=uuid4(),
+        workspace_id=uuid4(),
+        kind=JobKind.RUN,
+        state=JobState.RUNNING,
+        version=2,
+        created_at=NOW,
+        updated_at=NOW,
+        params=placed,
+    )
+    # Before its extract ran, the placement's "<id>"; once it runs, the job's "agent:<id>".
+    waiting = base
+    running = replace(base, phase=Phase.EXTRACT, extract_runtime=f"agent:{EDGE}")
+    loading = replace(base, phase=Phase.LOAD, load_runtime=f"agent:{TWIN}")
+    assert reads._current_agents(waiting) == (EDGE,)
+    assert reads._current_agents(running) == (EDGE,)
+    assert reads._current_agents(loading) == (TWIN,)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from setu_cli.apply import Current, exported, parse, plan
+from setu_cli.apply import Agents, Current, exported, parse, plan, with_agents
 from setu_cli.session import CliError
 
 CRM_ID = "3f2b1c6e-0000-4000-8000-000000000001"
@@ -132,3 +132,32 @@ def test_a_bad_entry_fails_naming_the_file_and_the_entry(
     with pytest.raises(CliError) as failed:
         plan(parse("setu.yaml", documents), [])
     assert str(failed.value).startswith(message)
+
+
+EDGE, OTHER = "4f154cbd-0000-4000-8000-000000000001", "4f154cbd-0000-4000-8000-000000000002"
+
+
+def test_an_agent_is_named_by_name_or_id_and_shown_by_name() -> None:
+    agents = Agents({EDGE: "edge-1", OTHER: "edge-2"})
+    file = [
+        {"name": "a", "provider": "sqlite", "placement": "agent", "agent": "edge-1"},
+        {"name": "b", "provider": "sqlite", "placement": "agent", "agent_id": "edge-2"},
+        {"name": "c", "provider": "sqlite", "placement": "agent", "agent": EDGE.upper()},
+    ]
+    resolved = with_agents(parse("x.yaml", file), agents)
+    assert [d.fields["agent"] for d in resolved] == ["edge-1", "edge-2", "edge-1"]
+    assert [agents.id_of(d.fields["agent"]) for d in resolved] == [EDGE, OTHER, EDGE]
+
+
+def test_an_unknown_or_shared_agent_name_is_an_error_naming_the_candidates() -> None:
+    file = [{"name": "a", "provider": "sqlite", "placement": "agent", "agent": "edge"}]
+    with pytest.raises(CliError, match=r"agent 'edge' is no agent .*its agents: edge-1, edge-2"):
+        with_agents(parse("x.yaml", file), Agents({EDGE: "edge-1", OTHER: "edge-2"}))
+    # Names are unique in a workspace today; should two agents share one,
+    # the name is refused and the ids are offered, and both show by id.
+    twins = Agents({EDGE: "edge", OTHER: "edge"})
+    with pytest.raises(CliError, match=f"agent 'edge' is ambiguous.*{EDGE}, {OTHER}"):
+        with_agents(parse("x.yaml", file), twins)
+    assert twins.shown(EDGE) == EDGE
+    with pytest.raises(CliError, match="agent_id and agent name the same thing"):
+        parse("x.yaml", [file[0] | {"agent_id": EDGE}])

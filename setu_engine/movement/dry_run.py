@@ -239,7 +239,8 @@ def with_samples(
             continue
         problems = p.incompatibilities
         if check.fault is not None:
-            problems += (f"{check.fault.error} ({check.said(p.stream)})",)
+            seen = f"met in a sample of the stream's first {check.rows:,} rows"
+            problems += (f"{check.fault.error}; {seen}",)
         out.append(replace(p, sample=check, incompatibilities=problems))
     return tuple(out)
 

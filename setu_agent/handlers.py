@@ -95,6 +95,8 @@ class ContextReporter:
         self._ctx = ctx
         self.rows_read = 0
         self.rows_written = 0
+        # Each stream's [extracted, loaded] in this task, for the run's page.
+        self._streams: dict[str, list[int]] = {}
         # What a load changed ahead of its rows: job events, via the result.
         self.notes: list[tuple[str, str]] = []
         # Parts stored whole this attempt (the latest STORED_SENT of them
@@ -120,9 +122,30 @@ class ContextReporter:
         self._ctx.report(stored_parts=self._stored)
         self._unsent = True
 
+    def started(self, *, extract: bool) -> None:
+        """The stage began: its first heartbeat goes now (the run's phase
+        and counts show at once, not at the lease's cadence)."""
+        if extract:
+            self._ctx.report(rows_read=0)
+        else:
+            self._ctx.report(rows_written=0)
+        self._ctx.beat_soon()
+
+    def _moved(self, stream: str, index: int, rows: int) -> None:
+        counts = self._streams.setdefault(stream, [0, 0])
+        counts[index] += rows
+        self._ctx.report(
+            streams=[
+                {"stream": name, "rows_extracted": e, "rows_loaded": w}
+                for name, (e, w) in self._streams.items()
+            ]
+        )
+        self._ctx.beat_soon()
+
     async def extracted(self, stream: str, rows: int) -> None:
         self.rows_read += rows
         self._ctx.report(rows_read=self.rows_read, stream=stream)
+        self._moved(stream, 0, rows)
         where = f"extract of {stream}, {self.rows_read:,} rows read"
         if self.source_rows_read is not None:
             where += f"; {read_said(self.source_rows_read)}"
@@ -142,6 +165,7 @@ class ContextReporter:
     async def loaded(self, stream: str, rows: int) -> None:
         self.rows_written += rows
         self._ctx.report(rows_written=self.rows_written, stream=stream)
+        self._moved(stream, 1, rows)
         self._ctx.checkpoint = f"load of {stream}, {self.rows_written:,} rows written"
         self._ctx.check_cancelled()
 
@@ -273,6 +297,8 @@ class EngineHandlers:
     async def extract(self, ctx: TaskContext) -> ExtractResult:
         assert self._specs is not None
         spec = await self._specs.extract_spec(ctx.task)
+        reporter = ContextReporter(ctx)
+        reporter.started(extract=True)
         async with (
             self._connected(ctx, spec.source) as source,
             self._blob(spec.blob) as blob,
@@ -282,7 +308,6 @@ class EngineHandlers:
                 source, chosen, spec.spec, spec.cursors, spec.write_mode
             )
             streams = [d.stream for d in deltas]
-            reporter = ContextReporter(ctx)
             reporter.reads_from(source)
             manifest = await transfer.stage(
                 source,
@@ -313,6 +338,7 @@ class EngineHandlers:
         if handed is not None:
             return await self._plan_load(ctx, spec, chain, dry_run.handed_plan(handed))
         reporter = ContextReporter(ctx)
+        reporter.started(extract=False)
         async with self._blob(spec.blob) as blob:
             manifest = await read_manifest(blob, spec.blob_prefix)
             if spec.streams:  # one load task per stream

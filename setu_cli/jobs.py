@@ -19,6 +19,7 @@ from setu_cli.render import (
     job_block,
     job_runtimes,
     job_state,
+    loaded_said,
     outputs_table,
     table,
     when,
@@ -243,7 +244,7 @@ async def jobs_events(client: SetuClient, args: argparse.Namespace, session: Ses
 async def jobs_outputs(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
     outputs = await client.job_outputs(args.id)
     t = outputs.totals
-    totals = f"total: extracted {t.rows_extracted:,}, loaded {t.rows_loaded:,}"
+    totals = f"total: extracted {t.rows_extracted:,}, {', '.join(loaded_said(t))}"
     emit(args, as_dict(outputs), f"{outputs_table(outputs)}\n\n{totals}")
     return 0
 

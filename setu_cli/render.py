@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import io
 import json
+import os
+import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +35,7 @@ from setu_client import (
     Phase,
     Placement,
     PlannedStream,
+    Progress,
     SampleCheck,
     WriteMode,
     message_to_dict,
@@ -112,28 +116,140 @@ def emit(args: argparse.Namespace, document: Any, human: str) -> None:
     print(json.dumps(document, indent=2) if args.json else human)
 
 
-def _phase_rows(job: Job) -> int:
-    loading = job.phase in (Phase.LOAD, Phase.DIRECT)
-    return job.progress.rows_loaded if loading else job.progress.rows_extracted
-
-
-def progress_line(job: Job, rate: float | None, bar_width: int = 20) -> str:
-    """One line of the live display: state, phase, rows, a bar once the total
-    is known (for the current phase's counter), and the rate if measured."""
+def moved_rows(job: Job) -> int:
+    """Rows the current phase has moved: extracted while extracting; loaded
+    plus filtered (the operator chain dropped them: done too) once loading."""
     p = job.progress
-    total = f"/{p.rows_total:,}" if p.rows_total else ""
+    if job.phase in (Phase.LOAD, Phase.DIRECT):
+        return p.rows_loaded + p.rows_filtered
+    return p.rows_extracted
+
+
+def loaded_said(p: Progress, count: Callable[[int], str] = "{:,}".format) -> list[str]:
+    """What the load did, in words that add up: `inserted 3`, `updated 1`,
+    `unchanged 96` (the non-zero ones) where the destination told it for
+    every loaded row, else `loaded N`; then `filtered N` (the operator chain
+    dropped them) and `deleted N` (a merge), when there are any."""
+    split = p.rows_inserted + p.rows_updated + p.rows_unchanged
+    kinds = (
+        ("inserted", p.rows_inserted),
+        ("updated", p.rows_updated),
+        ("unchanged", p.rows_unchanged),
+    )
+    if p.rows_loaded and split == p.rows_loaded:
+        said = [f"{word} {count(n)}" for word, n in kinds if n]
+    else:
+        said = [f"loaded {count(p.rows_loaded)}"]
+    if p.rows_filtered:
+        said.append(f"filtered {count(p.rows_filtered)}")
+    if p.rows_deleted:
+        said.append(f"deleted {count(p.rows_deleted)}")
+    return said
+
+
+def duration(seconds: float) -> str:
+    """0:07, 12:04, 1:02:03."""
+    hours, rest = divmod(max(int(seconds), 0), 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02}:{secs:02}" if hours else f"{minutes}:{secs:02}"
+
+
+def compact(n: int) -> str:
+    """1,250,000 → 1.2M; 8,000 → 8.0k; 950 → 950 (the narrow form)."""
+    for unit, size in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
+        if n >= size:
+            return f"{n / size:.0f}{unit}" if n >= 100 * size else f"{n / size:.1f}{unit}"
+    return str(n)
+
+
+@dataclass(frozen=True)
+class _Form:
+    """What one form of the progress line shows (progress_line tries the
+    fullest first)."""
+
+    bar: int = 20
+    rate: bool = False
+    phase: bool = True
+    compact: bool = False
+    eta: bool = True
+    elapsed: bool = True
+    # Loading, the extracted count may go (the load's counts say the rest).
+    extracted: bool = True
+
+
+_FORMS = (
+    _Form(rate=True),
+    _Form(),
+    _Form(bar=10),
+    _Form(bar=0),
+    _Form(bar=0, phase=False),
+    _Form(bar=0, phase=False, compact=True),
+    _Form(bar=0, phase=False, compact=True, eta=False),
+    _Form(bar=0, phase=False, compact=True, eta=False, elapsed=False),
+    _Form(bar=0, phase=False, compact=True, eta=False, elapsed=False, extracted=False),
+)
+
+
+def progress_line(
+    job: Job, rate: float | None = None, *, width: int = 200, elapsed: float | None = None
+) -> str:
+    """One line of the live display, shorter than `width` (the last column
+    stays free, so a terminal never wraps it): state, phase, rows (the total
+    on the current phase's counter; what the load did, filtered rows named),
+    a bar and % of what moved once the total is known, the elapsed time, an
+    ETA once the total and a rate are, and the rate. Narrower, it drops the
+    rate, shortens then drops the bar, drops the phase, writes counts as
+    1.2M, drops the ETA and the elapsed time, in that order."""
+    p = job.progress
+    moved = moved_rows(job)
+    fraction = min(moved / p.rows_total, 1.0) if p.rows_total else None
+    eta = None
+    if job.terminal:
+        rate = None  # a finished job's line says what it did, not how fast
+    elif p.rows_total and rate and rate > 0 and moved < p.rows_total:
+        eta = (p.rows_total - moved) / rate
+    line = ""
+    for form in _FORMS:
+        line = _drawn(job, form, fraction, rate, elapsed, eta)
+        if len(line) < width:
+            return line
+    return line[: max(width - 1, 1)]
+
+
+def _drawn(
+    job: Job,
+    form: _Form,
+    fraction: float | None,
+    rate: float | None,
+    elapsed: float | None,
+    eta: float | None,
+) -> str:
+    p = job.progress
+    count: Callable[[int], str] = compact if form.compact else "{:,}".format
+    total = f"/{count(p.rows_total)}" if p.rows_total else ""
     loading = job.phase in (Phase.LOAD, Phase.DIRECT)
-    parts = [
-        f"{enum_name(job.state):<9}",
-        f"{enum_name(job.phase):<7}",
-        f"extracted {p.rows_extracted:,}{'' if loading else total}",
-        f"loaded {p.rows_loaded:,}{total if loading else ''}",
-    ]
-    if p.rows_total:
-        fraction = min(_phase_rows(job) / p.rows_total, 1.0)
-        filled = round(fraction * bar_width)
-        parts.append(f"[{'#' * filled}{'-' * (bar_width - filled)}] {fraction:4.0%}")
-    if rate is not None:
+    parts = [f"{enum_name(job.state):<9}"]
+    if form.phase:
+        parts.append(f"{enum_name(job.phase):<7}")
+    said = loaded_said(p, count)
+    # The total goes on the phase's counter; once the load's counts split
+    # (inserted, filtered, …), on the extracted count they add up to.
+    on_loaded = loading and said[0].startswith("loaded ")
+    if form.extracted or not loading:
+        parts.append(f"extracted {count(p.rows_extracted)}{'' if on_loaded else total}")
+    if on_loaded:
+        said[0] += total
+    if loading or said != ["loaded 0"]:  # extracting, nothing loaded: room for the rest
+        parts.append(", ".join(said))
+    if fraction is not None:
+        filled = round(fraction * form.bar)
+        drawn = f"[{'#' * filled}{'-' * (form.bar - filled)}] " if form.bar else ""
+        parts.append(f"{drawn}{fraction:.0%}")
+    if elapsed is not None and form.elapsed:
+        parts.append(duration(elapsed))
+    if eta is not None and form.eta:
+        parts.append(f"eta {duration(eta)}")
+    if rate is not None and form.rate:
         parts.append(f"{rate:,.0f} rows/s")
     return "  ".join(parts)
 
@@ -147,7 +263,7 @@ class RateMeter:
     _since: float = 0.0
 
     def rate(self, job: Job, now: float) -> float | None:
-        rows = _phase_rows(job)
+        rows = moved_rows(job)
         if job.phase == Phase.UNSPECIFIED:
             return None  # not moving rows yet
         if job.phase != self._phase:
@@ -157,32 +273,89 @@ class RateMeter:
         return (rows - self._rows) / elapsed if elapsed > 0 else None
 
 
+# A non-terminal's plain lines: one at most this often while only the counts
+# change (a state or phase change prints at once), so logs stay short.
+PLAIN_EVERY_SECONDS = 10.0
+# Clear from the cursor to the end of the line (a terminal's EL).
+CLEAR_TO_EOL = "\x1b[K"
+
+
+def terminal_width(out: TextIO) -> int:
+    """The terminal's width (the pty's size), else COLUMNS or 80."""
+    try:
+        return os.get_terminal_size(out.fileno()).columns or 80
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return shutil.get_terminal_size().columns
+
+
 @dataclass
 class ProgressDisplay:
-    """On a terminal one line redrawn in place; elsewhere a line per visible
-    change, so logs stay readable."""
+    """On a terminal one line redrawn in place (`\\r`, clear to the end of
+    the line), as wide as the terminal is at each draw, the job's last line
+    left standing; elsewhere plain lines: a state or phase change at once,
+    counts at most every PLAIN_EVERY_SECONDS, and the last snapshot."""
 
     out: TextIO
     tty: bool
-    clock: Callable[[], float] = time.monotonic  # the rate only: UI, not logic
+    clock: Callable[[], float] = time.monotonic  # rate, elapsed, cadence: UI, not logic
+    width: Callable[[], int] | None = None
     _meter: RateMeter = field(default_factory=RateMeter)
-    _width: int = 0
+    _drawn: bool = False
     _last: str = ""
+    _last_key: tuple[Any, ...] = ()
+    _printed_at: float | None = None
+    _pending: str = ""
+    _started: float | None = None
 
     def show(self, job: Job) -> None:
-        line = progress_line(job, self._meter.rate(job, self.clock()))
+        now = self.clock()
+        rate = self._meter.rate(job, now)
+        if self._started is None:
+            self._started = now
+        elapsed = _elapsed(job, now - self._started)
         if self.tty:
-            self.out.write("\r" + line.ljust(self._width))
-            self._width = max(self._width, len(line))
-        elif progress_line(job, None) != self._last:
+            width = self.width() if self.width is not None else terminal_width(self.out)
+            line = progress_line(job, rate, width=width, elapsed=elapsed)
+            self.out.write("\r" + line + CLEAR_TO_EOL)
+            # The last snapshot's line stays, above the summary.
+            self._drawn = not job.terminal
+            if job.terminal:
+                self.out.write("\n")
+            self.out.flush()
+            return
+        line = progress_line(job, rate, width=10**6, elapsed=elapsed)
+        visible = progress_line(job)  # what changed, rate and time aside
+        key = (job.state, job.phase)
+        if visible == self._last:
+            return
+        due = self._printed_at is None or now - self._printed_at >= PLAIN_EVERY_SECONDS
+        if key != self._last_key or due or job.terminal:
             self.out.write(line + "\n")
-        self._last = progress_line(job, None)
-        self.out.flush()
+            self.out.flush()
+            self._printed_at, self._last_key, self._last, self._pending = now, key, visible, ""
+        else:
+            self._pending = line  # printed at close if nothing comes after it
 
     def close(self) -> None:
-        if self.tty and self._width:
-            self.out.write("\r" + " " * self._width + "\r")
+        if self.tty and self._drawn:
+            self.out.write("\r" + CLEAR_TO_EOL)
             self.out.flush()
+        elif self._pending:
+            self.out.write(self._pending + "\n")
+            self.out.flush()
+            self._pending = ""
+
+
+def _elapsed(job: Job, watched: float) -> float:
+    """How long the job has run: from its start to its end (or its latest
+    change) as the server stamped them, or what this display watched of it
+    if that is longer (both clocks are the server's or this one's, never mixed)."""
+    if job.started_at is None:
+        return watched
+    if job.finished_at is not None:
+        return (job.finished_at - job.started_at).total_seconds()
+    stamped = (job.updated_at - job.started_at).total_seconds() if job.updated_at else 0.0
+    return max(stamped, watched)
 
 
 # ---------------------------------------------------------------- blocks
@@ -257,7 +430,9 @@ def job_block(j: Job) -> str:
         ("dry_run", str(j.dry_run).lower()),
         (
             "rows",
-            f"extracted {p.rows_extracted:,}, loaded {p.rows_loaded:,}, total {p.rows_total:,}",
+            ", ".join(
+                [f"extracted {p.rows_extracted:,}", *loaded_said(p), f"total {p.rows_total:,}"]
+            ),
         ),
         ("runtimes", "extract {}, load {}".format(*stage_runtimes(j))),
         ("created_at", when(j.created_at)),

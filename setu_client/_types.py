@@ -143,8 +143,18 @@ class Progress:
     """Row counts of a run (all zero for connection operations)."""
 
     rows_extracted: int = 0
+    # Rows the load took, after the operator chain (while a stream loads:
+    # the rows fed to it so far).
     rows_loaded: int = 0
     rows_total: int = 0
+    # Over the streams whose load committed: rows the operator chain
+    # dropped, and what the loaded rows did (all 0 where the destination
+    # does not tell); rows a merge deleted.
+    rows_filtered: int = 0
+    rows_inserted: int = 0
+    rows_updated: int = 0
+    rows_unchanged: int = 0
+    rows_deleted: int = 0
 
 
 @dataclass(frozen=True)
@@ -353,6 +363,8 @@ class StreamOutput:
     inserted: int | None = None
     updated: int | None = None
     unchanged: int | None = None
+    # Rows a merge deleted; None as the three above.
+    deleted: int | None = None
 
 
 @dataclass(frozen=True)
@@ -424,11 +436,22 @@ def _stream_output(s: jobs_pb2.StreamOutput) -> StreamOutput:
     if not s.HasField("changes"):
         return output
     c = s.changes
-    return replace(output, inserted=c.inserted, updated=c.updated, unchanged=c.unchanged)
+    return replace(
+        output, inserted=c.inserted, updated=c.updated, unchanged=c.unchanged, deleted=c.deleted
+    )
 
 
 def _progress(p: common_pb2.Progress) -> Progress:
-    return Progress(p.rows_extracted, p.rows_loaded, p.rows_total)
+    return Progress(
+        p.rows_extracted,
+        p.rows_loaded,
+        p.rows_total,
+        p.rows_filtered,
+        p.rows_inserted,
+        p.rows_updated,
+        p.rows_unchanged,
+        p.rows_deleted,
+    )
 
 
 def job_from_message(m: common_pb2.Job) -> Job:

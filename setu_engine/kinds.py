@@ -44,6 +44,9 @@ class RowChanges:
     inserted: int
     updated: int = 0
     unchanged: int = 0
+    # Destination rows a merge deleted (their keys left the source): not
+    # among the write's rows, which are inserted + updated + unchanged.
+    deleted: int = 0
 
 
 class Written(int):

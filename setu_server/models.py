@@ -183,6 +183,16 @@ class Job:
     rows_extracted: int = 0
     rows_loaded: int = 0
     rows_total: int = 0
+    # Over the streams whose load committed: rows the operator chain dropped,
+    # and what the loaded rows did to the destination (migration 0013).
+    rows_filtered: int = 0
+    rows_inserted: int = 0
+    rows_updated: int = 0
+    rows_unchanged: int = 0
+    rows_deleted: int = 0
+    # Each moving stream's (extracted, loaded) so far, from the runtimes'
+    # reports; read from the job row only (a notice does not carry it).
+    stream_progress: dict[str, tuple[int, int]] = field(default_factory=dict)
     extract_runtime: str = ""
     load_runtime: str = ""
     # How people read the two runtimes, filled for answers only

@@ -242,30 +242,35 @@ def _cursors(data: Mapping[str, Any]) -> dict[str, CursorMark]:
 
 
 def changes_json(changes: RowChanges) -> dict[str, int]:
-    return {
+    body = {
         "inserted": changes.inserted,
         "updated": changes.updated,
         "unchanged": changes.unchanged,
     }
+    if changes.deleted:  # a merge's only
+        body["deleted"] = changes.deleted
+    return body
 
 
 def changes_from_json(data: Any, what: str) -> RowChanges:
-    body = _fields(data, what, inserted=int, updated=int, unchanged=int)
-    return RowChanges(body["inserted"], body["updated"], body["unchanged"])
+    body = _fields(data, what, {"deleted": int}, inserted=int, updated=int, unchanged=int)
+    return RowChanges(body["inserted"], body["updated"], body["unchanged"], body.get("deleted", 0))
 
 
 def changes_said(changes: RowChanges | None) -> str:
     """A load's changes in a timeline's words: " (3 inserted, 1 updated, 96 unchanged)"."""
     if changes is None:
         return ""
+    deleted = f", {changes.deleted} deleted" if changes.deleted else ""
     return (
-        f" ({changes.inserted} inserted, {changes.updated} updated, {changes.unchanged} unchanged)"
+        f" ({changes.inserted} inserted, {changes.updated} updated, "
+        f"{changes.unchanged} unchanged{deleted})"
     )
 
 
 def check_changes(changes: RowChanges, what: str) -> None:
     """RowChanges fit to record: no count negative."""
-    for name in ("inserted", "updated", "unchanged"):
+    for name in ("inserted", "updated", "unchanged", "deleted"):
         _counted(getattr(changes, name), f"{what}: {name}")
 
 

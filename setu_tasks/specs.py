@@ -12,6 +12,10 @@ from setu_engine.kinds import WriteMode
 from setu_engine.staged.blob import BlobSettings
 from setu_engine.staged.staging import MANIFEST, StoredPart
 
+# In a `migrate` task's payload: it loads what another runtime's extract
+# staged (agent → cloud), so starting at load is its first step, not a resume.
+HANDED_LOAD_PAYLOAD = "handed_load"
+
 
 @dataclass(frozen=True)
 class LeasedTask:

@@ -23,6 +23,7 @@ from setu_tasks.codec.common import (
     changes_message,
     cursor_message,
     stored_part_message,
+    stream_progress_message,
 )
 from setu_tasks.results import Artifact
 from setu_tasks.specs import LeasedTask, MigrateSpec
@@ -63,10 +64,15 @@ class RunBook(Protocol):
     async def enter_phase(self, phase: str, message: str) -> None: ...
 
     async def progress(
-        self, extracted: int, loaded: int, stored: Sequence[StoredPart] = ()
+        self,
+        extracted: int,
+        loaded: int,
+        stored: Sequence[StoredPart] = (),
+        streams: dict[str, tuple[int, int]] | None = None,
     ) -> bool:
-        """Writes the run's counts and records the parts `stored` since the
-        last call; True when the run asked to cancel."""
+        """Writes the run's counts (and each moving stream's (extracted,
+        loaded), when given) and records the parts `stored` since the last
+        call; True when the run asked to cancel."""
         ...
 
     async def staged(self, artifact: Artifact) -> None:
@@ -137,13 +143,18 @@ class GrpcRunBook:
         await self._call(self._stub.EnterRunPhase, request)
 
     async def progress(
-        self, extracted: int, loaded: int, stored: Sequence[StoredPart] = ()
+        self,
+        extracted: int,
+        loaded: int,
+        stored: Sequence[StoredPart] = (),
+        streams: dict[str, tuple[int, int]] | None = None,
     ) -> bool:
         request = cloud_pb2.ReportRunProgressRequest(
             lease=self._lease,
             rows_extracted=extracted,
             rows_loaded=loaded,
             stored_parts=[stored_part_message(p) for p in stored],
+            streams=stream_progress_message(streams or {}),
         )
         answer: cloud_pb2.ReportRunProgressResponse = await self._call(
             self._stub.ReportRunProgress, request

@@ -48,7 +48,7 @@ from setu_tasks.results import (
     StreamCounts,
     changes_said,
 )
-from setu_tasks.specs import ConnectionSpec, LeasedTask, MigrateSpec
+from setu_tasks.specs import HANDED_LOAD_PAYLOAD, ConnectionSpec, LeasedTask, MigrateSpec
 
 # Runs whose source holds at most this many rows (the providers' estimate)
 # go direct when fresh. A named setting: SETU_DIRECT_MAX_ROWS.
@@ -80,6 +80,8 @@ class RunReporter:
         self._ctx = ctx
         self.rows_extracted = run.rows_extracted if run.phase == "load" else 0
         self.rows_loaded = 0
+        # Each stream's [extracted, loaded] in this task, for the run's page.
+        self._streams: dict[str, list[int]] = {}
         # A direct copy reports each batch once, when it is loaded.
         self.loads_too = False
         # Until the extract is staged whole: a load beside it (overlapped)
@@ -109,6 +111,7 @@ class RunReporter:
 
     async def extracted(self, stream: str, rows: int) -> None:
         self.rows_extracted += rows
+        self._streams.setdefault(stream, [0, 0])[0] += rows
         self._checkpoint(stream)
         if self.loads_too:
             self._ctx.report(rows_read=self.rows_extracted, stream=stream)
@@ -118,6 +121,7 @@ class RunReporter:
 
     async def loaded(self, stream: str, rows: int) -> None:
         self.rows_loaded += rows
+        self._streams.setdefault(stream, [0, 0])[1] += rows
         self._checkpoint(stream)
         await self._flush(stream)
 
@@ -144,7 +148,12 @@ class RunReporter:
         )
         unsent, self._unsent = self._unsent, []
         try:
-            cancel = await self._book.progress(self.rows_extracted, self.rows_loaded, unsent)
+            cancel = await self._book.progress(
+                self.rows_extracted,
+                self.rows_loaded,
+                unsent,
+                {name: (e, w) for name, (e, w) in self._streams.items()},
+            )
         except BaseException:
             self._unsent[:0] = unsent  # the next report records them
             raise
@@ -251,7 +260,11 @@ class _Run:
             # A dry run never writes a destination, whatever staged before.
             raise NonRetryable("a dry run does not load: it ended at its plan")
         if run.phase == "load":
-            await book.event("Resuming at load: the staged data is read again")
+            handed = self._ctx.task.payload.get(HANDED_LOAD_PAYLOAD) is True
+            if not handed or self._ctx.task.attempt > 1:
+                # Said on a real resume only: an agent's extract handed on
+                # to this load is its first step (the plan's line says so).
+                await book.event("Resuming at load: the staged data is read again")
             manifest = await read_manifest(self._blob, run.blob_prefix)
         else:
             source = await self._migrate.connect(self._ctx, run, run.source)

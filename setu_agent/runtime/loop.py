@@ -71,6 +71,9 @@ TRANSIENT = (Unavailable, DeadlineExceeded, ResourceExhausted, Cancelled)
 # The share of the lease TTL a task may run on without a confirmed
 # heartbeat: it stops with this much of the TTL to spare.
 LEASE_MARGIN = 1 / 6
+# While rows move (TaskContext.beat_soon), a heartbeat at least this often,
+# so a run's counts stay live; when nothing moves, only the lease's cadence.
+PROGRESS_SECONDS = 2.0
 # On stop, how long a completion report in flight when the task grace ends
 # may still take (retrying a server that does not answer) before the task is
 # given up to its lease's expiry. Short: a supervisor's kill deadline (say,
@@ -449,17 +452,28 @@ class Runtime:
         # may hold the task: stop it (its destination transaction rolls back)
         # rather than write on unfenced. Each beat waits a third of the TTL
         # at most, so a silent partition is noticed in time.
+        # Rows moving (context.moved) bring the beat forward to PROGRESS_SECONDS
+        # after the last one; the first comes as soon as rows move.
         clock = asyncio.get_running_loop()
         interval = self._ttl / 3
         confirmed = clock.time()
         due = confirmed + interval
+        last = confirmed - PROGRESS_SECONDS
         while True:
             deadline = confirmed + self._ttl * (1 - LEASE_MARGIN)
-            await asyncio.sleep(max(0.0, min(due, deadline) - clock.time()))
-            sent = clock.time()
+            wake = min(due, deadline)
+            if context.moved.is_set():
+                await asyncio.sleep(max(0.0, min(wake, last + PROGRESS_SECONDS) - clock.time()))
+            else:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout_at(wake):
+                        await context.moved.wait()
+                    continue  # rows moved: at the progress cadence, from here
+            sent = last = clock.time()
             if sent >= deadline:
                 self._stop_unconfirmed(context, work, sent - confirmed)
             due = sent + interval / 3  # after a failure, try again soon
+            context.moved.clear()  # what moved until now rides this beat
             try:
                 async with asyncio.timeout_at(min(sent + interval, deadline)):
                     cancel = await self._source.heartbeat(context.task, dict(context.progress))

@@ -15,8 +15,11 @@ from setu_tasks.specs import LeasedTask
 # Shorter values (a port, "on") would blank out unrelated text.
 MIN_REDACTED = 3
 # What a heartbeat carries (TaskProgress in protos/setu/v1/agents.proto).
-# stored_parts: an extract's parts stored whole (setu_tasks/codec/agents.py stored_part_progress).
-PROGRESS_FIELDS = frozenset({"rows_read", "rows_written", "stream", "message", "stored_parts"})
+# stored_parts: an extract's parts stored whole (setu_tasks/codec/agents.py stored_part_progress);
+# streams: each stream's counts so far ([{"stream", "rows_extracted", "rows_loaded"}]).
+PROGRESS_FIELDS = frozenset(
+    {"rows_read", "rows_written", "stream", "message", "stored_parts", "streams"}
+)
 
 
 def describe(exc: BaseException) -> str:
@@ -65,6 +68,10 @@ class TaskContext:
         # the runtime loop sets it. For a last word before a commit.
         self.ask_cancel: Callable[[], Coroutine[Any, Any, bool]] | None = None
         self.progress: dict[str, Any] = {}
+        # Set when rows moved since the last heartbeat (beat_soon): the
+        # runtime beats sooner than its lease needs, at most every
+        # PROGRESS_SECONDS, so the run's counts stay live.
+        self.moved = asyncio.Event()
         # Secret values this task resolved: never in what it reports.
         self.redact: set[str] = set()
         # Where the work stands ("extract of events, part 7"), for the job's
@@ -87,6 +94,11 @@ class TaskContext:
         if unknown:
             raise TypeError(f"no progress field(s) {', '.join(unknown)}")
         self.progress.update(progress)
+
+    def beat_soon(self) -> None:
+        """Rows moved: the next heartbeat carries the progress within
+        PROGRESS_SECONDS (runtime/loop.py), not at the lease's cadence."""
+        self.moved.set()
 
     def check_cancelled(self) -> None:
         """Call once per batch: raises TaskCancelled when the job asked to stop."""

@@ -19,7 +19,7 @@ from setu_server.service.runs import RunService
 from setu_server.service.tasks import TaskService
 from setu_server.worker.endpoints import OwnDatabase
 from setu_tasks.codec.agents import extract_spec_message, load_spec_message, task_result
-from setu_tasks.codec.common import stored_parts_of
+from setu_tasks.codec.common import stored_parts_of, stream_progress_of
 
 TASK_KINDS = {k: getattr(pb, f"TASK_KIND_{k.name}") for k in TaskKind}
 # Answer a long-poll this long before the caller's deadline.
@@ -132,6 +132,7 @@ class AgentServicer(agents_pb2_grpc.AgentServiceServicer):
         )
         # An extract's stored parts go in the run's books, not in the task's progress.
         stored = stored_parts_of(request.progress.stored_parts, "progress.stored_parts")
+        stream_progress_of(request.progress.streams, "progress.streams")  # refused if out of bounds
         if progress is not None:
             progress.pop("stored_parts", None)
         expires, cancel = await self._tasks.heartbeat(

@@ -12,7 +12,13 @@ from setu_server.rpc.convert import LEVELS, PHASES, uid
 from setu_server.rpc.types import Ctx
 from setu_server.service.cloud_runs import CloudRuns
 from setu_tasks.codec.cloud import migrate_spec_message
-from setu_tasks.codec.common import artifact_of, changes_of, cursor_of, stored_parts_of
+from setu_tasks.codec.common import (
+    artifact_of,
+    changes_of,
+    cursor_of,
+    stored_parts_of,
+    stream_progress_of,
+)
 from setu_tasks.results import check_changes
 
 PHASES_BACK = {number: phase for phase, number in PHASES.items()}
@@ -78,6 +84,7 @@ class CloudRunServicer(cloud_pb2_grpc.CloudRunServiceServicer):
             request.rows_extracted,
             request.rows_loaded,
             stored_parts_of(request.stored_parts, "stored_parts"),
+            stream_progress_of(request.streams, "streams") if request.streams else None,
         )
         return pb.ReportRunProgressResponse(cancel_requested=cancel)
 

@@ -83,6 +83,19 @@ def _id(value: UUID | None) -> str:
     return str(value) if value else ""
 
 
+def progress_message(j: Job) -> common_pb2.Progress:
+    return common_pb2.Progress(
+        rows_extracted=j.rows_extracted,
+        rows_loaded=j.rows_loaded,
+        rows_total=j.rows_total,
+        rows_filtered=j.rows_filtered,
+        rows_inserted=j.rows_inserted,
+        rows_updated=j.rows_updated,
+        rows_unchanged=j.rows_unchanged,
+        rows_deleted=j.rows_deleted,
+    )
+
+
 def job(j: Job) -> common_pb2.Job:
     message = common_pb2.Job(
         id=str(j.id),
@@ -96,9 +109,7 @@ def job(j: Job) -> common_pb2.Job:
         dry_run=j.dry_run,
         cancel_requested=j.cancel_requested,
         error_message=j.error_message,
-        progress=common_pb2.Progress(
-            rows_extracted=j.rows_extracted, rows_loaded=j.rows_loaded, rows_total=j.rows_total
-        ),
+        progress=progress_message(j),
         extract_runtime=j.extract_runtime,
         load_runtime=j.load_runtime,
         extract_agent_name=j.extract_agent_name,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from setu_client._proto.setu.v1 import common_pb2, jobs_pb2_grpc
 from setu_client._proto.setu.v1 import jobs_pb2 as pb
+from setu_client._proto.setu.v1 import jobs_pb2_grpc
 from setu_server.config import Settings
 from setu_server.rpc import convert
 from setu_server.rpc.convert import uid
@@ -113,9 +113,5 @@ class JobServicer(jobs_pb2_grpc.JobOrchestrationServiceServicer):
                 )
                 for s in streams
             ],
-            totals=common_pb2.Progress(
-                rows_extracted=job.rows_extracted,
-                rows_loaded=job.rows_loaded,
-                rows_total=job.rows_total,
-            ),
+            totals=convert.progress_message(job),
         )

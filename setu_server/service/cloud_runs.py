@@ -10,7 +10,7 @@ worker touches nothing but the runs it is working on.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from uuid import UUID
 
 from setu_client.clock import Clock
@@ -118,9 +118,10 @@ class CloudRuns:
         extracted: int,
         loaded: int,
         stored: Sequence[StoredPart] = (),
+        streams: Mapping[str, tuple[int, int]] | None = None,
     ) -> bool:
         job = await self._run(task_id, token)
-        return await self._book.progress(job.id, extracted, loaded, stored)
+        return await self._book.progress(job.id, extracted, loaded, stored, streams)
 
     async def staged(self, task_id: UUID, token: UUID, artifact: Artifact) -> None:
         job = await self._run(task_id, token)

@@ -5,7 +5,7 @@ describes goes on."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from uuid import UUID
 
@@ -64,16 +64,22 @@ class RunBook:
             self._lifecycle.published([moved])
 
     async def progress(
-        self, job_id: UUID, extracted: int, loaded: int, stored: Sequence[StoredPart] = ()
+        self,
+        job_id: UUID,
+        extracted: int,
+        loaded: int,
+        stored: Sequence[StoredPart] = (),
+        streams: Mapping[str, tuple[int, int]] | None = None,
     ) -> bool:
-        """Writes the counts, and the parts `stored` since the last call (one
-        transaction when there are any); True when the run was asked to cancel."""
+        """Writes the counts (and each moving stream's, when given), and the
+        parts `stored` since the last call (one transaction when there are
+        any); True when the run was asked to cancel."""
         now = self._clock.sql_now()
         if not stored:
-            return await runs.set_run_progress(self._pool, job_id, extracted, loaded, now)
+            return await runs.set_run_progress(self._pool, job_id, extracted, loaded, now, streams)
         async with transaction(self._pool) as conn:
             await runs.record_run_parts(conn, job_id, stored, now)
-            return await runs.set_run_progress(conn, job_id, extracted, loaded, now)
+            return await runs.set_run_progress(conn, job_id, extracted, loaded, now, streams)
 
     async def record_parts(self, job_id: UUID, stored: Sequence[StoredPart]) -> None:
         """Parts an extract stored whole (an agent's, told in its heartbeat)."""

@@ -45,7 +45,7 @@ from setu_server.service.lifecycle import JobLifecycle
 from setu_server.service.placement import placement
 from setu_server.store import jobs, pipelines, runs, stream_state, tasks
 from setu_server.store.db import Database, Executor, transaction
-from setu_tasks.specs import ConnectionSpec, ExtractSpec, LoadSpec
+from setu_tasks.specs import HANDED_LOAD_PAYLOAD, ConnectionSpec, ExtractSpec, LoadSpec
 
 # A paused pipeline's manual run says why it runs anyway (the CLI says it too).
 PAUSED_NOTE = "pipeline is paused: schedules make no runs; this manual run goes ahead"
@@ -244,7 +244,8 @@ class RunService:
         Returns the tasks dispatched."""
         where = snapshot_of(job).placement
         if where.load_agent is None:
-            await self._dispatch(db, job, TaskKind.MIGRATE, None)
+            handed = {HANDED_LOAD_PAYLOAD: True}  # its first step is the load: no resume
+            await self._dispatch(db, job, TaskKind.MIGRATE, None, extra=handed)
             return 1
         staged = await jobs.job_outputs(db, job.id)
         for output in staged:

@@ -51,6 +51,12 @@ def job_of(r: asyncpg.Record) -> Job:
         rows_extracted=r["rows_extracted"],
         rows_loaded=r["rows_loaded"],
         rows_total=r["rows_total"],
+        rows_filtered=r["rows_filtered"],
+        rows_inserted=r["rows_inserted"],
+        rows_updated=r["rows_updated"],
+        rows_unchanged=r["rows_unchanged"],
+        rows_deleted=r["rows_deleted"],
+        stream_progress=_stream_progress(r["stream_progress"]),
         extract_runtime=r["extract_runtime"],
         load_runtime=r["load_runtime"],
         result=r["result"],
@@ -59,6 +65,17 @@ def job_of(r: asyncpg.Record) -> Job:
         started_at=r["started_at"],
         finished_at=r["finished_at"],
     )
+
+
+def _stream_progress(value: Any) -> dict[str, tuple[int, int]]:
+    """job.stream_progress ({stream: {"extracted": n, "loaded": n}}) as pairs."""
+    if not isinstance(value, dict):
+        return {}
+    return {
+        str(stream): (int(counts.get("extracted", 0)), int(counts.get("loaded", 0)))
+        for stream, counts in value.items()
+        if isinstance(counts, dict)
+    }
 
 
 async def insert_job(
@@ -280,7 +297,12 @@ async def job_outputs(db: Executor, job_id: UUID) -> list[JobOutput]:
 def _changes(r: Any) -> RowChanges | None:
     if r["rows_inserted"] is None:
         return None
-    return RowChanges(r["rows_inserted"], r["rows_updated"] or 0, r["rows_unchanged"] or 0)
+    return RowChanges(
+        r["rows_inserted"],
+        r["rows_updated"] or 0,
+        r["rows_unchanged"] or 0,
+        r["rows_deleted"] or 0,
+    )
 
 
 async def get_job_any(db: Executor, id: UUID) -> Job | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -86,12 +86,21 @@ async def connection_for_runtime(
 
 
 async def set_run_progress(
-    db: Executor, job_id: UUID, extracted: int, loaded: int, now: datetime | None
+    db: Executor,
+    job_id: UUID,
+    extracted: int,
+    loaded: int,
+    now: datetime | None,
+    streams: Mapping[str, tuple[int, int]] | None = None,
 ) -> bool:
-    """Writes the counts; True when the run was asked to cancel."""
+    """Writes the counts (and each moving stream's (extracted, loaded), when
+    given); True when the run was asked to cancel."""
+    moving = None
+    if streams is not None:
+        moving = {s: {"extracted": e, "loaded": w} for s, (e, w) in streams.items()}
     with translate_errors():
         cancel: bool | None = await db.fetchval(
-            QUERIES.set_run_progress, job_id, extracted, loaded, now
+            QUERIES.set_run_progress, job_id, extracted, loaded, now, moving
         )
     return bool(cancel)
 
@@ -150,9 +159,9 @@ async def save_output(
     loaded: bool = False,
     changes: RowChanges | None = None,
 ) -> None:
-    counts: tuple[int | None, ...] = (None, None, None)
+    counts: tuple[int | None, ...] = (None, None, None, None)
     if changes is not None:
-        counts = (changes.inserted, changes.updated, changes.unchanged)
+        counts = (changes.inserted, changes.updated, changes.unchanged, changes.deleted)
     with translate_errors():
         await db.execute(
             QUERIES.save_output,

@@ -133,6 +133,15 @@ CREATE TABLE job (
     updated_at        timestamptz NOT NULL,
     -- Set by the janitor once the run's staged data is deleted.
     staged_purged_at  timestamptz,
+    -- What the loaded rows were, and the rows the operator chain dropped
+    -- (extracted - loaded of each loaded stream): set with the run's counts.
+    rows_filtered     bigint NOT NULL DEFAULT 0,
+    rows_inserted     bigint NOT NULL DEFAULT 0,
+    rows_updated      bigint NOT NULL DEFAULT 0,
+    rows_unchanged    bigint NOT NULL DEFAULT 0,
+    rows_deleted      bigint NOT NULL DEFAULT 0,
+    -- Each stream's live counts while it moves: {stream: {"extracted": n, "loaded": n}}.
+    stream_progress   jsonb NOT NULL DEFAULT '{}',
     UNIQUE (workspace_id, idempotency_key),
     -- A schedule tick creates one run, however many replicas fire it.
     UNIQUE (pipeline_id, scheduled_for)
@@ -169,6 +178,8 @@ CREATE TABLE job_output (
     rows_inserted   bigint,
     rows_updated    bigint,
     rows_unchanged  bigint,
+    -- Rows a merge deleted (keys that left the source); null where none can be.
+    rows_deleted    bigint,
     PRIMARY KEY (job_id, stream)
 );
 
@@ -267,6 +278,9 @@ DECLARE
             'phase', j.phase, 'cancel_requested', j.cancel_requested,
             'error_message', j.error_message, 'rows_extracted', j.rows_extracted,
             'rows_loaded', j.rows_loaded, 'rows_total', j.rows_total,
+            'rows_filtered', j.rows_filtered, 'rows_inserted', j.rows_inserted,
+            'rows_updated', j.rows_updated, 'rows_unchanged', j.rows_unchanged,
+            'rows_deleted', j.rows_deleted,
             'extract_runtime', j.extract_runtime, 'load_runtime', j.load_runtime,
             'result', j.result, 'updated_at', j.updated_at, 'started_at', j.started_at,
             'finished_at', j.finished_at))::text;

@@ -75,12 +75,15 @@ def catalog_stream_of(s: common_pb2.CatalogStream) -> Stream:
 
 def changes_message(changes: RowChanges) -> common_pb2.RowChanges:
     return common_pb2.RowChanges(
-        inserted=changes.inserted, updated=changes.updated, unchanged=changes.unchanged
+        inserted=changes.inserted,
+        updated=changes.updated,
+        unchanged=changes.unchanged,
+        deleted=changes.deleted,
     )
 
 
 def changes_of(message: common_pb2.RowChanges) -> RowChanges:
-    return RowChanges(message.inserted, message.updated, message.unchanged)
+    return RowChanges(message.inserted, message.updated, message.unchanged, message.deleted)
 
 
 def cursor_message(mark: CursorMark) -> common_pb2.StreamCursor:
@@ -221,6 +224,39 @@ def stored_parts_of(messages: Iterable[pb.StoredPart], field: str) -> list[Store
             raise InvalidArgument(f"{field}[{index}].path: {exc}") from exc
         parts.append(stored_part_of(message))
     return parts
+
+
+# -- each stream's counts while it moves
+
+# The most streams one progress report may carry.
+MAX_STREAMS = 1000
+
+
+def stream_progress_message(
+    streams: dict[str, tuple[int, int]],
+) -> list[common_pb2.StreamProgress]:
+    return [
+        common_pb2.StreamProgress(stream=name, rows_extracted=e, rows_loaded=w)
+        for name, (e, w) in streams.items()
+    ]
+
+
+def stream_progress_of(
+    messages: Iterable[common_pb2.StreamProgress], field: str
+) -> dict[str, tuple[int, int]]:
+    """Each stream's (extracted, loaded) as a runtime reports them; a name
+    too long, a count below 0 or more than MAX_STREAMS streams is refused,
+    naming the field."""
+    streams: dict[str, tuple[int, int]] = {}
+    for index, m in enumerate(messages):
+        if index >= MAX_STREAMS:
+            raise InvalidArgument(f"{field}: more than {MAX_STREAMS} streams")
+        if not m.stream or len(m.stream) > MAX_TEXT:
+            raise InvalidArgument(f"{field}[{index}].stream: 1 to {MAX_TEXT} characters")
+        if m.rows_extracted < 0 or m.rows_loaded < 0:
+            raise InvalidArgument(f"{field}[{index}]: a count below 0")
+        streams[m.stream] = (m.rows_extracted, m.rows_loaded)
+    return streams
 
 
 # -- where a stage reads and writes

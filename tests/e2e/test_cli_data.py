@@ -292,14 +292,15 @@ def snapshot(state: JobState, phase: Phase, extracted: int, loaded: int, total: 
 
 def test_progress_line_shows_phase_rows_bar_and_rate() -> None:
     pending = snapshot(JobState.PENDING, Phase.UNSPECIFIED, 0, 0, 0)
-    assert progress_line(pending, None).split() == ["pending", "-", "extracted", "0", "loaded", "0"]
+    assert progress_line(pending, None).split() == ["pending", "-", "extracted", "0"]
 
     extracting = snapshot(JobState.RUNNING, Phase.EXTRACT, 1_250, 0, 5_000)
-    assert progress_line(extracting, 812.4, bar_width=8) == (
-        "running    extract  extracted 1,250/5,000  loaded 0  [##------]  25%  812 rows/s"
+    assert progress_line(extracting, 812.4, elapsed=65) == (
+        "running    extract  extracted 1,250/5,000  [#####---------------] 25%  1:05  "
+        "eta 0:04  812 rows/s"
     )
     loading = snapshot(JobState.RUNNING, Phase.LOAD, 5_000, 2_500, 5_000)
-    assert "loaded 2,500/5,000  [####----]  50%" in progress_line(loading, None, bar_width=8)
+    assert "loaded 2,500/5,000  [##########----------] 50%" in progress_line(loading, None)
 
     unknown_total = snapshot(JobState.RUNNING, Phase.DIRECT, 0, 7, 0)
     assert "[" not in progress_line(unknown_total, None) and "loaded 7" in progress_line(
@@ -330,17 +331,39 @@ def test_display_redraws_one_line_on_a_terminal_and_prints_changes_elsewhere() -
     plain.close()
     lines = log.getvalue().splitlines()
     assert [line.split()[0] for line in lines] == ["running", "succeeded"]
+    assert "\r" not in log.getvalue() and "\x1b" not in log.getvalue()
 
     times = iter([0.0, 1.0, 2.0])
     screen = io.StringIO()
-    live = ProgressDisplay(screen, tty=True, clock=lambda: next(times))
+    live = ProgressDisplay(screen, tty=True, clock=lambda: next(times), width=lambda: 80)
     for job in jobs:
         live.show(job)
     live.close()
     draws = screen.getvalue().split("\r")
-    assert "\n" not in screen.getvalue()
+    # Each draw clears to the end of the line; the last one stays, on its own line.
+    assert all(d.endswith("\x1b[K") for d in draws[1:3]), draws
     assert [d.split()[0] for d in draws[1:4]] == ["running", "running", "succeeded"]
-    assert draws[4] == " " * max(len(d) for d in draws) and draws[5] == ""  # cleared at the end
+    assert draws[3].endswith("\x1b[K\n") and len(draws) == 4
+
+
+def test_plain_lines_come_at_a_slower_cadence_while_only_counts_change() -> None:
+    """Away from a terminal, counts print at most every PLAIN_EVERY_SECONDS;
+    a phase change prints at once, and the last snapshot is never lost."""
+    times = iter([0.0, 1.0, 2.0, 3.0, 3.5, 4.0])
+    log = io.StringIO()
+    plain = ProgressDisplay(log, tty=False, clock=lambda: next(times))
+    for extracted in (10, 20, 30):  # within PLAIN_EVERY_SECONDS of the first
+        plain.show(snapshot(JobState.RUNNING, Phase.EXTRACT, extracted, 0, 100))
+    plain.show(snapshot(JobState.RUNNING, Phase.LOAD, 100, 10, 100))
+    plain.show(snapshot(JobState.RUNNING, Phase.LOAD, 100, 50, 100))
+    plain.close()
+    lines = log.getvalue().splitlines()
+    assert [line.split()[2:4] for line in lines] == [
+        ["extracted", "10/100"],
+        ["extracted", "100"],
+        ["extracted", "100"],
+    ], lines
+    assert "loaded 10/100" in lines[1] and "loaded 50/100" in lines[2]
 
 
 def test_documents_are_yaml_or_json_by_extension_or_content(tmp_path: Path) -> None:

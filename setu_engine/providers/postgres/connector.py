@@ -949,17 +949,19 @@ class _Load:
             f"SELECT (SELECT count(*) FROM src) AS offered, (SELECT n FROM fresh) AS inserted, "
             f"(SELECT count(*) FROM w) AS changed"
         )
+        deleted = 0
         if self.mode is WriteMode.MERGE:
             match = " AND ".join(f"s.{quote(k)} = t.{quote(k)}" for k in self.key)
-            await self.conn.execute(
+            status = await self.conn.execute(
                 f"DELETE FROM {self.target} t "
                 f"WHERE NOT EXISTS (SELECT 1 FROM _setu_out s WHERE {match})"
             )
+            deleted = _count(status)
         written: int = await self.conn.fetchval("SELECT count(*) FROM _setu_out")
         inserted = int(counts["inserted"])
         updated = int(counts["changed"]) - inserted
         unchanged = int(counts["offered"]) - inserted - updated
-        return Written(written, RowChanges(inserted, updated, unchanged))
+        return Written(written, RowChanges(inserted, updated, unchanged, deleted))
 
     def _conflict_action(self) -> str:
         others = [c.name for c in self.plan.output if c.name not in self.key]

@@ -680,10 +680,11 @@ class _WritePlan:
             sqlite_stage.applied(conn, self.marker, KEEP_MARKERS)
         if self.mode is WriteMode.MERGE:
             match = " AND ".join(f"k.{quote(k)} = t.{quote(k)}" for k in self.key)
-            conn.execute(
+            gone = conn.execute(
                 f"DELETE FROM {quote(self.table)} AS t WHERE NOT EXISTS "
                 f"(SELECT 1 FROM temp.setu_merge_keys AS k WHERE {match})"
-            )
+            ).rowcount
+            changes = RowChanges(changes.inserted, changes.updated, changes.unchanged, gone)
             conn.execute("DROP TABLE temp.setu_merge_keys")
         conn.execute("COMMIT")
         return changes

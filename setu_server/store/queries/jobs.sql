@@ -76,7 +76,7 @@ SELECT * FROM job_event WHERE job_id = $1 AND sequence > $2 ORDER BY sequence LI
 -- name: job_outputs
 -- Per-stream counts of a job, loaded or not. $1 job_id
 SELECT stream, rows_extracted, rows_loaded, checksum, loaded_at IS NOT NULL AS loaded,
-       rows_inserted, rows_updated, rows_unchanged
+       rows_inserted, rows_updated, rows_unchanged, rows_deleted
 FROM job_output WHERE job_id = $1 ORDER BY stream;
 
 -- name: get_job_any

@@ -24,12 +24,28 @@ SELECT id, workspace_id, provider, config, placement, agent_id FROM connection W
 
 -- name: set_run_progress
 -- Absolute row counts of a run; answers whether it was asked to cancel.
--- $1 job_id, $2 rows_extracted, $3 rows_loaded, $4 now
+-- What the loaded rows were (inserted, updated, unchanged, deleted) and the
+-- rows the operator chain dropped (filtered: extracted - loaded) are summed
+-- over the streams whose load committed, so they always add up to them.
+-- $1 job_id, $2 rows_extracted, $3 rows_loaded, $4 now,
+-- $5 stream_progress (each moving stream's counts; null keeps)
 UPDATE job
 SET rows_extracted = $2, rows_loaded = $3, version = version + 1,
+    rows_filtered = done.filtered, rows_inserted = done.inserted,
+    rows_updated = done.updated, rows_unchanged = done.unchanged,
+    rows_deleted = done.deleted,
+    stream_progress = coalesce($5::jsonb, job.stream_progress),
     updated_at = coalesce($4, now())
-WHERE id = $1
-RETURNING cancel_requested,
+FROM (
+    SELECT coalesce(sum(greatest(o.rows_extracted - o.rows_loaded, 0)), 0) AS filtered,
+           coalesce(sum(o.rows_inserted), 0) AS inserted,
+           coalesce(sum(o.rows_updated), 0) AS updated,
+           coalesce(sum(o.rows_unchanged), 0) AS unchanged,
+           coalesce(sum(o.rows_deleted), 0) AS deleted
+    FROM job_output o WHERE o.job_id = $1 AND o.loaded_at IS NOT NULL
+) AS done
+WHERE job.id = $1
+RETURNING job.cancel_requested,
     pg_notify('setu_job', setu_job_notice(job)) AS notified;
 
 -- name: set_run_plan
@@ -56,11 +72,11 @@ SET task_id = EXCLUDED.task_id, blob_prefix = EXCLUDED.blob_prefix, parts = EXCL
 -- name: save_output
 -- One stream's counts; null keeps a value. $1 job_id, $2 stream,
 -- $3 rows_extracted, $4 rows_loaded, $5 checksum, $6 loaded (marks loaded_at), $7 now,
--- $8 rows_inserted, $9 rows_updated, $10 rows_unchanged
+-- $8 rows_inserted, $9 rows_updated, $10 rows_unchanged, $11 rows_deleted
 INSERT INTO job_output (job_id, stream, rows_extracted, rows_loaded, checksum, loaded_at,
-                        updated_at, rows_inserted, rows_updated, rows_unchanged)
+                        updated_at, rows_inserted, rows_updated, rows_unchanged, rows_deleted)
 VALUES ($1, $2, coalesce($3, 0), coalesce($4, 0), coalesce($5, ''),
-        CASE WHEN $6 THEN coalesce($7, now()) END, coalesce($7, now()), $8, $9, $10)
+        CASE WHEN $6 THEN coalesce($7, now()) END, coalesce($7, now()), $8, $9, $10, $11)
 ON CONFLICT (job_id, stream) DO UPDATE
 SET rows_extracted = coalesce($3, job_output.rows_extracted),
     rows_loaded = coalesce($4, job_output.rows_loaded),
@@ -69,7 +85,8 @@ SET rows_extracted = coalesce($3, job_output.rows_extracted),
     updated_at = coalesce($7, now()),
     rows_inserted = coalesce($8, job_output.rows_inserted),
     rows_updated = coalesce($9, job_output.rows_updated),
-    rows_unchanged = coalesce($10, job_output.rows_unchanged);
+    rows_unchanged = coalesce($10, job_output.rows_unchanged),
+    rows_deleted = coalesce($11, job_output.rows_deleted);
 
 -- name: set_run_phase
 -- Where a running run is (extract, load, direct), with an event; the row

@@ -101,7 +101,10 @@ WHERE runtime = $1 AND state = 'pending' AND run_after > coalesce($2, now());
 -- name: heartbeat_task
 -- Extends a live lease; answers whether its job asked to cancel. An edge
 -- stage's progress (rows_read of an extract, rows_written of a load) becomes
--- its run's counts, with a version bump and a notify, so WatchJob shows it.
+-- its run's counts, its streams' counts merge into the run's
+-- stream_progress, and a run with no phase yet takes the stage's (extract
+-- or load: its first beat comes as the stage starts), with a version bump
+-- and a notify, so WatchJob shows it.
 -- Only the runtime holding the lease may present its token.
 -- $1 id, $2 lease_token, $3 lease seconds, $4 progress, $5 now, $6 runtime
 WITH beat AS (
@@ -116,19 +119,27 @@ WITH beat AS (
     RETURNING task.job_id, task.kind, task.lease_expires_at, job.cancel_requested
 ), counted AS (
     UPDATE job
-    SET rows_extracted = CASE WHEN beat.kind = 'extract'
+    SET rows_extracted = CASE WHEN beat.kind = 'extract' AND $4::jsonb ? 'rows_read'
                               THEN ($4::jsonb ->> 'rows_read')::bigint ELSE rows_extracted END,
         -- A load task moves one stream: add the streams already loaded.
-        rows_loaded = CASE WHEN beat.kind = 'load'
+        rows_loaded = CASE WHEN beat.kind = 'load' AND $4::jsonb ? 'rows_written'
                            THEN ($4::jsonb ->> 'rows_written')::bigint
                                 + (SELECT coalesce(sum(o.rows_loaded), 0) FROM job_output o
                                    WHERE o.job_id = beat.job_id AND o.loaded_at IS NOT NULL)
                            ELSE rows_loaded END,
+        phase = coalesce(job.phase, beat.kind),
+        stream_progress = job.stream_progress || coalesce(
+            (SELECT jsonb_object_agg(s ->> 'stream', jsonb_build_object(
+                        'extracted', coalesce((s ->> 'rows_extracted')::bigint, 0),
+                        'loaded', coalesce((s ->> 'rows_loaded')::bigint, 0)))
+             FROM jsonb_array_elements(coalesce($4::jsonb -> 'streams', '[]'::jsonb)) AS s),
+            '{}'::jsonb),
         version = job.version + 1,
         updated_at = coalesce($5, now())
     FROM beat
-    WHERE job.id = beat.job_id AND job.state = 'running'
-      AND ((beat.kind = 'extract' AND $4::jsonb ? 'rows_read')
+    WHERE job.id = beat.job_id AND job.state = 'running' AND beat.kind IN ('extract', 'load')
+      AND (job.phase IS NULL
+           OR (beat.kind = 'extract' AND $4::jsonb ? 'rows_read')
            OR (beat.kind = 'load' AND $4::jsonb ? 'rows_written'))
     RETURNING pg_notify('setu_job', setu_job_notice(job)) AS notified
 )

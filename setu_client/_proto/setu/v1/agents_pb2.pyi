@@ -285,6 +285,7 @@ class TaskProgress(_message.Message):
     STREAM_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     STORED_PARTS_FIELD_NUMBER: _builtins.int
+    STREAMS_FIELD_NUMBER: _builtins.int
     rows_read: _builtins.int
     rows_written: _builtins.int
     stream: _builtins.str
@@ -295,6 +296,12 @@ class TaskProgress(_message.Message):
         books record them, so a retry or a hand-back resumes after them.
         """
 
+    @_builtins.property
+    def streams(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.StreamProgress]:
+        """Each stream's counts so far in this task: the run's page shows them
+        live. A runtime beats at least every 2 s while rows move.
+        """
+
     def __init__(
         self,
         *,
@@ -303,10 +310,11 @@ class TaskProgress(_message.Message):
         stream: _builtins.str = ...,
         message: _builtins.str = ...,
         stored_parts: _abc.Iterable[Global___StoredPart] | None = ...,
+        streams: _abc.Iterable[_common_pb2.StreamProgress] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "rows_read", b"rows_read", "rows_written", b"rows_written", "stored_parts", b"stored_parts", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "rows_read", b"rows_read", "rows_written", b"rows_written", "stored_parts", b"stored_parts", "stream", b"stream", "streams", b"streams"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -288,6 +288,7 @@ class ReportRunProgressRequest(_message.Message):
     ROWS_EXTRACTED_FIELD_NUMBER: _builtins.int
     ROWS_LOADED_FIELD_NUMBER: _builtins.int
     STORED_PARTS_FIELD_NUMBER: _builtins.int
+    STREAMS_FIELD_NUMBER: _builtins.int
     rows_extracted: _builtins.int
     rows_loaded: _builtins.int
     @_builtins.property
@@ -298,6 +299,10 @@ class ReportRunProgressRequest(_message.Message):
         record them, so a retry or a hand-back resumes after them.
         """
 
+    @_builtins.property
+    def streams(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.StreamProgress]:
+        """Each stream's counts so far in this task (the run's page shows them)."""
+
     def __init__(
         self,
         *,
@@ -305,10 +310,11 @@ class ReportRunProgressRequest(_message.Message):
         rows_extracted: _builtins.int = ...,
         rows_loaded: _builtins.int = ...,
         stored_parts: _abc.Iterable[_agents_pb2.StoredPart] | None = ...,
+        streams: _abc.Iterable[_common_pb2.StreamProgress] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "rows_extracted", b"rows_extracted", "rows_loaded", b"rows_loaded", "stored_parts", b"stored_parts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "rows_extracted", b"rows_extracted", "rows_loaded", b"rows_loaded", "stored_parts", b"stored_parts", "streams", b"streams"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

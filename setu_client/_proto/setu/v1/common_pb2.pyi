@@ -184,31 +184,85 @@ Global___CatalogStatus: _TypeAlias = CatalogStatus  # noqa: Y015
 
 @_typing.final
 class Progress(_message.Message):
-    """Row counts of a run as it progresses."""
+    """Row counts of a run as it progresses. Once a stream's load commits, its
+    rows extracted are its rows loaded plus its rows filtered, and its rows
+    loaded are inserted + updated + unchanged where the destination tells
+    (all three 0 where it does not: a file).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     ROWS_EXTRACTED_FIELD_NUMBER: _builtins.int
     ROWS_LOADED_FIELD_NUMBER: _builtins.int
     ROWS_TOTAL_FIELD_NUMBER: _builtins.int
+    ROWS_FILTERED_FIELD_NUMBER: _builtins.int
+    ROWS_INSERTED_FIELD_NUMBER: _builtins.int
+    ROWS_UPDATED_FIELD_NUMBER: _builtins.int
+    ROWS_UNCHANGED_FIELD_NUMBER: _builtins.int
+    ROWS_DELETED_FIELD_NUMBER: _builtins.int
     rows_extracted: _builtins.int
     rows_loaded: _builtins.int
+    """Rows the load took (after the operator chain); while a stream loads, the
+    rows fed to it so far.
+    """
     rows_total: _builtins.int
     """Rows the run expects to move, once known (0 = unknown)."""
+    rows_filtered: _builtins.int
+    """Rows the operator chain dropped (filter, dedupe, aggregate), over the
+    streams whose load committed.
+    """
+    rows_inserted: _builtins.int
+    """What the committed loads did to the destination's rows."""
+    rows_updated: _builtins.int
+    rows_unchanged: _builtins.int
+    rows_deleted: _builtins.int
+    """Rows a merge deleted because their keys left the source."""
     def __init__(
         self,
         *,
         rows_extracted: _builtins.int = ...,
         rows_loaded: _builtins.int = ...,
         rows_total: _builtins.int = ...,
+        rows_filtered: _builtins.int = ...,
+        rows_inserted: _builtins.int = ...,
+        rows_updated: _builtins.int = ...,
+        rows_unchanged: _builtins.int = ...,
+        rows_deleted: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["rows_extracted", b"rows_extracted", "rows_loaded", b"rows_loaded", "rows_total", b"rows_total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rows_deleted", b"rows_deleted", "rows_extracted", b"rows_extracted", "rows_filtered", b"rows_filtered", "rows_inserted", b"rows_inserted", "rows_loaded", b"rows_loaded", "rows_total", b"rows_total", "rows_unchanged", b"rows_unchanged", "rows_updated", b"rows_updated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Progress: _TypeAlias = Progress  # noqa: Y015
+
+@_typing.final
+class StreamProgress(_message.Message):
+    """One stream's counts while it moves (a heartbeat's, a progress report's)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    ROWS_EXTRACTED_FIELD_NUMBER: _builtins.int
+    ROWS_LOADED_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    rows_extracted: _builtins.int
+    rows_loaded: _builtins.int
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        rows_extracted: _builtins.int = ...,
+        rows_loaded: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rows_extracted", b"rows_extracted", "rows_loaded", b"rows_loaded", "stream", b"stream"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamProgress: _TypeAlias = StreamProgress  # noqa: Y015
 
 @_typing.final
 class Job(_message.Message):
@@ -373,19 +427,23 @@ class RowChanges(_message.Message):
     INSERTED_FIELD_NUMBER: _builtins.int
     UPDATED_FIELD_NUMBER: _builtins.int
     UNCHANGED_FIELD_NUMBER: _builtins.int
+    DELETED_FIELD_NUMBER: _builtins.int
     inserted: _builtins.int
     updated: _builtins.int
     unchanged: _builtins.int
+    deleted: _builtins.int
+    """Rows a merge deleted (keys that left the source)."""
     def __init__(
         self,
         *,
         inserted: _builtins.int = ...,
         updated: _builtins.int = ...,
         unchanged: _builtins.int = ...,
+        deleted: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["inserted", b"inserted", "unchanged", b"unchanged", "updated", b"updated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "inserted", b"inserted", "unchanged", b"unchanged", "updated", b"updated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from setu_agent.cloud.book import GrpcRunBook
 from setu_agent.cloud.connections import ConnectionCache
 from setu_agent.cloud.migrate import Migrate, MigrateSettings
-from setu_agent.cloud.policy import CloudPolicy, cloud_egress
+from setu_agent.cloud.policy import CloudPolicy, LocalReach, cloud_egress
 from setu_agent.handlers import EngineHandlers
 from setu_agent.main import serve
 from setu_agent.runtime import Handler, Runtime
@@ -59,10 +59,11 @@ async def run(settings: RuntimeSettings, tls: TlsConfig | None) -> None:
         isolated=True,
         shared=frozenset(n.strip() for n in settings.shared_secrets.split(",") if n.strip()),
     )
-    policy = (
+    # Either reach takes a relative local path from the workspace's folder.
+    policy: CloudPolicy | LocalReach = (
         CloudPolicy(Path(settings.local_files_root))
         if settings.cloud_reach == "restricted"
-        else None
+        else LocalReach(Path(settings.local_files_root))
     )
     blob_keys = S3Settings(
         access_key_id=settings.blob_access_key_id,
@@ -109,7 +110,7 @@ async def run(settings: RuntimeSettings, tls: TlsConfig | None) -> None:
         )
 
         def checked_in(answer: pb.CheckInResponse) -> None:
-            if policy is not None:
+            if isinstance(policy, CloudPolicy):
                 policy.egress = cloud_egress(
                     settings.cloud_allow_networks,
                     answer.protected_endpoints,

@@ -23,7 +23,11 @@ on loopback or on the private network, another workspace's files.
 - An `s3://` file connection brings its own credentials, else botocore would
   lend it the server's; drivers take nothing from the process environment.
 
-A connection placed on an agent is bound by the agent's host only.
+A connection placed on an agent is bound by the agent's host only. A
+worker of a one-person server (`SETU_CLOUD_REACH=local`, `setu dev`'s
+default) reaches all its machine can (`LocalReach`), and still takes a
+relative path from the workspace's folder: one rule for relative paths,
+whatever the reach.
 """
 
 from __future__ import annotations
@@ -53,11 +57,7 @@ class CloudPolicy:
 
     def for_workspace(self, workspace_id: object) -> CloudPolicy:
         """These rules as one workspace's connections meet them."""
-        try:
-            workspace = str(uuid.UUID(str(workspace_id)))  # never a path of its own
-        except ValueError:
-            workspace = None
-        return CloudPolicy(self._root, self.egress, workspace)
+        return CloudPolicy(self._root, self.egress, _workspace_of(workspace_id))
 
     @property
     def files_root(self) -> Path | None:
@@ -125,6 +125,53 @@ class CloudPolicy:
                 f"connection on an agent that can reach the file"
             )
         return str(resolved)
+
+
+class LocalReach:
+    """`SETU_CLOUD_REACH=local`: cloud connections reach every file and
+    address this machine can; only a relative local path is placed, in the
+    workspace's folder, as CloudPolicy places it (so `path: crm.db` names
+    the same file under either reach, never one in the server's working
+    folder). Absolute paths and `~` are taken as they are."""
+
+    def __init__(self, local_root: Path, workspace_id: str | None = None) -> None:
+        self._root = local_root.resolve()
+        self._workspace = workspace_id
+
+    @property
+    def egress(self) -> None:
+        return None  # every address: one person's machine
+
+    @property
+    def files_root(self) -> None:
+        return None  # confines nothing
+
+    def for_workspace(self, workspace_id: object) -> LocalReach:
+        return LocalReach(self._root, _workspace_of(workspace_id))
+
+    def __call__(self, provider: str, config: dict[str, Any]) -> dict[str, Any]:
+        if provider == "sqlite":
+            return config | {"path": self._placed(config.get("path"))}
+        if provider == "file" and not str(config.get("url", "")).startswith("s3://"):
+            return config | {"url": self._placed(config.get("url"))}
+        return config
+
+    def _placed(self, path: Any) -> Any:
+        if not isinstance(path, str) or not path.strip() or Path(path).expanduser().is_absolute():
+            return path  # absolute, or for validate_config to refuse
+        home = CloudPolicy(self._root, workspace_id=self._workspace).files_root
+        if home is None:
+            return path  # no workspace named: as the process would take it
+        home.mkdir(parents=True, exist_ok=True)  # so a relative path has a home
+        return str(home / path)
+
+
+def _workspace_of(workspace_id: object) -> str | None:
+    """A workspace id as a folder's name: a UUID, never a path of its own."""
+    try:
+        return str(uuid.UUID(str(workspace_id)))
+    except ValueError:
+        return None
 
 
 def _port(config: dict[str, Any]) -> int:

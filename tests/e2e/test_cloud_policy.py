@@ -260,3 +260,22 @@ async def test_a_one_person_server_lets_the_cloud_reach_its_own_machine(
         assert (await client.test_connection(outside.id)).ok
         own = await client.create_connection("own", "postgres", postgres_config(database_url))
         assert (await client.test_connection(own.id)).ok
+
+
+async def test_a_one_person_servers_cloud_takes_a_relative_path_from_the_workspace_folder(
+    database_url: str, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    # One rule under either reach: `path: rel.db` is the workspace folder's
+    # rel.db, never a file in the folder the server started in.
+    tenant: Tenant = await make_tenant(pool)
+    root = tmp_path / "files"
+    database(root / str(tenant.workspace_id) / "rel.db")
+    async with (
+        in_process(database_url, local_files_root=str(root), cloud_reach="local") as server,
+        SetuClient(f"127.0.0.1:{server.port}", tenant.api_key) as client,
+    ):
+        relative = await client.create_connection("relative", "sqlite", {"path": "rel.db"})
+        tested = await client.test_connection(relative.id)
+        assert tested.ok, tested.message
+        streams = await client.discover_streams(relative.id)
+    assert [s.name for s in streams.streams] == ["t"]

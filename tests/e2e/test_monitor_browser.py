@@ -3,22 +3,20 @@ Playwright): sign in, watch a run succeed live, cancel another from the page.
 
 Screenshots of the runs list and of a run land in tests/artifacts/ for
 people to look at. The browser is installed by scripts/ensure_test_tools.sh
-(`make test` runs it); without it this test fails, it never skips."""
+(`make test` runs it); without it this test fails, it never skips. The
+`browser` fixture is tests/e2e/conftest.py's."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, Page, Route, async_playwright
+from playwright.async_api import Browser, Page, Route
 
 from setu_client import JobState, SetuClient
 from setu_server.server import Running
-from tests.e2e.monitor_helpers import check_in, make_copy
+from tests.e2e.monitor_helpers import browser_sign_in, check_in, make_copy
 from tests.factories import Tenant
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
@@ -38,34 +36,6 @@ WATCH_PAGE = """() => {
 }"""
 
 
-def chromium() -> str:
-    found = os.environ.get("SETU_TEST_CHROMIUM") or shutil.which("chromium")
-    if not found:
-        raise AssertionError("no chromium: run scripts/ensure_test_tools.sh (make test does)")
-    return found
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        # The system's Chromium, never a downloaded one; root in CI needs --no-sandbox.
-        launched = await playwright.chromium.launch(
-            executable_path=chromium(), headless=True, args=["--no-sandbox"]
-        )
-        try:
-            yield launched
-        finally:
-            await launched.close()
-
-
-async def sign_in(page: Page, url: str, api_key: str) -> None:
-    await page.goto(f"{url}/runs")
-    assert "/signin" in page.url  # signed out: sent to sign in, then back
-    await page.fill('input[name="api_key"]', api_key)
-    await page.click('button[type="submit"]')
-    await page.wait_for_url(f"{url}/runs")
-
-
 # Staged (more rows than a direct copy takes), in batches: progress moves in steps.
 @pytest.mark.server(batch_rows=10, direct_max_rows=10)
 async def test_a_run_succeeds_live_and_another_is_cancelled_from_the_page(
@@ -75,7 +45,7 @@ async def test_a_run_succeeds_live_and_another_is_cancelled_from_the_page(
     copy = await make_copy(client, tmp_path / "copy", rows=45)
     ready = await client.submit_run(copy.pipeline_id, start=False)
     page = await browser.new_page(viewport={"width": 1280, "height": 900})
-    await sign_in(page, server.http_url, tenant.api_key)
+    await browser_sign_in(page, server.http_url, tenant.api_key)
 
     await page.goto(f"{server.http_url}/runs/{ready.id}")
     # Selectors, not wait_for_function: the page's CSP forbids the eval it needs.
@@ -133,7 +103,7 @@ async def test_a_finished_runs_page_settles_without_asking_again(
     job = await client.submit_run(copy.pipeline_id)
     done = await client.wait_for_job(job.id)
     page = await browser.new_page()
-    await sign_in(page, server.http_url, tenant.api_key)
+    await browser_sign_in(page, server.http_url, tenant.api_key)
     asked = live_requests(page, job.id)
 
     await page.goto(f"{server.http_url}/runs/{job.id}")
@@ -159,7 +129,7 @@ async def test_a_finished_runs_stream_that_drops_is_not_reopened(
     job = await client.submit_run(copy.pipeline_id)
     await client.wait_for_job(job.id)
     page = await browser.new_page()
-    await sign_in(page, server.http_url, tenant.api_key)
+    await browser_sign_in(page, server.http_url, tenant.api_key)
     asked = live_requests(page, job.id)
     # retry: 50 ms, so a page that did reconnect would do it at once.
     await page.route(
@@ -184,7 +154,7 @@ async def test_a_running_runs_stream_reconnects_after_a_network_error(
     copy = await make_copy(client, tmp_path)
     ready = await client.submit_run(copy.pipeline_id, start=False)
     page = await browser.new_page()
-    await sign_in(page, server.http_url, tenant.api_key)
+    await browser_sign_in(page, server.http_url, tenant.api_key)
     asked = live_requests(page, ready.id)
     cut: list[str] = []
 

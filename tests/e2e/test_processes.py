@@ -199,6 +199,10 @@ async def test_a_restart_of_setu_dev_keeps_the_monitor_signed_in(
         "SETU_HTTP_LISTEN": f"127.0.0.1:{http_port}",
         "SETU_PAGE_TOKEN_KEY": "",
     }
+    saved = tmp_path / "dev" / "credentials.json"
+    saved.parent.mkdir()
+    saved.write_text("{}")  # as an older setu dev left it, readable by all
+    saved.chmod(0o644)
     pages = []
     async with open_monitor(f"http://127.0.0.1:{http_port}") as monitor:
         for start in range(2):
@@ -219,7 +223,6 @@ async def test_a_restart_of_setu_dev_keeps_the_monitor_signed_in(
             finally:
                 proc.send_signal(signal.SIGTERM)
                 assert await asyncio.wait_for(proc.wait(), 30) == 0
-    saved = tmp_path / "dev" / "credentials.json"
 
     assert pages == [200, 200], "the second process still accepts the first one's cookie"
     assert json.loads(saved.read_text())["session_key"]

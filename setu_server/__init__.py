@@ -16,3 +16,24 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 # names the cause itself (setu_client/diagnose.py); GRPC_VERBOSITY=INFO
 # brings grpc's lines back. Read when grpc is first imported, hence here.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+# setu-server's own dependencies are the `server` extra (pyproject.toml); an
+# agent's install lacks them. Said here, once, rather than as whichever
+# module's ImportError comes first.
+SERVER_EXTRA = ("pgserver", "aiohttp", "jinja2", "prometheus_client", "croniter", "grpc_health")
+
+
+def check_server_extra() -> None:
+    """Raises ImportError naming the extra when one of its distributions is
+    not installed."""
+    import importlib.util
+
+    missing = [name for name in SERVER_EXTRA if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImportError(
+            f"setu-server needs the server extra, which this install lacks (no "
+            f"{', '.join(missing)}): pip install 'setu[server]'"
+        )
+
+
+check_server_extra()

@@ -18,6 +18,7 @@ are extras of their own (`s3`, `parquet`). Two rules hold the split:
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import sys
 import tomllib
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+import setu_server
 from setu_engine.errors import ConfigError
 from setu_engine.providers.files import parquet_options
 from setu_engine.staged import s3
@@ -412,3 +414,18 @@ def test_a_parquet_file_without_the_parquet_extra_names_it(
     )
     with pytest.raises(ConfigError, match=r"pip install 'setu\[parquet\]'$"):
         parquet_options.require_pyarrow()
+
+
+def test_setu_server_without_the_server_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert {IMPORTED_FROM[name] for name in setu_server.SERVER_EXTRA} <= SERVER_ONLY
+    setu_server.check_server_extra()  # this virtualenv has it
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *rest: None if name in ("jinja2", "pgserver") else real(name, *rest),
+    )
+    with pytest.raises(
+        ImportError, match=r"\(no pgserver, jinja2\): pip install 'setu\[server\]'$"
+    ):
+        setu_server.check_server_extra()

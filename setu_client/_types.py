@@ -220,24 +220,6 @@ class PlannedColumn:
 
 
 @dataclass(frozen=True)
-class PlannedStream:
-    """What the run would do with one stream: where it lands, the actions on
-    the destination (create schema, create table, add columns, append to the
-    existing table), its columns, what a sample of its rows met, and what
-    would stop it."""
-
-    stream: str
-    destination: str
-    rows_estimate: int
-    actions: tuple[str, ...]
-    columns: tuple[PlannedColumn, ...]
-    key: tuple[str, ...]
-    incompatibilities: tuple[str, ...]
-    # None where no sample was read (the chain does not fit the stream).
-    sample: SampleCheck | None = None
-
-
-@dataclass(frozen=True)
 class SampleFault:
     """The first sampled value the real run would fail on."""
 
@@ -265,6 +247,24 @@ class SampleCheck:
     cut: str = ""
     # The first value that would not fit; None when every value fits.
     fault: SampleFault | None = None
+
+
+@dataclass(frozen=True)
+class PlannedStream:
+    """What the run would do with one stream: where it lands, the actions on
+    the destination (create schema, create table, add columns, append to the
+    existing table), its columns, what a sample of its rows met, and what
+    would stop it."""
+
+    stream: str
+    destination: str
+    rows_estimate: int
+    actions: tuple[str, ...]
+    columns: tuple[PlannedColumn, ...]
+    key: tuple[str, ...]
+    incompatibilities: tuple[str, ...]
+    # None where no sample was read (the chain does not fit the stream).
+    sample: SampleCheck | None = None
 
 
 @dataclass(frozen=True)

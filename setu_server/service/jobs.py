@@ -70,11 +70,8 @@ class JobService:
         return job
 
     async def _named(self, job: Job, db: Executor | None = None) -> Job:
-        found = naming.job_agents([job])
-        if not found:
-            return job
-        names = await naming.names_for(db or self._pool, job.workspace_id, found)
-        return names.job(job)
+        (named,) = await naming.named_jobs(db or self._pool, job.workspace_id, [job])
+        return named
 
     async def wait(self, workspace_id: UUID, job_id: UUID, max_wait: float) -> Job:
         """The job once terminal, or as it is after `max_wait` seconds.

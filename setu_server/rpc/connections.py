@@ -40,7 +40,7 @@ class ConnectionServicer(connections_pb2_grpc.ConnectionServiceServicer):
     async def TestConnection(
         self, request: pb.TestConnectionRequest, context: Ctx
     ) -> pb.TestConnectionResponse:
-        job, runtime = await self._ops.run(
+        job, ran = await self._ops.run(
             caller_workspace(),
             uid(request.connection_id),
             TaskKind.TEST,
@@ -54,13 +54,13 @@ class ConnectionServicer(connections_pb2_grpc.ConnectionServiceServicer):
         else:
             ok, message = False, job.error_message
         return pb.TestConnectionResponse(
-            ok=ok, message=message, job_id=str(job.id), runtime=runtime
+            ok=ok, message=message, job_id=str(job.id), runtime=ran.runtime, runtime_label=ran.label
         )
 
     async def DiscoverStreams(
         self, request: pb.DiscoverStreamsRequest, context: Ctx
     ) -> pb.DiscoverStreamsResponse:
-        job, runtime = await self._ops.run(
+        job, ran = await self._ops.run(
             caller_workspace(),
             uid(request.connection_id),
             TaskKind.DISCOVER,
@@ -68,13 +68,15 @@ class ConnectionServicer(connections_pb2_grpc.ConnectionServiceServicer):
             request.timeout_seconds,
         )
         streams = [catalog_stream(s) for s in _succeeded(job).get("streams", [])]
-        return pb.DiscoverStreamsResponse(streams=streams, job_id=str(job.id), runtime=runtime)
+        return pb.DiscoverStreamsResponse(
+            streams=streams, job_id=str(job.id), runtime=ran.runtime, runtime_label=ran.label
+        )
 
     async def PreviewStream(
         self, request: pb.PreviewStreamRequest, context: Ctx
     ) -> pb.PreviewStreamResponse:
         params = {"stream": request.stream, "limit": request.limit or 20}
-        job, runtime = await self._ops.run(
+        job, ran = await self._ops.run(
             caller_workspace(),
             uid(request.connection_id),
             TaskKind.PREVIEW,
@@ -82,7 +84,9 @@ class ConnectionServicer(connections_pb2_grpc.ConnectionServiceServicer):
             request.timeout_seconds,
         )
         result = PreviewResult.from_json(_succeeded(job))
-        answer = pb.PreviewStreamResponse(job_id=str(job.id), runtime=runtime)
+        answer = pb.PreviewStreamResponse(
+            job_id=str(job.id), runtime=ran.runtime, runtime_label=ran.label
+        )
         answer.columns.extend(column(c.to_dict()) for c in result.columns)
         for row in result.rows:
             answer.rows.add().update(row)

@@ -225,8 +225,31 @@ class JobService:
         return await naming.named_events(self._pool, workspace_id, page), token
 
     async def outputs(self, workspace_id: UUID, job_id: UUID) -> tuple[Job, list[JobOutput]]:
+        """The job and its per-stream counts, the streams still moving included."""
         job = await self.get(workspace_id, job_id)
-        return job, await jobs.job_outputs(self._pool, job_id)
+        return job, live_outputs(job, await jobs.job_outputs(self._pool, job_id))
+
+
+def live_outputs(job: Job, outputs: list[JobOutput]) -> list[JobOutput]:
+    """A run's per-stream counts: what job_output holds (a stream staged or
+    loaded), with what the runtimes last reported of each stream still
+    moving (job.stream_progress) where that is further, and the streams
+    that have only moved so far, in stream order. Once a run ended, a load
+    that did not commit counts nothing loaded (it rolled back)."""
+    by_stream = {o.stream: o for o in outputs}
+    for stream, (extracted, loaded) in job.stream_progress.items():
+        if job.state.terminal:
+            loaded = 0
+        known = by_stream.get(stream)
+        if known is None:
+            by_stream[stream] = JobOutput(stream, extracted, loaded, "", False)
+        elif not known.loaded:
+            by_stream[stream] = dataclasses.replace(
+                known,
+                rows_extracted=max(known.rows_extracted, extracted),
+                rows_loaded=max(known.rows_loaded, loaded),
+            )
+    return [by_stream[s] for s in sorted(by_stream)]
 
 
 def listing_query(workspace_id: UUID, where: JobFilter) -> str:

@@ -371,6 +371,18 @@ def with_agents(declared: Sequence[Declared], agents: Agents) -> list[Declared]:
 # ---------------------------------------------------------------- the workspace
 
 
+async def agent_id_of(client: SetuClient, what: str, item: Mapping[str, Any]) -> str | None:
+    """The agent's id an entry names by `agent` or `agent_id`, a name or an
+    id (`setu connections create` and `update`); None when it names none."""
+    if "agent" in item and "agent_id" in item:
+        raise CliError(f"{what}: agent_id and agent name the same thing; keep agent")
+    ref = item.get("agent") or item.get("agent_id")
+    if not ref:
+        return None
+    agents = await fetch_agents(client)
+    return agents.id_of(agents.resolve(what, str(ref)))
+
+
 async def fetch_agents(client: SetuClient) -> Agents:
     return Agents({a.id: a.name async for a in client.list_agents()})
 

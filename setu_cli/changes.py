@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Protocol
 
+from setu_cli.apply import agent_id_of
 from setu_cli.command_set import CommandSet
 from setu_cli.inputs import connection_ref, pipeline_ref, read_documents
 from setu_cli.render import as_dict, connection_block, emit, pipeline_block, table
@@ -21,7 +22,8 @@ from setu_cli.session import EXIT_FAILED, CliError, Session
 from setu_client import SetuClient, struct_to_dict
 from setu_client.messages import CatalogStream
 
-_CONNECTION_FIELDS = ("name", "provider", "config", "placement", "agent_id")
+# agent and agent_id alike take an agent's name or id.
+_CONNECTION_FIELDS = ("name", "provider", "config", "placement", "agent", "agent_id")
 # A file names connections by name, as create takes them; the SDK wants ids.
 _PIPELINE_FIELDS = {
     "name": "name",
@@ -90,6 +92,9 @@ def _changed(kind: str, name: str, ident: str, fields: list[str]) -> str:
 async def connections_update(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
     found = await connection_ref(client, args.name_or_id)
     changes = changes_of(args, _CONNECTION_FIELDS, {"config": struct_to_dict(found.config)})
+    if "agent" in changes or "agent_id" in changes:
+        named: dict[str, Any] = {k: changes.pop(k) for k in ("agent", "agent_id") if k in changes}
+        changes["agent_id"] = await agent_id_of(client, "agent", named) or ""
     try:
         updated = await client.update_connection(found.id, **changes)
     except ValueError as exc:  # the SDK's checks of enum-like fields

@@ -9,7 +9,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from setu_cli.apply import fetch_agents
+from setu_cli.apply import agent_id_of
 from setu_cli.command_set import CommandSet
 from setu_cli.inputs import (
     check_fields,
@@ -60,21 +60,10 @@ async def connections_create(client: SetuClient, args: argparse.Namespace, _: Se
             item["provider"],
             item.get("config") or {},
             item.get("placement") or "cloud",
-            await _agent_id(client, what, item),
+            await agent_id_of(client, what, item),
         )
 
     return await _create_each(args, "connection", create)
-
-
-async def _agent_id(client: SetuClient, what: str, item: dict[str, Any]) -> str | None:
-    """The agent an entry names by `agent` or `agent_id`, a name or an id."""
-    if "agent" in item and "agent_id" in item:
-        raise CliError(f"{what}: agent_id and agent name the same thing; keep agent")
-    ref = item.get("agent") or item.get("agent_id")
-    if not ref:
-        return None
-    agents = await fetch_agents(client)
-    return agents.id_of(agents.resolve(what, str(ref)))
 
 
 async def connections_list(client: SetuClient, args: argparse.Namespace, _: Session) -> int:

@@ -389,6 +389,12 @@ async def test_agents_by_name_in_the_file_and_in_the_export(
     code, out, err = await setu("connections", "create", "-f", path, "--json", env=env)
     assert code == 0, err
     assert json.loads(out)["agent_id"] == str(edge.id)
+    # and so does `connections update --set`.
+    code, out, err = await setu(
+        "connections", "update", "edge-db", "--set", "agent_id=edge-1", "--json", env=env
+    )
+    assert code == 0, err
+    assert json.loads(out)["agent_id"] == str(edge.id)
 
     document["connections"][0]["agent"] = "edge-2"
     code, _, err = await setu("apply", "-f", write(tmp_path / "setu.yaml", document), env=env)

@@ -6,7 +6,7 @@ stream moving before the extract ends, though the agent's lease is long
 (a heartbeat for the lease alone would come minutes later); a cancelled
 run's bars say what moved; and a first-attempt agent → cloud load does not
 say it resumes. The monitor's per-stream table and bars are checked on
-what feeds them (service/jobs.py live_outputs, _run_progress.html)."""
+what feeds them (setu_server/service/jobs.py live_outputs, _run_progress.html)."""
 
 from __future__ import annotations
 

@@ -44,6 +44,8 @@ PRESENCE_GRACE = timedelta(seconds=15)
 # This process writes an agent's last_seen_at at most this often (loop clock).
 TOUCH_EVERY_SECONDS = 5.0
 DEFAULT_PAGE_SIZE = 100
+# Sorts after every id: a page token without one resumes after its name.
+LAST_ID = UUID(int=(1 << 128) - 1)
 
 
 def presence_window(lease_wait_cap_seconds: float, lease_ttl_seconds: float) -> timedelta:
@@ -184,14 +186,19 @@ class AgentPresence:
         """The workspace's agents by name, a page at a time, with what each does now."""
         query = repr(("agents", workspace_id, agent_id))
         position = paging.decode(page_token, query)
-        after = str(position["name"]) if position else None
+        after = None
+        if position:
+            # A token from before ids were in it: after every agent of that name.
+            after = (str(position["name"]), UUID(position.get("id", str(LAST_ID))))
         size = page_size or DEFAULT_PAGE_SIZE
         found = await tenancy.list_workspace_agents(
             self._pool, workspace_id, agent_id, after, size + 1
         )
         page, more = found[:size], len(found) > size
         work = await tenancy.agents_work(self._pool, workspace_id, [a.id for a in page])
-        token = paging.encode({"name": page[-1].name}, query) if more else ""
+        token = ""
+        if more:
+            token = paging.encode({"name": page[-1].name, "id": str(page[-1].id)}, query)
         return [AgentStatus(a, self.online(a), work[a.id]) for a in page], token
 
 

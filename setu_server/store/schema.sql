@@ -43,9 +43,11 @@ CREATE TABLE agent (
     last_seen_at  timestamptz,
     created_at    timestamptz NOT NULL,
     -- Set by SignOff (a graceful stop), cleared by CheckIn.
-    signed_off_at timestamptz,
-    UNIQUE (workspace_id, name)
+    signed_off_at timestamptz
 );
+-- A name is unique among the active agents: a deactivated agent's name may
+-- be taken again (migration 0014).
+CREATE UNIQUE INDEX agent_active_name_key ON agent (workspace_id, name) WHERE active;
 
 -- What data moves between ---------------------------------------------------
 

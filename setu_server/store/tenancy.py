@@ -174,10 +174,18 @@ async def touch_agent(db: Executor, id: UUID, now: datetime | None) -> None:
 
 
 async def list_workspace_agents(
-    db: Executor, workspace_id: UUID, agent_id: UUID | None, after: str | None, limit: int
+    db: Executor,
+    workspace_id: UUID,
+    agent_id: UUID | None,
+    after: tuple[str, UUID] | None,
+    limit: int,
 ) -> list[Agent]:
+    """By (name, id), after `after` (the last row of the previous page)."""
+    name, after_id = after if after else (None, None)
     with translate_errors():
-        rows = await db.fetch(QUERIES.list_workspace_agents, workspace_id, agent_id, after, limit)
+        rows = await db.fetch(
+            QUERIES.list_workspace_agents, workspace_id, agent_id, name, limit, after_id
+        )
     return [_agent(r) for r in rows]
 
 

@@ -83,8 +83,11 @@ async def test_the_cli_names_the_agent_and_keeps_its_id_in_json(
     _, as_json, _ = await setu("jobs", "get", job_id, "--json", env=env)
     document = json.loads(as_json)
 
-    # A second agent whose name reads the same: now a label needs the short id.
-    await AdminService(pool, SystemClock()).create_agent(tenant.workspace_id, NAME.title())
+    # The agent deactivated and its host registered again under the same
+    # name: two agents of that name, so a label needs the short id.
+    admin = AdminService(pool, SystemClock())
+    await admin.deactivate_agent(tenant.agent_id)
+    await admin.create_agent(tenant.workspace_id, NAME)
     _, ambiguous, _ = await setu("jobs", "get", job_id, env=env)
 
     assert code == 0 and f"(tested on agent {NAME}; job " in tested, tested

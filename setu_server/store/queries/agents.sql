@@ -15,7 +15,7 @@ FROM agent WHERE id = $1;
 -- $1 workspace_id
 SELECT id, workspace_id, name, active, version, capabilities, hostname,
        last_seen_at, created_at, signed_off_at
-FROM agent WHERE workspace_id = $1 ORDER BY name;
+FROM agent WHERE workspace_id = $1 ORDER BY name, id;
 
 -- name: deactivate_agent
 -- $1 id
@@ -63,15 +63,16 @@ WHERE id = $1
   AND (last_seen_at IS NULL OR last_seen_at < coalesce($2, now()) - interval '5 seconds');
 
 -- name: list_workspace_agents
--- A workspace's agents by name (unique per workspace), keyset-paginated.
+-- A workspace's agents by name, keyset-paginated on (name, id): a name is
+-- unique among active agents only, so a deactivated one may share it.
 -- $1 workspace_id, $2 only this agent (null: all), $3 after name (null: from
--- the start), $4 limit
+-- the start), $4 limit, $5 after id (with $3)
 SELECT id, workspace_id, name, active, version, capabilities, hostname,
        last_seen_at, created_at, signed_off_at
 FROM agent
 WHERE workspace_id = $1 AND ($2::uuid IS NULL OR id = $2)
-  AND ($3::text IS NULL OR name > $3)
-ORDER BY name
+  AND ($3::text IS NULL OR (name, id) > ($3, $5::uuid))
+ORDER BY name, id
 LIMIT $4;
 
 -- name: agents_leased_tasks

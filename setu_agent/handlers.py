@@ -308,6 +308,12 @@ class EngineHandlers:
                 source, chosen, spec.spec, spec.cursors, spec.write_mode
             )
             streams = [d.stream for d in deltas]
+            # What the run's line and page show as its total until the
+            # extract ends (then its exact count): the cloud's estimate.
+            total = sum(d.stream.row_estimate if d.rows is None else d.rows for d in deltas)
+            if total > 0:
+                ctx.report(rows_total=total)
+                ctx.beat_soon()
             reporter.reads_from(source)
             manifest = await transfer.stage(
                 source,

@@ -18,7 +18,7 @@ MIN_REDACTED = 3
 # stored_parts: an extract's parts stored whole (setu_tasks/codec/agents.py stored_part_progress);
 # streams: each stream's counts so far ([{"stream", "rows_extracted", "rows_loaded"}]).
 PROGRESS_FIELDS = frozenset(
-    {"rows_read", "rows_written", "stream", "message", "stored_parts", "streams"}
+    {"rows_read", "rows_written", "stream", "message", "stored_parts", "streams", "rows_total"}
 )
 
 

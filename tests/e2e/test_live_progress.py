@@ -99,6 +99,8 @@ async def test_an_agent_extract_reports_live_and_a_first_handed_on_load_does_not
                 await pause.reached()
                 live = await first_live(client, held.id)
                 assert live.phase == Phase.EXTRACT and live.state == JobState.RUNNING
+                # The agent's estimate is the run's total while it has none.
+                assert live.progress.rows_total == ROWS, live.progress
                 moving = await client.job_outputs(held.id)
                 assert [(s.stream, s.rows_extracted > 0) for s in moving.streams] == [
                     ("events", True)

@@ -128,6 +128,10 @@ WITH beat AS (
                                    WHERE o.job_id = beat.job_id AND o.loaded_at IS NOT NULL)
                            ELSE rows_loaded END,
         phase = coalesce(job.phase, beat.kind),
+        -- An extract's estimate, while the run has no total of its own.
+        rows_total = CASE WHEN job.rows_total = 0 AND beat.kind = 'extract'
+                          THEN coalesce(($4::jsonb ->> 'rows_total')::bigint, 0)
+                          ELSE job.rows_total END,
         stream_progress = job.stream_progress || coalesce(
             (SELECT jsonb_object_agg(s ->> 'stream', jsonb_build_object(
                         'extracted', coalesce((s ->> 'rows_extracted')::bigint, 0),

@@ -286,10 +286,15 @@ class TaskProgress(_message.Message):
     MESSAGE_FIELD_NUMBER: _builtins.int
     STORED_PARTS_FIELD_NUMBER: _builtins.int
     STREAMS_FIELD_NUMBER: _builtins.int
+    ROWS_TOTAL_FIELD_NUMBER: _builtins.int
     rows_read: _builtins.int
     rows_written: _builtins.int
     stream: _builtins.str
     message: _builtins.str
+    rows_total: _builtins.int
+    """An extract's estimate of the rows it will read (its source's, as the
+    cloud's plan has it), once known: the run's total while it has none.
+    """
     @_builtins.property
     def stored_parts(self) -> _containers.RepeatedCompositeFieldContainer[Global___StoredPart]:
         """An extract's parts stored whole since the last heartbeat: the run's
@@ -311,10 +316,11 @@ class TaskProgress(_message.Message):
         message: _builtins.str = ...,
         stored_parts: _abc.Iterable[Global___StoredPart] | None = ...,
         streams: _abc.Iterable[_common_pb2.StreamProgress] | None = ...,
+        rows_total: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "rows_read", b"rows_read", "rows_written", b"rows_written", "stored_parts", b"stored_parts", "stream", b"stream", "streams", b"streams"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "rows_read", b"rows_read", "rows_total", b"rows_total", "rows_written", b"rows_written", "stored_parts", b"stored_parts", "stream", b"stream", "streams", b"streams"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

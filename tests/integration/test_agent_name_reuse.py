@@ -1,7 +1,7 @@
 """An agent's name is unique among the workspace's active agents only
 (migration 0014): a deactivated agent's name is taken again, both then read
 with their short ids, and the agents listing pages through them by (name,
-id). Real PostgreSQL."""
+id). Real PostgreSQL. (Apart from tests/e2e/test_agent_names.py: test basenames are unique.)"""
 
 from __future__ import annotations
 

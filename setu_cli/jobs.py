@@ -40,6 +40,7 @@ from setu_client import (
     JobKind,
     JobNotStarted,
     JobState,
+    NotFound,
     SetuClient,
 )
 
@@ -113,6 +114,9 @@ async def jobs_rerun(client: SetuClient, args: argparse.Namespace, session: Sess
         raise CliError(error.message) from None
     if not args.json:
         print(f"job {job.id}: a rerun of job {args.id}", file=sys.stderr, flush=True)
+    with contextlib.suppress(NotFound):  # deleted since: its run says what became of it
+        if (await client.get_pipeline(job.pipeline_id)).paused:
+            print(PAUSED_SAID, file=sys.stderr, flush=True)  # a manual run, as `setu run` says
     if not args.wait:
         emit(args, as_dict(job), job.id)
         return 0

@@ -241,3 +241,7 @@ async def test_a_paused_pipelines_manual_run_says_it_goes_ahead(
     said = "pipeline is paused: schedules make no runs; this manual run goes ahead"
     assert err.splitlines() == [said]
     assert (await _first_event(client, out.strip())).endswith(f"; {said}")
+    # A rerun is a manual run too, and says so the same way.
+    code, out, err = await setu("jobs", "rerun", out.strip(), "--no-start", env=env)
+    assert code == 0 and err.splitlines()[1:] == [said], err
+    assert (await _first_event(client, out.strip())).endswith(f"; {said}")

@@ -323,13 +323,23 @@ def exported(current: Iterable[Current]) -> dict[str, list[dict[str, Any]]]:
 class Agents:
     """The workspace's agents, id → name: how a file may name one (by name or
     id) and how a plan and an export show it (its name, or its id when
-    another agent has the same name)."""
+    another agent has the same name). A name is unique among active agents
+    only (a replacement host takes a deactivated agent's name again), so a
+    name means its active agent, or the one agent of that name if none is
+    active."""
 
     names: Mapping[str, str]
+    # The deactivated agents' ids: their names may name another agent now.
+    inactive: frozenset[str] = frozenset()
+
+    def _named(self, name: str) -> list[str]:
+        ids = sorted(i for i, n in self.names.items() if n == name)
+        active = [i for i in ids if i not in self.inactive]
+        return active or ids
 
     def shown(self, agent_id: str) -> str:
         name = self.names.get(agent_id)
-        if name and list(self.names.values()).count(name) == 1:
+        if name and self._named(name) == [agent_id]:
             return name
         return agent_id
 
@@ -338,7 +348,7 @@ class Agents:
         error naming the candidates. An unknown id stays: the server says so."""
         if is_uuid(ref):
             return self.shown(ref.lower())
-        ids = sorted(i for i, n in self.names.items() if n == ref)
+        ids = self._named(ref)
         if len(ids) == 1:
             return ref
         if ids:
@@ -354,7 +364,8 @@ class Agents:
     def id_of(self, shown: str) -> str:
         if not shown or is_uuid(shown):
             return shown
-        return next((i for i, n in self.names.items() if n == shown), shown)
+        ids = self._named(shown)
+        return ids[0] if len(ids) == 1 else shown
 
 
 def with_agents(declared: Sequence[Declared], agents: Agents) -> list[Declared]:
@@ -384,7 +395,8 @@ async def agent_id_of(client: SetuClient, what: str, item: Mapping[str, Any]) ->
 
 
 async def fetch_agents(client: SetuClient) -> Agents:
-    return Agents({a.id: a.name async for a in client.list_agents()})
+    found = [a async for a in client.list_agents()]
+    return Agents({a.id: a.name for a in found}, frozenset(a.id for a in found if not a.active))
 
 
 async def fetch(client: SetuClient, agents: Agents | None = None) -> list[Current]:

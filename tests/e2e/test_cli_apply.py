@@ -405,6 +405,34 @@ async def test_agents_by_name_in_the_file_and_in_the_export(
     )
 
 
+async def test_a_name_taken_again_after_a_deactivation_names_the_active_agent(
+    env: dict[str, str], tmp_path: Path, pool: asyncpg.Pool
+) -> None:
+    """A host that replaced a deactivated agent registers under its name
+    again: the file's `agent: edge-1` is the active one, and export writes
+    it by name (the deactivated one alone reads by id)."""
+    from setu_client.clock import SystemClock
+    from setu_server.service.admin import AdminService
+
+    (workspace,) = {r["workspace_id"] for r in await pool.fetch("SELECT workspace_id FROM agent")}
+    admin = AdminService(pool, SystemClock())
+    old = (await admin.create_agent(workspace, "edge-1")).value
+    await admin.deactivate_agent(old.id)
+    new = (await admin.create_agent(workspace, "edge-1")).value
+    document = declared(tmp_path)
+    document["connections"][0] |= {"placement": "agent", "agent": "edge-1"}
+    code, _, err = await setu("apply", "-f", write(tmp_path / "setu.yaml", document), env=env)
+    assert code == 0, err
+    placed = {c["name"]: c["agent_id"] for c in await _connections(env)}
+    assert placed["crm"] == str(new.id)
+
+    code, out, _ = await setu("export", env=env)
+    exported = yaml.safe_load(out)
+    assert [c.get("agent") for c in exported["connections"]][:1] == ["edge-1"], out
+    code, out, _ = await setu("apply", "-f", write(tmp_path / "x.yaml", exported), env=env)
+    assert code == 0 and {line[0] for line in out.splitlines()} == {"="}
+
+
 # ---------------------------------------------------------------- a write lost midway
 
 

@@ -161,3 +161,15 @@ def test_an_unknown_or_shared_agent_name_is_an_error_naming_the_candidates() -> 
     assert twins.shown(EDGE) == EDGE
     with pytest.raises(CliError, match="agent_id and agent name the same thing"):
         parse("x.yaml", [file[0] | {"agent_id": EDGE}])
+
+
+def test_a_name_taken_again_means_the_active_agent_and_the_old_one_reads_by_id() -> None:
+    # EDGE was deactivated and its replacement registered as edge-1 again.
+    agents = Agents({EDGE: "edge-1", OTHER: "edge-1"}, inactive=frozenset({EDGE}))
+    file = [{"name": "a", "provider": "sqlite", "placement": "agent", "agent": "edge-1"}]
+    (resolved,) = with_agents(parse("x.yaml", file), agents)
+    assert agents.id_of(resolved.fields["agent"]) == OTHER
+    assert (agents.shown(OTHER), agents.shown(EDGE)) == ("edge-1", EDGE)
+    # Two deactivated agents of one name, and no active one: the ids, as ever.
+    with pytest.raises(CliError, match="agent 'edge-1' is ambiguous"):
+        with_agents(parse("x.yaml", file), Agents(agents.names, frozenset({EDGE, OTHER})))

@@ -73,6 +73,7 @@ CALLS: list[tuple[str, tuple[str, ...], int]] = [
     ("jobs outputs", ("{job}",), 0),
     ("jobs cancel", ("{job}",), 0),
     ("jobs list", ("--state", "succeeded", "--pipeline", "users-sync", "--limit", "5"), 0),
+    ("jobs rerun", ("{job}", "--no-start"), 0),
     ("pipelines state", ("users-sync",), 0),
     ("pipelines reset-state", ("users-sync",), 0),
     ("agents list", (), 0),

@@ -24,13 +24,14 @@ SERVER_EXTRA = ("pgserver", "aiohttp", "jinja2", "prometheus_client", "croniter"
 
 
 def check_server_extra() -> None:
-    """Raises ImportError naming the extra when one of its distributions is
-    not installed."""
+    """Raises ModuleNotFoundError (an ImportError, as `setu dev` expects of
+    a missing module) naming the extra when one of its distributions is not
+    installed."""
     import importlib.util
 
     missing = [name for name in SERVER_EXTRA if importlib.util.find_spec(name) is None]
     if missing:
-        raise ImportError(
+        raise ModuleNotFoundError(
             f"setu-server needs the server extra, which this install lacks (no "
             f"{', '.join(missing)}): pip install 'setu[server]'"
         )

@@ -25,6 +25,7 @@ import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -429,3 +430,27 @@ def test_setu_server_without_the_server_extra_names_it(monkeypatch: pytest.Monke
         ImportError, match=r"\(no pgserver, jinja2\): pip install 'setu\[server\]'$"
     ):
         setu_server.check_server_extra()
+
+
+def test_setu_dev_without_the_server_extra_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # setu_server imported afresh, as on an agent's install: its check refuses.
+    from setu_cli import dev
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *rest: None if name == "jinja2" else real(name, *rest),
+    )
+    monkeypatch.delitem(sys.modules, "setu_server")
+
+    def refused(message: str) -> NoReturn:
+        raise AssertionError(message)
+
+    assert dev.run([], refused) == 2
+    (said,) = capsys.readouterr().err.splitlines()
+    assert said.startswith("error: `setu dev` runs a Setu server") and said.endswith(
+        "(no jinja2): pip install 'setu[server]'"
+    ), said

@@ -252,12 +252,24 @@ class PipelineService:
         if not validate_only:
             end = sorted(new_connections)[0]
             raise InvalidArgument(f"new_{end}_connection: only with validate_only")
-        made: dict[str, UUID] = {}
+        made: dict[str, tuple[ConnectionDraft, UUID]] = {}
         ids: dict[str, UUID] = {}
         for end, wanted in sorted(new_connections.items()):
-            if wanted.name not in made:
-                made[wanted.name] = (await self._connections.insert(conn, workspace_id, wanted)).id
-            ids[f"{end}_connection_id"] = made[wanted.name]
+            field = f"new_{end}_connection"
+            first = made.get(wanted.name)
+            if first is None:
+                try:
+                    stand_in = await self._connections.insert(conn, workspace_id, wanted)
+                except InvalidArgument as exc:  # named as the request names it
+                    raise InvalidArgument(_within(field, exc.message)) from None
+                first = made[wanted.name] = (wanted, stand_in.id)
+            elif first[0] != wanted:
+                # One name is one connection: the real apply could make only one.
+                raise InvalidArgument(
+                    f"{field}.name: {wanted.name!r} also names the other end's new "
+                    "connection, with other fields; one name is one connection"
+                )
+            ids[f"{end}_connection_id"] = first[1]
         return dataclasses.replace(draft, **ids)  # type: ignore[arg-type]  # UUID fields
 
     def _check(self, draft: PipelineDraft) -> datetime | None:
@@ -298,6 +310,15 @@ def check_sync(draft: PipelineDraft) -> None:
             f"spec.sync.{stream}: write_mode overwrite needs a full sync (it would replace "
             f"the table with the rows of one delta); use upsert or append"
         )
+
+
+def _within(field: str, message: str) -> str:
+    """A stand-in connection's refusal under the request's field for it:
+    "config: …" reads "new_source_connection.config: …"."""
+    head = message.split(":", 1)[0]
+    if head and " " not in head:
+        return f"{field}.{message}"
+    return f"{field}: {message}"
 
 
 async def _hold_connections(conn: Connection, workspace_id: UUID, draft: PipelineDraft) -> None:

@@ -253,8 +253,9 @@ async def test_a_pipeline_is_judged_against_a_connection_not_made_yet(
             new_destination=new,
         )
     assert "teleport" in refused.value.message
-    # A stand-in is checked as CreateConnection checks it.
-    with pytest.raises(InvalidArgument, match="colour"):
+    # A stand-in is checked as CreateConnection checks it, its refusal named
+    # by the request's field for it.
+    with pytest.raises(InvalidArgument, match="colour") as refused:
         await c.create_pipeline(
             "to-lake",
             world.source,
@@ -262,6 +263,14 @@ async def test_a_pipeline_is_judged_against_a_connection_not_made_yet(
             validate_only=True,
             new_destination=new | {"config": {"path": "/tmp/x.db", "colour": "blue"}},
         )
+    assert refused.value.message.startswith("new_destination_connection.config: "), refused
+    # Two different stand-ins of one name are not one connection.
+    other = new | {"config": {"path": "/tmp/other.db"}}
+    with pytest.raises(InvalidArgument, match="one name is one connection") as refused:
+        await c.create_pipeline(
+            "lake-to-lake", "", "", validate_only=True, new_source=new, new_destination=other
+        )
+    assert refused.value.message.startswith("new_source_connection.name: 'lake'"), refused
     moved = await c.update_pipeline(
         world.pipeline, validate_only=True, new_source=new, source_connection_id=""
     )

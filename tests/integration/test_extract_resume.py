@@ -14,7 +14,7 @@ import asyncpg
 
 from setu_engine.movement import transfer
 from setu_engine.providers import get_provider
-from setu_engine.providers.base import Connector, CountsRows
+from setu_engine.providers.base import Connector, CountsRows, ResumableRows
 from setu_engine.staged import staging
 from setu_engine.staged.blob import LocalBlobStore
 from setu_engine.staged.staging import StoredPart
@@ -152,3 +152,32 @@ async def test_a_postgres_table_read_resumes_at_the_ctid_range_after_the_stored_
             assert sorted(await staged_ids(blob, manifest)) == list(range(1, rows + 1))
         finally:
             await source.close()
+
+
+async def test_a_view_is_staged_whole_not_by_rowid_ranges(tmp_path: Path) -> None:
+    # A view answers `SELECT _rowid_` with NULL on every row: a range read of
+    # it matched nothing, and the run staged 0 rows and succeeded.
+    path = tmp_path / "events.db"
+    await (await sqlite_table(tmp_path)).close()  # the file, with its 1,000 rows
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE VIEW events_view AS SELECT id, body FROM events")
+        conn.execute("CREATE TABLE keyed (id INTEGER PRIMARY KEY, body TEXT) WITHOUT ROWID")
+    conn.close()
+    source = await get_provider("sqlite").connect({"path": str(path)})
+    streams = {s.name: s for s in await source.discover()}
+    resumable = source
+    assert isinstance(resumable, ResumableRows)
+    assert await resumable.resumes(streams["events"])
+    assert not await resumable.resumes(streams["events_view"])
+    assert not await resumable.resumes(streams["keyed"])
+
+    blob = LocalBlobStore(tmp_path / "blob")
+    books = Books()
+    manifest = await transfer.stage(
+        source, [streams["events_view"]], blob, "run/", books, PART_ROWS
+    )
+    assert manifest.rows == ROWS and books.extracted_rows == ROWS
+    assert await staged_ids(blob, manifest) == list(range(1, ROWS + 1))
+    # Whole: no part has a position to resume at, so a retry reads it all again.
+    assert books.stored_parts and not any(p.position for p in books.stored_parts)
+    await source.close()

@@ -223,12 +223,21 @@ class SqliteConnector:
         WITHOUT ROWID, no column hiding the name) resumes by rowid ranges."""
         if stream.since is not None or ROWID in {c.name.lower() for c in stream.columns}:
             return False
-        sql = f"SELECT {ROWID} FROM {quote(_table_of(stream))} LIMIT 0"
-        try:
-            await self._run("probing for a rowid", lambda conn: conn.execute(sql).fetchall())
-        except ProviderError:
-            return False
-        return True
+        table = _table_of(stream)
+
+        def probe(conn: sqlite3.Connection) -> bool:
+            # A view answers `SELECT _rowid_` too, but with NULL on every row:
+            # a range read of it would match nothing. Only a table resumes.
+            kind = conn.execute(KIND_OF, (table,)).fetchone()
+            if kind is None or kind[0] != "table":
+                return False
+            try:  # a WITHOUT ROWID table has no such column
+                conn.execute(f"SELECT {ROWID} FROM {quote(table)} LIMIT 0").fetchall()
+            except sqlite3.OperationalError:
+                return False
+            return True
+
+        return await self._run("probing for a rowid", probe)
 
     async def read_after(
         self, stream: Stream, batch_rows: int, after: str | None
@@ -460,6 +469,10 @@ def _window(since: Since, *, upper: bool = True) -> tuple[str, tuple[str, ...]]:
 
 # The rowid's name in a resumable read (a column of that name hides it).
 ROWID = "_rowid_"
+# What a stream's object is: 'table' or 'view' (resumes() reads only tables by rowid).
+KIND_OF = (
+    "SELECT type FROM sqlite_master WHERE type IN ('table', 'view') AND name = ? COLLATE NOCASE"
+)
 
 
 def _select(table: str, columns: Sequence[Column]) -> str:

@@ -22,7 +22,11 @@ def test_setu_cli_has_no_import_cycle(graph: dict[str, list[Import]]) -> None:
     assert not found, "import cycles in setu_cli:\n" + "\n".join(" -> ".join(c) for c in found)
 
 
-def test_only_the_dev_command_imports_the_server(graph: dict[str, list[Import]]) -> None:
+def test_only_dev_and_the_server_launcher_import_the_server(
+    graph: dict[str, list[Import]],
+) -> None:
+    # `setu dev` and setu-server's console script (setu_cli/serve.py), both
+    # inside the function that runs them.
     found = sorted(
         f"{module}:{i.line} imports {i.imported}"
         for module, imports in graph.items()
@@ -30,4 +34,4 @@ def test_only_the_dev_command_imports_the_server(graph: dict[str, list[Import]])
         for i in imports
         if i.imported.split(".")[0] == "setu_server"
     )
-    assert [f.split(":")[0] for f in found] == ["setu_cli.dev"], found
+    assert sorted({f.split(":")[0] for f in found}) == ["setu_cli.dev", "setu_cli.serve"], found

@@ -454,3 +454,34 @@ def test_setu_dev_without_the_server_extra_says_so_in_one_line(
     assert said.startswith("error: `setu dev` runs a Setu server") and said.endswith(
         "(no jinja2): pip install 'setu[server]'"
     ), said
+
+
+def test_setu_server_without_the_server_extra_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The console script's own module, with setu_server imported afresh as
+    # on an agent's install: one line and exit code 2, no traceback.
+    from setu_cli import serve
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *rest: None if name == "pgserver" else real(name, *rest),
+    )
+    monkeypatch.delitem(sys.modules, "setu_server")
+    monkeypatch.delitem(sys.modules, "setu_server.main", raising=False)
+
+    with pytest.raises(SystemExit) as ended:
+        serve.main(["--version"])
+    assert ended.value.code == 2
+    (said,) = capsys.readouterr().err.splitlines()
+    assert said.startswith("error: setu-server needs the server extra") and said.endswith(
+        "(no pgserver): pip install 'setu[server]'"
+    ), said
+
+
+def test_the_setu_server_script_is_the_launcher_outside_the_server_package() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    scripts = project["scripts"]
+    assert scripts["setu-server"] == "setu_cli.serve:main"

@@ -9,7 +9,7 @@ from typing import Any, TypeAlias
 
 import asyncpg
 
-from setu_client.errors import AlreadyExists, FailedPrecondition, Unavailable
+from setu_client.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
 
 # The store's handles on the database. Services hold a Database and pass it,
 # or a Connection from `transaction()`, to store functions; only store/ knows
@@ -102,6 +102,10 @@ def translate_errors() -> Iterator[None]:
         raise AlreadyExists(_constraint_message(exc, "already exists")) from exc
     except asyncpg.ForeignKeyViolationError as exc:
         raise FailedPrecondition(_constraint_message(exc, "is still referenced")) from exc
+    except asyncpg.NumericValueOutOfRangeError as exc:
+        # 22003: a count a caller sent, summed, left a bigint. The requests'
+        # rules bound every count; this is the backstop, never INTERNAL.
+        raise InvalidArgument(f"a number is out of range ({exc})") from exc
     except asyncpg.TransactionRollbackError as exc:
         # 40001 serialization failure, 40P01 deadlock: the database rolled the
         # work back whole, so running it again is safe; callers (the SDK, the

@@ -104,7 +104,11 @@ WHERE runtime = $1 AND state = 'pending' AND run_after > coalesce($2, now());
 -- its run's counts, its streams' counts merge into the run's
 -- stream_progress, and a run with no phase yet takes the stage's (extract
 -- or load: its first beat comes as the stage starts), with a version bump
--- and a notify, so WatchJob shows it.
+-- and a notify, so WatchJob shows it. Only the run's own streams merge: a
+-- load's one stream (its payload's), else the streams the run took at
+-- submit (job.params); a run of every stream the source offers takes new
+-- names while it holds fewer than 1000. Other names are ignored, so an
+-- agent cannot grow its run's record without bound.
 -- Only the runtime holding the lease may present its token.
 -- $1 id, $2 lease_token, $3 lease seconds, $4 progress, $5 now, $6 runtime
 WITH beat AS (
@@ -116,7 +120,7 @@ WITH beat AS (
     WHERE task.id = $1 AND task.lease_token = $2 AND task.runtime = $6
       AND task.state = 'leased' AND task.lease_expires_at > coalesce($5, now())
       AND job.id = task.job_id
-    RETURNING task.job_id, task.kind, task.lease_expires_at, job.cancel_requested
+    RETURNING task.job_id, task.kind, task.payload, task.lease_expires_at, job.cancel_requested
 ), counted AS (
     UPDATE job
     SET rows_extracted = CASE WHEN beat.kind = 'extract' AND $4::jsonb ? 'rows_read'
@@ -136,7 +140,15 @@ WITH beat AS (
             (SELECT jsonb_object_agg(s ->> 'stream', jsonb_build_object(
                         'extracted', coalesce((s ->> 'rows_extracted')::bigint, 0),
                         'loaded', coalesce((s ->> 'rows_loaded')::bigint, 0)))
-             FROM jsonb_array_elements(coalesce($4::jsonb -> 'streams', '[]'::jsonb)) AS s),
+             FROM jsonb_array_elements(coalesce($4::jsonb -> 'streams', '[]'::jsonb)) AS s
+             WHERE CASE
+                 WHEN beat.kind = 'load' AND beat.payload ? 'stream'
+                     THEN s ->> 'stream' = beat.payload ->> 'stream'
+                 WHEN jsonb_array_length(coalesce(job.params #> '{pipeline,streams}', '[]')) > 0
+                     THEN job.params #> '{pipeline,streams}' ? (s ->> 'stream')
+                 ELSE job.stream_progress ? (s ->> 'stream')
+                      OR (SELECT count(*) FROM jsonb_object_keys(job.stream_progress)) < 1000
+             END),
             '{}'::jsonb),
         version = job.version + 1,
         updated_at = coalesce($5, now())

@@ -288,6 +288,9 @@ class TaskProgress(_message.Message):
     STREAMS_FIELD_NUMBER: _builtins.int
     ROWS_TOTAL_FIELD_NUMBER: _builtins.int
     rows_read: _builtins.int
+    """Counts are 0 to 10^15 rows: more is refused (INVALID_ARGUMENT naming the
+    field), so a run's sums never leave a bigint.
+    """
     rows_written: _builtins.int
     stream: _builtins.str
     message: _builtins.str

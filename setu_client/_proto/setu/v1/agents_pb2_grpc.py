@@ -122,7 +122,10 @@ class AgentServiceServicer:
 
     def Heartbeat(self, request, context):
         """Extends the lease and reports progress; answers whether cancellation was
-        requested. Codes: OK, NOT_FOUND (task), FAILED_PRECONDITION (lease lost).
+        requested. Stream counts merge into the run's only for its own streams
+        (other names are ignored). Codes: OK, NOT_FOUND (task),
+        FAILED_PRECONDITION (lease lost), INVALID_ARGUMENT (a count below 0 or
+        past 10^15, or one that summed with the run's would leave a bigint).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

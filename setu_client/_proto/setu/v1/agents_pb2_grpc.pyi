@@ -54,7 +54,10 @@ class AgentServiceStub:
     """
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_agents_pb2.HeartbeatRequest, _agents_pb2.HeartbeatResponse]
     """Extends the lease and reports progress; answers whether cancellation was
-    requested. Codes: OK, NOT_FOUND (task), FAILED_PRECONDITION (lease lost).
+    requested. Stream counts merge into the run's only for its own streams
+    (other names are ignored). Codes: OK, NOT_FOUND (task),
+    FAILED_PRECONDITION (lease lost), INVALID_ARGUMENT (a count below 0 or
+    past 10^15, or one that summed with the run's would leave a bigint).
     """
     GetExtractSpec: _grpc.UnaryUnaryMultiCallable[_agents_pb2.GetExtractSpecRequest, _agents_pb2.ExtractSpec]
     """What an extract task reads and where it stages.
@@ -122,7 +125,10 @@ class AgentServiceAsyncStub(AgentServiceStub):
     """
     Heartbeat: _aio.UnaryUnaryMultiCallable[_agents_pb2.HeartbeatRequest, _agents_pb2.HeartbeatResponse]  # type: ignore[assignment]
     """Extends the lease and reports progress; answers whether cancellation was
-    requested. Codes: OK, NOT_FOUND (task), FAILED_PRECONDITION (lease lost).
+    requested. Stream counts merge into the run's only for its own streams
+    (other names are ignored). Codes: OK, NOT_FOUND (task),
+    FAILED_PRECONDITION (lease lost), INVALID_ARGUMENT (a count below 0 or
+    past 10^15, or one that summed with the run's would leave a bigint).
     """
     GetExtractSpec: _aio.UnaryUnaryMultiCallable[_agents_pb2.GetExtractSpecRequest, _agents_pb2.ExtractSpec]  # type: ignore[assignment]
     """What an extract task reads and where it stages.
@@ -205,7 +211,10 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_agents_pb2.HeartbeatResponse, _abc.Awaitable[_agents_pb2.HeartbeatResponse]]:
         """Extends the lease and reports progress; answers whether cancellation was
-        requested. Codes: OK, NOT_FOUND (task), FAILED_PRECONDITION (lease lost).
+        requested. Stream counts merge into the run's only for its own streams
+        (other names are ignored). Codes: OK, NOT_FOUND (task),
+        FAILED_PRECONDITION (lease lost), INVALID_ARGUMENT (a count below 0 or
+        past 10^15, or one that summed with the run's would leave a bigint).
         """
 
     @_abc_1.abstractmethod

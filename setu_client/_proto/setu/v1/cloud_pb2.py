@@ -28,7 +28,7 @@ from setu_client._proto.setu.v1 import common_pb2 as setu_dot_v1_dot_common__pb2
 from setu_client._proto.setu.v1 import options_pb2 as setu_dot_v1_dot_options__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13setu/v1/cloud.proto\x12\x07setu.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x14setu/v1/agents.proto\x1a\x14setu/v1/common.proto\x1a\x15setu/v1/options.proto\"E\n\tTaskLease\x12\x19\n\x07task_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x1d\n\x0blease_token\x18\x02 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"B\n\x15GetMigrateSpecRequest\x12)\n\x05lease\x18\x01 \x01(\x0b\x32\x12.setu.v1.TaskLeaseB\x06\xc2\xf3\x18\x02\x08\x01\"\xd0\x04\n\x0bMigrateSpec\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x02 \x01(\t\x12\x13\n\x0bpipeline_id\x18\x03 \x01(\t\x12\'\n\x06source\x18\x04 \x01(\x0b\x32\x17.setu.v1.ConnectionSpec\x12,\n\x0b\x64\x65stination\x18\x05 \x01(\x0b\x32\x17.setu.v1.ConnectionSpec\x12\x0f\n\x07streams\x18\x06 \x03(\t\x12%\n\x04spec\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x12&\n\nwrite_mode\x18\x08 \x01(\x0e\x32\x12.setu.v1.WriteMode\x12\x1d\n\x05phase\x18\t \x01(\x0e\x32\x0e.setu.v1.Phase\x12\x0f\n\x07\x64ry_run\x18\n \x01(\x08\x12\x15\n\rload_on_agent\x18\x0b \x01(\x08\x12\x16\n\x0erows_extracted\x18\x0c \x01(\x03\x12\x13\n\x0b\x62lob_prefix\x18\r \x01(\t\x12#\n\x04\x62lob\x18\x0e \x01(\x0b\x32\x15.setu.v1.BlobSettings\x12\x18\n\x10\x63\x61ncel_requested\x18\x0f \x01(\x08\x12\r\n\x05\x65nded\x18\x10 \x01(\x08\x12\x32\n\x07\x63ursors\x18\x11 \x03(\x0b\x32!.setu.v1.MigrateSpec.CursorsEntry\x12)\n\x0cstored_parts\x18\x12 \x03(\x0b\x32\x13.setu.v1.StoredPart\x1a.\n\x0c\x43ursorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xdb\x01\n\x14RecordRunPlanRequest\x12)\n\x05lease\x18\x01 \x01(\x0b\x32\x12.setu.v1.TaskLeaseB\x06\xc2\xf3\x18\x02\x08\x01\x12\x1f\n\nrows_total\x18\x02 \x01(\x03\x42\x06\xc2\xf3\x18\x02 \x00H\x00\x88\x01\x01\x12\x18\n\x10\x65xtract_in_cloud\x18\x03 \x01(\x08\x12\x15\n\rload_in_cloud\x18\x04 \x01(\x08\x12\x1d\n\x05phase\x18\x05 \x01(\x0e\x32\x0e.setu.v1.Phase\x12\x18\n\x07message\x18\x06 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xd0\x0f\x42\r\n\x0b_rows_total\"\x17\n\x15RecordRunPlanResponse\"z\n\x14\x45nterRunPhaseRequest\x12)\n\x05lease\x18\x01 \x01(\x0b\x32\x12.setu.v1.TaskLeaseB\x06\xc2\xf3\x18\x02\x08\x01\x12\x1d\n\x05phase\x18\x02 \x01(\x0e\x32\x0e.setu.v1.Phase\x12\x18\n\x07message\x18\x03 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xd0\x0f\"\x17\n\x15\x45nterRunPhaseResponse\"\xd7\x01\n\x18ReportRunProgressRequest\x12)\n\x05lease\x18\x01 \x01(\x0b\x32\x12.setu.v1.TaskLeaseB\x06\xc2\xf3\x18\x02\x08\x01\x12\x1e\n\x0erows_extracted\x18\x02 \x01(\x03\x42\x06\xc2\xf3\x18\x02 \x00\x12\x1b\n\x0brows_loaded\x18\x03 \x01(\x03\x42\x06\xc2\xf3\x18\x02 \x00\x12)\n\x0cstored_parts\x18\x04 \x03(\x0b\x32\x13.setu.v1.StoredPart\x12(\n\x07streams\x18\x05 \x03(\x0b\x32\x17.setu.v1.StreamProgress\"5\n\x19ReportRunProgressResponse\x12\x18\n\x10\x63\x61ncel_requested\x18\x01 \x01(\x08\"m\n\x13RecordStagedRequest\x12)\n\x05lease\x18\x01 \x01(\x0b\x32\x12.setu.v1.TaskLeaseB\x06\xc2\xf3\x18\x02\x08\x01\x12+\n\x08\x61rtifact\x18\x02 \x01(\x0b\x32\x11.setu.v1.ArtifactB\x06\xc2\xf3\x18\x02\x08\x01\"\x16\n\x14RecordStagedResponse\"\xb9\x02\n\x19RecordStreamLoadedRequest\x12)\n\x05lease\x18\x01 \x01(\x0b\x32\x12.setu.v1.TaskLeaseB\x06\xc2\xf3\x18\x02\x08\x01\x12\x19\n\x06stream\x18\x02 \x01(\tB\t\xc2\xf3\x18\x05\x08\x01\x18\xe8\x07\x12\x1e\n\x0erows_extracted\x18\x03 \x01(\x03\x42\x06\xc2\xf3\x18\x02 \x00\x12\x1b\n\x0brows_loaded\x18\x04 \x01(\x03\x42\x06\xc2\xf3\x18\x02 \x00\x12\x19\n\x08\x63hecksum\x18\x05 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xc8\x01\x12$\n\x07\x63hanges\x18\x06 \x01(\x0b\x32\x13.setu.v1.RowChanges\x12%\n\x06\x63ursor\x18\x07 \x01(\x0b\x32\x15.setu.v1.StreamCursor\x12\x18\n\x07message\x18\x08 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xd0\x0f\x12\x17\n\x0frecord_progress\x18\t \x01(\x08\"A\n\x1aRecordStreamLoadedResponse\x12#\n\x07outputs\x18\x01 \x03(\x0b\x32\x12.setu.v1.RunOutput\"[\n\x15ListRunOutputsRequest\x12)\n\x05lease\x18\x01 \x01(\x0b\x32\x12.setu.v1.TaskLeaseB\x06\xc2\xf3\x18\x02\x08\x01\x12\x17\n\x0frecord_progress\x18\x02 \x01(\x08\"X\n\tRunOutput\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x16\n\x0erows_extracted\x18\x02 \x01(\x03\x12\x13\n\x0brows_loaded\x18\x03 \x01(\x03\x12\x0e\n\x06loaded\x18\x04 \x01(\x08\"=\n\x16ListRunOutputsResponse\x12#\n\x07outputs\x18\x01 \x03(\x0b\x32\x12.setu.v1.RunOutput\"\x98\x01\n\x12\x41\x64\x64RunEventRequest\x12)\n\x05lease\x18\x01 \x01(\x0b\x32\x12.setu.v1.TaskLeaseB\x06\xc2\xf3\x18\x02\x08\x01\x12\x1a\n\x07message\x18\x02 \x01(\tB\t\xc2\xf3\x18\x05\x08\x01\x18\xd0\x0f\x12\"\n\x05level\x18\x03 \x01(\x0e\x32\x13.setu.v1.EventLevel\x12\x17\n\x06stream\x18\x04 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xe8\x07\"\x15\n\x13\x41\x64\x64RunEventResponse2\x9e\x05\n\x0f\x43loudRunService\x12\x46\n\x0eGetMigrateSpec\x12\x1e.setu.v1.GetMigrateSpecRequest\x1a\x14.setu.v1.MigrateSpec\x12N\n\rRecordRunPlan\x12\x1d.setu.v1.RecordRunPlanRequest\x1a\x1e.setu.v1.RecordRunPlanResponse\x12N\n\rEnterRunPhase\x12\x1d.setu.v1.EnterRunPhaseRequest\x1a\x1e.setu.v1.EnterRunPhaseResponse\x12Z\n\x11ReportRunProgress\x12!.setu.v1.ReportRunProgressRequest\x1a\".setu.v1.ReportRunProgressResponse\x12K\n\x0cRecordStaged\x12\x1c.setu.v1.RecordStagedRequest\x1a\x1d.setu.v1.RecordStagedResponse\x12]\n\x12RecordStreamLoaded\x12\".setu.v1.RecordStreamLoadedRequest\x1a#.setu.v1.RecordStreamLoadedResponse\x12Q\n\x0eListRunOutputs\x12\x1e.setu.v1.ListRunOutputsRequest\x1a\x1f.setu.v1.ListRunOutputsResponse\x12H\n\x0b\x41\x64\x64RunEvent\x12\x1b.setu.v1.AddRunEventRequest\x1a\x1c.setu.v1.AddRunEventResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13setu/v1/cloud.proto\x12\x07setu.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x14setu/v1/agents.proto\x1a\x14setu/v1/common.proto\x1a\x15setu/v1/options.proto\"E\n\tTaskLease\x12\x19\n\x07task_id\x18\x01 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\x12\x1d\n\x0blease_token\x18\x02 \x01(\tB\x08\xc2\xf3\x18\x04\x08\x01\x10\x01\"B\n\x15GetMigrateSpecRequest\x12)\n\x05lease\x18\x01 \x01(\x0b\x32\x12.setu.v1.TaskLeaseB\x06\xc2\xf3\x18\x02\x08\x01\"\xd0\x04\n\x0bMigrateSpec\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x02 \x01(\t\x12\x13\n\x0bpipeline_id\x18\x03 \x01(\t\x12\'\n\x06source\x18\x04 \x01(\x0b\x32\x17.setu.v1.ConnectionSpec\x12,\n\x0b\x64\x65stination\x18\x05 \x01(\x0b\x32\x17.setu.v1.ConnectionSpec\x12\x0f\n\x07streams\x18\x06 \x03(\t\x12%\n\x04spec\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x12&\n\nwrite_mode\x18\x08 \x01(\x0e\x32\x12.setu.v1.WriteMode\x12\x1d\n\x05phase\x18\t \x01(\x0e\x32\x0e.setu.v1.Phase\x12\x0f\n\x07\x64ry_run\x18\n \x01(\x08\x12\x15\n\rload_on_agent\x18\x0b \x01(\x08\x12\x16\n\x0erows_extracted\x18\x0c \x01(\x03\x12\x13\n\x0b\x62lob_prefix\x18\r \x01(\t\x12#\n\x04\x62lob\x18\x0e \x01(\x0b\x32\x15.setu.v1.BlobSettings\x12\x18\n\x10\x63\x61ncel_requested\x18\x0f \x01(\x08\x12\r\n\x05\x65nded\x18\x10 \x01(\x08\x12\x32\n\x07\x63ursors\x18\x11 \x03(\x0b\x32!.setu.v1.MigrateSpec.CursorsEntry\x12)\n\x0cstored_parts\x18\x12 \x03(\x0b\x32\x13.setu.v1.StoredPart\x1a.\n\x0c\x43ursorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xe4\x01\n\x14RecordRunPlanRequest\x12)\n\x05lease\x18\x01 \x01(\x0b\x32\x12.setu.v1.TaskLeaseB\x06\xc2\xf3\x18\x02\x08\x01\x12(\n\nrows_total\x18\x02 \x01(\x03\x42\x0f\xc2\xf3\x18\x0b \x00(\x80\x80\x9a\xa6\xea\xaf\xe3\x01H\x00\x88\x01\x01\x12\x18\n\x10\x65xtract_in_cloud\x18\x03 \x01(\x08\x12\x15\n\rload_in_cloud\x18\x04 \x01(\x08\x12\x1d\n\x05phase\x18\x05 \x01(\x0e\x32\x0e.setu.v1.Phase\x12\x18\n\x07message\x18\x06 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xd0\x0f\x42\r\n\x0b_rows_total\"\x17\n\x15RecordRunPlanResponse\"z\n\x14\x45nterRunPhaseRequest\x12)\n\x05lease\x18\x01 \x01(\x0b\x32\x12.setu.v1.TaskLeaseB\x06\xc2\xf3\x18\x02\x08\x01\x12\x1d\n\x05phase\x18\x02 \x01(\x0e\x32\x0e.setu.v1.Phase\x12\x18\n\x07message\x18\x03 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xd0\x0f\"\x17\n\x15\x45nterRunPhaseResponse\"\xe9\x01\n\x18ReportRunProgressRequest\x12)\n\x05lease\x18\x01 \x01(\x0b\x32\x12.setu.v1.TaskLeaseB\x06\xc2\xf3\x18\x02\x08\x01\x12\'\n\x0erows_extracted\x18\x02 \x01(\x03\x42\x0f\xc2\xf3\x18\x0b \x00(\x80\x80\x9a\xa6\xea\xaf\xe3\x01\x12$\n\x0brows_loaded\x18\x03 \x01(\x03\x42\x0f\xc2\xf3\x18\x0b \x00(\x80\x80\x9a\xa6\xea\xaf\xe3\x01\x12)\n\x0cstored_parts\x18\x04 \x03(\x0b\x32\x13.setu.v1.StoredPart\x12(\n\x07streams\x18\x05 \x03(\x0b\x32\x17.setu.v1.StreamProgress\"5\n\x19ReportRunProgressResponse\x12\x18\n\x10\x63\x61ncel_requested\x18\x01 \x01(\x08\"m\n\x13RecordStagedRequest\x12)\n\x05lease\x18\x01 \x01(\x0b\x32\x12.setu.v1.TaskLeaseB\x06\xc2\xf3\x18\x02\x08\x01\x12+\n\x08\x61rtifact\x18\x02 \x01(\x0b\x32\x11.setu.v1.ArtifactB\x06\xc2\xf3\x18\x02\x08\x01\"\x16\n\x14RecordStagedResponse\"\xcb\x02\n\x19RecordStreamLoadedRequest\x12)\n\x05lease\x18\x01 \x01(\x0b\x32\x12.setu.v1.TaskLeaseB\x06\xc2\xf3\x18\x02\x08\x01\x12\x19\n\x06stream\x18\x02 \x01(\tB\t\xc2\xf3\x18\x05\x08\x01\x18\xe8\x07\x12\'\n\x0erows_extracted\x18\x03 \x01(\x03\x42\x0f\xc2\xf3\x18\x0b \x00(\x80\x80\x9a\xa6\xea\xaf\xe3\x01\x12$\n\x0brows_loaded\x18\x04 \x01(\x03\x42\x0f\xc2\xf3\x18\x0b \x00(\x80\x80\x9a\xa6\xea\xaf\xe3\x01\x12\x19\n\x08\x63hecksum\x18\x05 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xc8\x01\x12$\n\x07\x63hanges\x18\x06 \x01(\x0b\x32\x13.setu.v1.RowChanges\x12%\n\x06\x63ursor\x18\x07 \x01(\x0b\x32\x15.setu.v1.StreamCursor\x12\x18\n\x07message\x18\x08 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xd0\x0f\x12\x17\n\x0frecord_progress\x18\t \x01(\x08\"A\n\x1aRecordStreamLoadedResponse\x12#\n\x07outputs\x18\x01 \x03(\x0b\x32\x12.setu.v1.RunOutput\"[\n\x15ListRunOutputsRequest\x12)\n\x05lease\x18\x01 \x01(\x0b\x32\x12.setu.v1.TaskLeaseB\x06\xc2\xf3\x18\x02\x08\x01\x12\x17\n\x0frecord_progress\x18\x02 \x01(\x08\"X\n\tRunOutput\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x16\n\x0erows_extracted\x18\x02 \x01(\x03\x12\x13\n\x0brows_loaded\x18\x03 \x01(\x03\x12\x0e\n\x06loaded\x18\x04 \x01(\x08\"=\n\x16ListRunOutputsResponse\x12#\n\x07outputs\x18\x01 \x03(\x0b\x32\x12.setu.v1.RunOutput\"\x98\x01\n\x12\x41\x64\x64RunEventRequest\x12)\n\x05lease\x18\x01 \x01(\x0b\x32\x12.setu.v1.TaskLeaseB\x06\xc2\xf3\x18\x02\x08\x01\x12\x1a\n\x07message\x18\x02 \x01(\tB\t\xc2\xf3\x18\x05\x08\x01\x18\xd0\x0f\x12\"\n\x05level\x18\x03 \x01(\x0e\x32\x13.setu.v1.EventLevel\x12\x17\n\x06stream\x18\x04 \x01(\tB\x07\xc2\xf3\x18\x03\x18\xe8\x07\"\x15\n\x13\x41\x64\x64RunEventResponse2\x9e\x05\n\x0f\x43loudRunService\x12\x46\n\x0eGetMigrateSpec\x12\x1e.setu.v1.GetMigrateSpecRequest\x1a\x14.setu.v1.MigrateSpec\x12N\n\rRecordRunPlan\x12\x1d.setu.v1.RecordRunPlanRequest\x1a\x1e.setu.v1.RecordRunPlanResponse\x12N\n\rEnterRunPhase\x12\x1d.setu.v1.EnterRunPhaseRequest\x1a\x1e.setu.v1.EnterRunPhaseResponse\x12Z\n\x11ReportRunProgress\x12!.setu.v1.ReportRunProgressRequest\x1a\".setu.v1.ReportRunProgressResponse\x12K\n\x0cRecordStaged\x12\x1c.setu.v1.RecordStagedRequest\x1a\x1d.setu.v1.RecordStagedResponse\x12]\n\x12RecordStreamLoaded\x12\".setu.v1.RecordStreamLoadedRequest\x1a#.setu.v1.RecordStreamLoadedResponse\x12Q\n\x0eListRunOutputs\x12\x1e.setu.v1.ListRunOutputsRequest\x1a\x1f.setu.v1.ListRunOutputsResponse\x12H\n\x0b\x41\x64\x64RunEvent\x12\x1b.setu.v1.AddRunEventRequest\x1a\x1c.setu.v1.AddRunEventResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,7 +46,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RECORDRUNPLANREQUEST'].fields_by_name['lease']._loaded_options = None
   _globals['_RECORDRUNPLANREQUEST'].fields_by_name['lease']._serialized_options = b'\302\363\030\002\010\001'
   _globals['_RECORDRUNPLANREQUEST'].fields_by_name['rows_total']._loaded_options = None
-  _globals['_RECORDRUNPLANREQUEST'].fields_by_name['rows_total']._serialized_options = b'\302\363\030\002 \000'
+  _globals['_RECORDRUNPLANREQUEST'].fields_by_name['rows_total']._serialized_options = b'\302\363\030\013 \000(\200\200\232\246\352\257\343\001'
   _globals['_RECORDRUNPLANREQUEST'].fields_by_name['message']._loaded_options = None
   _globals['_RECORDRUNPLANREQUEST'].fields_by_name['message']._serialized_options = b'\302\363\030\003\030\320\017'
   _globals['_ENTERRUNPHASEREQUEST'].fields_by_name['lease']._loaded_options = None
@@ -56,9 +56,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REPORTRUNPROGRESSREQUEST'].fields_by_name['lease']._loaded_options = None
   _globals['_REPORTRUNPROGRESSREQUEST'].fields_by_name['lease']._serialized_options = b'\302\363\030\002\010\001'
   _globals['_REPORTRUNPROGRESSREQUEST'].fields_by_name['rows_extracted']._loaded_options = None
-  _globals['_REPORTRUNPROGRESSREQUEST'].fields_by_name['rows_extracted']._serialized_options = b'\302\363\030\002 \000'
+  _globals['_REPORTRUNPROGRESSREQUEST'].fields_by_name['rows_extracted']._serialized_options = b'\302\363\030\013 \000(\200\200\232\246\352\257\343\001'
   _globals['_REPORTRUNPROGRESSREQUEST'].fields_by_name['rows_loaded']._loaded_options = None
-  _globals['_REPORTRUNPROGRESSREQUEST'].fields_by_name['rows_loaded']._serialized_options = b'\302\363\030\002 \000'
+  _globals['_REPORTRUNPROGRESSREQUEST'].fields_by_name['rows_loaded']._serialized_options = b'\302\363\030\013 \000(\200\200\232\246\352\257\343\001'
   _globals['_RECORDSTAGEDREQUEST'].fields_by_name['lease']._loaded_options = None
   _globals['_RECORDSTAGEDREQUEST'].fields_by_name['lease']._serialized_options = b'\302\363\030\002\010\001'
   _globals['_RECORDSTAGEDREQUEST'].fields_by_name['artifact']._loaded_options = None
@@ -68,9 +68,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RECORDSTREAMLOADEDREQUEST'].fields_by_name['stream']._loaded_options = None
   _globals['_RECORDSTREAMLOADEDREQUEST'].fields_by_name['stream']._serialized_options = b'\302\363\030\005\010\001\030\350\007'
   _globals['_RECORDSTREAMLOADEDREQUEST'].fields_by_name['rows_extracted']._loaded_options = None
-  _globals['_RECORDSTREAMLOADEDREQUEST'].fields_by_name['rows_extracted']._serialized_options = b'\302\363\030\002 \000'
+  _globals['_RECORDSTREAMLOADEDREQUEST'].fields_by_name['rows_extracted']._serialized_options = b'\302\363\030\013 \000(\200\200\232\246\352\257\343\001'
   _globals['_RECORDSTREAMLOADEDREQUEST'].fields_by_name['rows_loaded']._loaded_options = None
-  _globals['_RECORDSTREAMLOADEDREQUEST'].fields_by_name['rows_loaded']._serialized_options = b'\302\363\030\002 \000'
+  _globals['_RECORDSTREAMLOADEDREQUEST'].fields_by_name['rows_loaded']._serialized_options = b'\302\363\030\013 \000(\200\200\232\246\352\257\343\001'
   _globals['_RECORDSTREAMLOADEDREQUEST'].fields_by_name['checksum']._loaded_options = None
   _globals['_RECORDSTREAMLOADEDREQUEST'].fields_by_name['checksum']._serialized_options = b'\302\363\030\003\030\310\001'
   _globals['_RECORDSTREAMLOADEDREQUEST'].fields_by_name['message']._loaded_options = None
@@ -92,35 +92,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MIGRATESPEC_CURSORSENTRY']._serialized_start=815
   _globals['_MIGRATESPEC_CURSORSENTRY']._serialized_end=861
   _globals['_RECORDRUNPLANREQUEST']._serialized_start=864
-  _globals['_RECORDRUNPLANREQUEST']._serialized_end=1083
-  _globals['_RECORDRUNPLANRESPONSE']._serialized_start=1085
-  _globals['_RECORDRUNPLANRESPONSE']._serialized_end=1108
-  _globals['_ENTERRUNPHASEREQUEST']._serialized_start=1110
-  _globals['_ENTERRUNPHASEREQUEST']._serialized_end=1232
-  _globals['_ENTERRUNPHASERESPONSE']._serialized_start=1234
-  _globals['_ENTERRUNPHASERESPONSE']._serialized_end=1257
-  _globals['_REPORTRUNPROGRESSREQUEST']._serialized_start=1260
-  _globals['_REPORTRUNPROGRESSREQUEST']._serialized_end=1475
-  _globals['_REPORTRUNPROGRESSRESPONSE']._serialized_start=1477
-  _globals['_REPORTRUNPROGRESSRESPONSE']._serialized_end=1530
-  _globals['_RECORDSTAGEDREQUEST']._serialized_start=1532
-  _globals['_RECORDSTAGEDREQUEST']._serialized_end=1641
-  _globals['_RECORDSTAGEDRESPONSE']._serialized_start=1643
-  _globals['_RECORDSTAGEDRESPONSE']._serialized_end=1665
-  _globals['_RECORDSTREAMLOADEDREQUEST']._serialized_start=1668
-  _globals['_RECORDSTREAMLOADEDREQUEST']._serialized_end=1981
-  _globals['_RECORDSTREAMLOADEDRESPONSE']._serialized_start=1983
-  _globals['_RECORDSTREAMLOADEDRESPONSE']._serialized_end=2048
-  _globals['_LISTRUNOUTPUTSREQUEST']._serialized_start=2050
-  _globals['_LISTRUNOUTPUTSREQUEST']._serialized_end=2141
-  _globals['_RUNOUTPUT']._serialized_start=2143
-  _globals['_RUNOUTPUT']._serialized_end=2231
-  _globals['_LISTRUNOUTPUTSRESPONSE']._serialized_start=2233
-  _globals['_LISTRUNOUTPUTSRESPONSE']._serialized_end=2294
-  _globals['_ADDRUNEVENTREQUEST']._serialized_start=2297
-  _globals['_ADDRUNEVENTREQUEST']._serialized_end=2449
-  _globals['_ADDRUNEVENTRESPONSE']._serialized_start=2451
-  _globals['_ADDRUNEVENTRESPONSE']._serialized_end=2472
-  _globals['_CLOUDRUNSERVICE']._serialized_start=2475
-  _globals['_CLOUDRUNSERVICE']._serialized_end=3145
+  _globals['_RECORDRUNPLANREQUEST']._serialized_end=1092
+  _globals['_RECORDRUNPLANRESPONSE']._serialized_start=1094
+  _globals['_RECORDRUNPLANRESPONSE']._serialized_end=1117
+  _globals['_ENTERRUNPHASEREQUEST']._serialized_start=1119
+  _globals['_ENTERRUNPHASEREQUEST']._serialized_end=1241
+  _globals['_ENTERRUNPHASERESPONSE']._serialized_start=1243
+  _globals['_ENTERRUNPHASERESPONSE']._serialized_end=1266
+  _globals['_REPORTRUNPROGRESSREQUEST']._serialized_start=1269
+  _globals['_REPORTRUNPROGRESSREQUEST']._serialized_end=1502
+  _globals['_REPORTRUNPROGRESSRESPONSE']._serialized_start=1504
+  _globals['_REPORTRUNPROGRESSRESPONSE']._serialized_end=1557
+  _globals['_RECORDSTAGEDREQUEST']._serialized_start=1559
+  _globals['_RECORDSTAGEDREQUEST']._serialized_end=1668
+  _globals['_RECORDSTAGEDRESPONSE']._serialized_start=1670
+  _globals['_RECORDSTAGEDRESPONSE']._serialized_end=1692
+  _globals['_RECORDSTREAMLOADEDREQUEST']._serialized_start=1695
+  _globals['_RECORDSTREAMLOADEDREQUEST']._serialized_end=2026
+  _globals['_RECORDSTREAMLOADEDRESPONSE']._serialized_start=2028
+  _globals['_RECORDSTREAMLOADEDRESPONSE']._serialized_end=2093
+  _globals['_LISTRUNOUTPUTSREQUEST']._serialized_start=2095
+  _globals['_LISTRUNOUTPUTSREQUEST']._serialized_end=2186
+  _globals['_RUNOUTPUT']._serialized_start=2188
+  _globals['_RUNOUTPUT']._serialized_end=2276
+  _globals['_LISTRUNOUTPUTSRESPONSE']._serialized_start=2278
+  _globals['_LISTRUNOUTPUTSRESPONSE']._serialized_end=2339
+  _globals['_ADDRUNEVENTREQUEST']._serialized_start=2342
+  _globals['_ADDRUNEVENTREQUEST']._serialized_end=2494
+  _globals['_ADDRUNEVENTRESPONSE']._serialized_start=2496
+  _globals['_ADDRUNEVENTRESPONSE']._serialized_end=2517
+  _globals['_CLOUDRUNSERVICE']._serialized_start=2520
+  _globals['_CLOUDRUNSERVICE']._serialized_end=3190
 # @@protoc_insertion_point(module_scope)

@@ -290,6 +290,7 @@ class ReportRunProgressRequest(_message.Message):
     STORED_PARTS_FIELD_NUMBER: _builtins.int
     STREAMS_FIELD_NUMBER: _builtins.int
     rows_extracted: _builtins.int
+    """0 to 10^15 rows each, as an agent's TaskProgress."""
     rows_loaded: _builtins.int
     @_builtins.property
     def lease(self) -> Global___TaskLease: ...

@@ -127,7 +127,7 @@ class CloudRunServiceServicer:
         """The run's counts after a batch, and the parts stored since the last
         report; answers whether the run asked to cancel.
         Codes: OK, NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT (a part
-        field out of bounds).
+        field out of bounds, a count below 0 or past 10^15).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

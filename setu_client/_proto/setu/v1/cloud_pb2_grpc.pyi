@@ -60,7 +60,7 @@ class CloudRunServiceStub:
     """The run's counts after a batch, and the parts stored since the last
     report; answers whether the run asked to cancel.
     Codes: OK, NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT (a part
-    field out of bounds).
+    field out of bounds, a count below 0 or past 10^15).
     """
     RecordStaged: _grpc.UnaryUnaryMultiCallable[_cloud_pb2.RecordStagedRequest, _cloud_pb2.RecordStagedResponse]
     """What the extract staged, and the phase set to load, in one transaction:
@@ -114,7 +114,7 @@ class CloudRunServiceAsyncStub(CloudRunServiceStub):
     """The run's counts after a batch, and the parts stored since the last
     report; answers whether the run asked to cancel.
     Codes: OK, NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT (a part
-    field out of bounds).
+    field out of bounds, a count below 0 or past 10^15).
     """
     RecordStaged: _aio.UnaryUnaryMultiCallable[_cloud_pb2.RecordStagedRequest, _cloud_pb2.RecordStagedResponse]  # type: ignore[assignment]
     """What the extract staged, and the phase set to load, in one transaction:
@@ -189,7 +189,7 @@ class CloudRunServiceServicer(metaclass=_abc_1.ABCMeta):
         """The run's counts after a batch, and the parts stored since the last
         report; answers whether the run asked to cancel.
         Codes: OK, NOT_FOUND, FAILED_PRECONDITION, INVALID_ARGUMENT (a part
-        field out of bounds).
+        field out of bounds, a count below 0 or past 10^15).
         """
 
     @_abc_1.abstractmethod

@@ -24,43 +24,48 @@ _sym_db = _symbol_database.Default()
 
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from setu_client._proto.setu.v1 import options_pb2 as setu_dot_v1_dot_options__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14setu/v1/common.proto\x12\x07setu.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x01\n\x08Progress\x12\x16\n\x0erows_extracted\x18\x01 \x01(\x03\x12\x13\n\x0brows_loaded\x18\x02 \x01(\x03\x12\x12\n\nrows_total\x18\x03 \x01(\x03\x12\x15\n\rrows_filtered\x18\x04 \x01(\x03\x12\x15\n\rrows_inserted\x18\x05 \x01(\x03\x12\x14\n\x0crows_updated\x18\x06 \x01(\x03\x12\x16\n\x0erows_unchanged\x18\x07 \x01(\x03\x12\x14\n\x0crows_deleted\x18\x08 \x01(\x03\"M\n\x0eStreamProgress\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x16\n\x0erows_extracted\x18\x02 \x01(\x03\x12\x13\n\x0brows_loaded\x18\x03 \x01(\x03\"\xe8\x05\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x02 \x01(\t\x12\x1e\n\x04kind\x18\x03 \x01(\x0e\x32\x10.setu.v1.JobKind\x12 \n\x05state\x18\x04 \x01(\x0e\x32\x11.setu.v1.JobState\x12\x0f\n\x07version\x18\x05 \x01(\x03\x12\x13\n\x0bpipeline_id\x18\x06 \x01(\t\x12\x15\n\rconnection_id\x18\x07 \x01(\t\x12\x1d\n\x05phase\x18\x08 \x01(\x0e\x32\x0e.setu.v1.Phase\x12\x0f\n\x07\x64ry_run\x18\t \x01(\x08\x12\x18\n\x10\x63\x61ncel_requested\x18\n \x01(\x08\x12\x15\n\rerror_message\x18\x0b \x01(\t\x12#\n\x08progress\x18\x0c \x01(\x0b\x32\x11.setu.v1.Progress\x12\x17\n\x0f\x65xtract_runtime\x18\r \x01(\t\x12\x14\n\x0cload_runtime\x18\x0e \x01(\t\x12\'\n\x06result\x18\x0f \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\ncreated_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x11 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rscheduled_for\x18\x14 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12\x65xtract_agent_name\x18\x15 \x01(\t\x12\x17\n\x0fload_agent_name\x18\x16 \x01(\t\x12\x1d\n\x15\x65xtract_runtime_label\x18\x17 \x01(\t\x12\x1a\n\x12load_runtime_label\x18\x18 \x01(\t\"\xa1\x01\n\x08JobEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\"\n\x05level\x18\x03 \x01(\x0e\x32\x13.setu.v1.EventLevel\x12\x0e\n\x06stream\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"S\n\nRowChanges\x12\x10\n\x08inserted\x18\x01 \x01(\x03\x12\x0f\n\x07updated\x18\x02 \x01(\x03\x12\x11\n\tunchanged\x18\x03 \x01(\x03\x12\x0f\n\x07\x64\x65leted\x18\x04 \x01(\x03\";\n\x0cStreamCursor\x12\x0e\n\x06\x63olumn\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\"H\n\x06\x43olumn\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x10\n\x08nullable\x18\x03 \x01(\x08\x12\x10\n\x08sql_type\x18\x04 \x01(\t\"\xd8\x01\n\rCatalogStream\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12 \n\x07\x63olumns\x18\x03 \x03(\x0b\x32\x0f.setu.v1.Column\x12\x13\n\x0bprimary_key\x18\x04 \x03(\t\x12\x14\n\x0crow_estimate\x18\x05 \x01(\x03\x12&\n\x06status\x18\x06 \x01(\x0e\x32\x16.setu.v1.CatalogStatus\x12\x31\n\rdiscovered_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*u\n\x07JobKind\x12\x18\n\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x10\n\x0cJOB_KIND_RUN\x10\x01\x12\x11\n\rJOB_KIND_TEST\x10\x02\x12\x15\n\x11JOB_KIND_DISCOVER\x10\x03\x12\x14\n\x10JOB_KIND_PREVIEW\x10\x04*\xb0\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x13\n\x0fJOB_STATE_READY\x10\x01\x12\x15\n\x11JOB_STATE_PENDING\x10\x02\x12\x15\n\x11JOB_STATE_RUNNING\x10\x03\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x04\x12\x14\n\x10JOB_STATE_FAILED\x10\x05\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x06*S\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\x11\n\rPHASE_EXTRACT\x10\x01\x12\x0e\n\nPHASE_LOAD\x10\x02\x12\x10\n\x0cPHASE_DIRECT\x10\x03*P\n\tPlacement\x12\x19\n\x15PLACEMENT_UNSPECIFIED\x10\x00\x12\x13\n\x0fPLACEMENT_CLOUD\x10\x01\x12\x13\n\x0fPLACEMENT_AGENT\x10\x02*\x85\x01\n\tWriteMode\x12\x1a\n\x16WRITE_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11WRITE_MODE_APPEND\x10\x01\x12\x18\n\x14WRITE_MODE_OVERWRITE\x10\x02\x12\x15\n\x11WRITE_MODE_UPSERT\x10\x03\x12\x14\n\x10WRITE_MODE_MERGE\x10\x04*\x86\x01\n\nEventLevel\x12\x1b\n\x17\x45VENT_LEVEL_UNSPECIFIED\x10\x00\x12\x15\n\x11\x45VENT_LEVEL_DEBUG\x10\x01\x12\x14\n\x10\x45VENT_LEVEL_INFO\x10\x02\x12\x17\n\x13\x45VENT_LEVEL_WARNING\x10\x03\x12\x15\n\x11\x45VENT_LEVEL_ERROR\x10\x04*\x82\x01\n\rCatalogStatus\x12\x1e\n\x1a\x43\x41TALOG_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15\x43\x41TALOG_STATUS_ACTIVE\x10\x01\x12\x1a\n\x16\x43\x41TALOG_STATUS_CHANGED\x10\x02\x12\x1a\n\x16\x43\x41TALOG_STATUS_MISSING\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14setu/v1/common.proto\x12\x07setu.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15setu/v1/options.proto\"\xbd\x01\n\x08Progress\x12\x16\n\x0erows_extracted\x18\x01 \x01(\x03\x12\x13\n\x0brows_loaded\x18\x02 \x01(\x03\x12\x12\n\nrows_total\x18\x03 \x01(\x03\x12\x15\n\rrows_filtered\x18\x04 \x01(\x03\x12\x15\n\rrows_inserted\x18\x05 \x01(\x03\x12\x14\n\x0crows_updated\x18\x06 \x01(\x03\x12\x16\n\x0erows_unchanged\x18\x07 \x01(\x03\x12\x14\n\x0crows_deleted\x18\x08 \x01(\x03\"o\n\x0eStreamProgress\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\'\n\x0erows_extracted\x18\x02 \x01(\x03\x42\x0f\xc2\xf3\x18\x0b \x00(\x80\x80\x9a\xa6\xea\xaf\xe3\x01\x12$\n\x0brows_loaded\x18\x03 \x01(\x03\x42\x0f\xc2\xf3\x18\x0b \x00(\x80\x80\x9a\xa6\xea\xaf\xe3\x01\"\xe8\x05\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x02 \x01(\t\x12\x1e\n\x04kind\x18\x03 \x01(\x0e\x32\x10.setu.v1.JobKind\x12 \n\x05state\x18\x04 \x01(\x0e\x32\x11.setu.v1.JobState\x12\x0f\n\x07version\x18\x05 \x01(\x03\x12\x13\n\x0bpipeline_id\x18\x06 \x01(\t\x12\x15\n\rconnection_id\x18\x07 \x01(\t\x12\x1d\n\x05phase\x18\x08 \x01(\x0e\x32\x0e.setu.v1.Phase\x12\x0f\n\x07\x64ry_run\x18\t \x01(\x08\x12\x18\n\x10\x63\x61ncel_requested\x18\n \x01(\x08\x12\x15\n\rerror_message\x18\x0b \x01(\t\x12#\n\x08progress\x18\x0c \x01(\x0b\x32\x11.setu.v1.Progress\x12\x17\n\x0f\x65xtract_runtime\x18\r \x01(\t\x12\x14\n\x0cload_runtime\x18\x0e \x01(\t\x12\'\n\x06result\x18\x0f \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\ncreated_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x11 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rscheduled_for\x18\x14 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12\x65xtract_agent_name\x18\x15 \x01(\t\x12\x17\n\x0fload_agent_name\x18\x16 \x01(\t\x12\x1d\n\x15\x65xtract_runtime_label\x18\x17 \x01(\t\x12\x1a\n\x12load_runtime_label\x18\x18 \x01(\t\"\xa1\x01\n\x08JobEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\"\n\x05level\x18\x03 \x01(\x0e\x32\x13.setu.v1.EventLevel\x12\x0e\n\x06stream\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"S\n\nRowChanges\x12\x10\n\x08inserted\x18\x01 \x01(\x03\x12\x0f\n\x07updated\x18\x02 \x01(\x03\x12\x11\n\tunchanged\x18\x03 \x01(\x03\x12\x0f\n\x07\x64\x65leted\x18\x04 \x01(\x03\";\n\x0cStreamCursor\x12\x0e\n\x06\x63olumn\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\"H\n\x06\x43olumn\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x10\n\x08nullable\x18\x03 \x01(\x08\x12\x10\n\x08sql_type\x18\x04 \x01(\t\"\xd8\x01\n\rCatalogStream\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12 \n\x07\x63olumns\x18\x03 \x03(\x0b\x32\x0f.setu.v1.Column\x12\x13\n\x0bprimary_key\x18\x04 \x03(\t\x12\x14\n\x0crow_estimate\x18\x05 \x01(\x03\x12&\n\x06status\x18\x06 \x01(\x0e\x32\x16.setu.v1.CatalogStatus\x12\x31\n\rdiscovered_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*u\n\x07JobKind\x12\x18\n\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x10\n\x0cJOB_KIND_RUN\x10\x01\x12\x11\n\rJOB_KIND_TEST\x10\x02\x12\x15\n\x11JOB_KIND_DISCOVER\x10\x03\x12\x14\n\x10JOB_KIND_PREVIEW\x10\x04*\xb0\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x13\n\x0fJOB_STATE_READY\x10\x01\x12\x15\n\x11JOB_STATE_PENDING\x10\x02\x12\x15\n\x11JOB_STATE_RUNNING\x10\x03\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x04\x12\x14\n\x10JOB_STATE_FAILED\x10\x05\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x06*S\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\x11\n\rPHASE_EXTRACT\x10\x01\x12\x0e\n\nPHASE_LOAD\x10\x02\x12\x10\n\x0cPHASE_DIRECT\x10\x03*P\n\tPlacement\x12\x19\n\x15PLACEMENT_UNSPECIFIED\x10\x00\x12\x13\n\x0fPLACEMENT_CLOUD\x10\x01\x12\x13\n\x0fPLACEMENT_AGENT\x10\x02*\x85\x01\n\tWriteMode\x12\x1a\n\x16WRITE_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11WRITE_MODE_APPEND\x10\x01\x12\x18\n\x14WRITE_MODE_OVERWRITE\x10\x02\x12\x15\n\x11WRITE_MODE_UPSERT\x10\x03\x12\x14\n\x10WRITE_MODE_MERGE\x10\x04*\x86\x01\n\nEventLevel\x12\x1b\n\x17\x45VENT_LEVEL_UNSPECIFIED\x10\x00\x12\x15\n\x11\x45VENT_LEVEL_DEBUG\x10\x01\x12\x14\n\x10\x45VENT_LEVEL_INFO\x10\x02\x12\x17\n\x13\x45VENT_LEVEL_WARNING\x10\x03\x12\x15\n\x11\x45VENT_LEVEL_ERROR\x10\x04*\x82\x01\n\rCatalogStatus\x12\x1e\n\x1a\x43\x41TALOG_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15\x43\x41TALOG_STATUS_ACTIVE\x10\x01\x12\x1a\n\x16\x43\x41TALOG_STATUS_CHANGED\x10\x02\x12\x1a\n\x16\x43\x41TALOG_STATUS_MISSING\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'setu.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_JOBKIND']._serialized_start=1717
-  _globals['_JOBKIND']._serialized_end=1834
-  _globals['_JOBSTATE']._serialized_start=1837
-  _globals['_JOBSTATE']._serialized_end=2013
-  _globals['_PHASE']._serialized_start=2015
-  _globals['_PHASE']._serialized_end=2098
-  _globals['_PLACEMENT']._serialized_start=2100
-  _globals['_PLACEMENT']._serialized_end=2180
-  _globals['_WRITEMODE']._serialized_start=2183
-  _globals['_WRITEMODE']._serialized_end=2316
-  _globals['_EVENTLEVEL']._serialized_start=2319
-  _globals['_EVENTLEVEL']._serialized_end=2453
-  _globals['_CATALOGSTATUS']._serialized_start=2456
-  _globals['_CATALOGSTATUS']._serialized_end=2586
-  _globals['_PROGRESS']._serialized_start=97
-  _globals['_PROGRESS']._serialized_end=286
-  _globals['_STREAMPROGRESS']._serialized_start=288
-  _globals['_STREAMPROGRESS']._serialized_end=365
-  _globals['_JOB']._serialized_start=368
-  _globals['_JOB']._serialized_end=1112
-  _globals['_JOBEVENT']._serialized_start=1115
-  _globals['_JOBEVENT']._serialized_end=1276
-  _globals['_ROWCHANGES']._serialized_start=1278
-  _globals['_ROWCHANGES']._serialized_end=1361
-  _globals['_STREAMCURSOR']._serialized_start=1363
-  _globals['_STREAMCURSOR']._serialized_end=1422
-  _globals['_COLUMN']._serialized_start=1424
-  _globals['_COLUMN']._serialized_end=1496
-  _globals['_CATALOGSTREAM']._serialized_start=1499
-  _globals['_CATALOGSTREAM']._serialized_end=1715
+  _globals['_STREAMPROGRESS'].fields_by_name['rows_extracted']._loaded_options = None
+  _globals['_STREAMPROGRESS'].fields_by_name['rows_extracted']._serialized_options = b'\302\363\030\013 \000(\200\200\232\246\352\257\343\001'
+  _globals['_STREAMPROGRESS'].fields_by_name['rows_loaded']._loaded_options = None
+  _globals['_STREAMPROGRESS'].fields_by_name['rows_loaded']._serialized_options = b'\302\363\030\013 \000(\200\200\232\246\352\257\343\001'
+  _globals['_JOBKIND']._serialized_start=1774
+  _globals['_JOBKIND']._serialized_end=1891
+  _globals['_JOBSTATE']._serialized_start=1894
+  _globals['_JOBSTATE']._serialized_end=2070
+  _globals['_PHASE']._serialized_start=2072
+  _globals['_PHASE']._serialized_end=2155
+  _globals['_PLACEMENT']._serialized_start=2157
+  _globals['_PLACEMENT']._serialized_end=2237
+  _globals['_WRITEMODE']._serialized_start=2240
+  _globals['_WRITEMODE']._serialized_end=2373
+  _globals['_EVENTLEVEL']._serialized_start=2376
+  _globals['_EVENTLEVEL']._serialized_end=2510
+  _globals['_CATALOGSTATUS']._serialized_start=2513
+  _globals['_CATALOGSTATUS']._serialized_end=2643
+  _globals['_PROGRESS']._serialized_start=120
+  _globals['_PROGRESS']._serialized_end=309
+  _globals['_STREAMPROGRESS']._serialized_start=311
+  _globals['_STREAMPROGRESS']._serialized_end=422
+  _globals['_JOB']._serialized_start=425
+  _globals['_JOB']._serialized_end=1169
+  _globals['_JOBEVENT']._serialized_start=1172
+  _globals['_JOBEVENT']._serialized_end=1333
+  _globals['_ROWCHANGES']._serialized_start=1335
+  _globals['_ROWCHANGES']._serialized_end=1418
+  _globals['_STREAMCURSOR']._serialized_start=1420
+  _globals['_STREAMCURSOR']._serialized_end=1479
+  _globals['_COLUMN']._serialized_start=1481
+  _globals['_COLUMN']._serialized_end=1553
+  _globals['_CATALOGSTREAM']._serialized_start=1556
+  _globals['_CATALOGSTREAM']._serialized_end=1772
 # @@protoc_insertion_point(module_scope)

@@ -248,6 +248,7 @@ class StreamProgress(_message.Message):
     ROWS_LOADED_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     rows_extracted: _builtins.int
+    """0 to 10^15 rows each where a runtime reports them."""
     rows_loaded: _builtins.int
     def __init__(
         self,

@@ -152,9 +152,11 @@ async def test_made_up_stream_names_leave_only_the_runs_own_streams(
     made_up = [f"made-up-{i}" for i in range(200)]
     job = await running_run(pool, tenant, OWN)
     extract = await leased(agent, pool, tenant, job, TaskKind.EXTRACT)
-    progress = pb.TaskProgress(rows_read=2, streams=beats(["orders", *made_up, "users"]))
+    # A runtime names a source's stream qualified: public.users is the run's users.
+    names = ["orders", *made_up, "public.users", "users.x"]
+    progress = pb.TaskProgress(rows_read=2, streams=beats(names))
     await agent.Heartbeat(pb.HeartbeatRequest(**extract, progress=progress))
-    assert set((await the_run(pool, tenant, job)).stream_progress) == set(OWN)
+    assert set((await the_run(pool, tenant, job)).stream_progress) == {"orders", "public.users"}
 
     # A load moves one stream: another of the run's, or made-up ones, are not its.
     other = await running_run(pool, tenant, OWN)

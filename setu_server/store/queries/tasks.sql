@@ -106,9 +106,10 @@ WHERE runtime = $1 AND state = 'pending' AND run_after > coalesce($2, now());
 -- or load: its first beat comes as the stage starts), with a version bump
 -- and a notify, so WatchJob shows it. Only the run's own streams merge: a
 -- load's one stream (its payload's), else the streams the run took at
--- submit (job.params); a run of every stream the source offers takes new
--- names while it holds fewer than 1000. Other names are ignored, so an
--- agent cannot grow its run's record without bound.
+-- submit (job.params), or their qualified spellings (namespace.name) while
+-- the record holds fewer than 1000 names, as a run of every stream the
+-- source offers takes any. Other names are ignored, so an agent cannot
+-- grow its run's record without bound.
 -- Only the runtime holding the lease may present its token.
 -- $1 id, $2 lease_token, $3 lease seconds, $4 progress, $5 now, $6 runtime
 WITH beat AS (
@@ -144,10 +145,17 @@ WITH beat AS (
              WHERE CASE
                  WHEN beat.kind = 'load' AND beat.payload ? 'stream'
                      THEN s ->> 'stream' = beat.payload ->> 'stream'
-                 WHEN jsonb_array_length(coalesce(job.params #> '{pipeline,streams}', '[]')) > 0
-                     THEN job.params #> '{pipeline,streams}' ? (s ->> 'stream')
-                 ELSE job.stream_progress ? (s ->> 'stream')
-                      OR (SELECT count(*) FROM jsonb_object_keys(job.stream_progress)) < 1000
+                 WHEN job.params #> '{pipeline,streams}' ? (s ->> 'stream')
+                      OR job.stream_progress ? (s ->> 'stream')
+                     THEN true
+                 -- A runtime names a stream qualified (public.orders for a
+                 -- pipeline's orders); a run of every stream has no list.
+                 ELSE (SELECT count(*) FROM jsonb_object_keys(job.stream_progress)) < 1000
+                      AND (jsonb_array_length(coalesce(job.params #> '{pipeline,streams}', '[]')) = 0
+                           OR EXISTS (
+                               SELECT 1
+                               FROM jsonb_array_elements_text(job.params #> '{pipeline,streams}') AS w (name)
+                               WHERE right(s ->> 'stream', length(w.name) + 1) = '.' || w.name))
              END),
             '{}'::jsonb),
         version = job.version + 1,

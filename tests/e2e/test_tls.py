@@ -296,4 +296,8 @@ async def test_the_agent_and_the_cli_name_a_proxy_that_answers_5xx(tenant: Tenan
         )
         record = await _warning_of(agent, PROXY_502)
     assert str(record["msg"]).startswith(f"cannot reach 127.0.0.1:{port}: "), record
-    assert code == 2 and err.strip() == f"error: cannot reach 127.0.0.1:{port}: {PROXY_502}"
+    # The CLI names where the address came from; the proxy's answer is no
+    # "nothing listens", so no hint about starting a server follows.
+    assert code == 2 and err.strip() == (
+        f"error: cannot reach 127.0.0.1:{port}: {PROXY_502} (the address given by --server)"
+    )

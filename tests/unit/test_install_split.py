@@ -2,8 +2,9 @@
 and pyproject.toml (no module is run, nothing is installed).
 
 pyproject's base dependencies are what setu-agent, setu-worker and the `setu`
-client need; setu-server's own are the `server` extra, and S3 and Parquet
-are extras of their own (`s3`, `parquet`). Two rules hold the split:
+client need; setu-server's own are the `server` extra, and S3, Parquet and
+the mysql and duckdb providers' drivers are extras of their own (`s3`,
+`parquet`, `mysql`, `duckdb`). Two rules hold the split:
 
 - the base lists no server-only distribution and none of an optional
   extra's, and the `server` extra brings every one of them;
@@ -70,6 +71,8 @@ IMPORTED_FROM: Mapping[str, str] = {
     # botocore comes with aiobotocore (the s3 extra), never on its own.
     "botocore": "aiobotocore",
     "pyarrow": "pyarrow",
+    "asyncmy": "asyncmy",
+    "duckdb": "duckdb",
     "aiohttp": "aiohttp",
     "pgserver": "pgserver",
     "jinja2": "jinja2",

@@ -1,8 +1,297 @@
-"""The mysql provider's write side (stub: the methods land next)."""
+"""The mysql provider's write side: every write mode, all or nothing, with
+exactly-once load markers (setu_engine/staged/markers.py).
+
+MySQL and MariaDB commit implicitly before and after any DDL, so a write
+cannot create or alter a table inside its transaction as PostgreSQL and
+SQLite do. A write therefore runs in three steps:
+
+1. Its rows go into a private staging table (`_setu_write_<random>`, in the
+   connection's database), created for this write alone: by `LOAD DATA
+   LOCAL INFILE` of a file in a private 0700 folder when the server allows
+   it (`local_infile`, only with infile.py's guard), else by multi-row
+   INSERTs kept below the server's max_allowed_packet. A value the
+   destination cannot hold (NaN, ±Infinity, ±infinity dates, a decimal
+   with more digits than its column) fails here, before the target is
+   touched, as a ValueFault naming the stream, column and row.
+2. The shape changes: the target table created when missing, the columns
+   of `changes` added (DDL, each committing on its own).
+3. One InnoDB transaction applies the staging table to the target
+   (INSERT … SELECT; upsert and merge with ON DUPLICATE KEY UPDATE, merge
+   then deleting the target rows whose key the input lacks) and records
+   the marker; `overwrite` instead fills a new table like the target and
+   swaps it in with one atomic `RENAME TABLE t TO old, new TO t`.
+
+What a failure leaves: a failure in step 1 or 3 rolls the rows back and
+undoes step 2 (the table created by the write dropped, the columns added
+dropped again), so the target's rows and shape are as they were. What a
+crash (the process killed) between step 2 and the commit of step 3
+leaves: the created table (empty) or the added columns (NULL in every
+row), and an orphan staging table; the retry finds no marker and writes
+again, so no row is lost or doubled. An overwrite's swap and its marker
+are two statements: a crash between them leaves the new rows in place and
+no marker, and the retry overwrites again with the same rows (overwrite is
+idempotent), so the outcome is the same.
+
+Counts: inserted rows are the table's rows after minus before (inside the
+transaction); MySQL's affected-rows of ON DUPLICATE KEY UPDATE is 1 per
+insert, 2 per changed row, 0 per row set to the values it had (without
+CLIENT_FOUND_ROWS, which asyncmy does not set): so updated is
+(affected - inserted) / 2 and unchanged the rest, as SQLite counts.
+
+MySQL 8.0.20 deprecated `VALUES(col)` in ON DUPLICATE KEY UPDATE for a
+row alias (8.0.19+); MariaDB has only `VALUES(col)`. For INSERT … SELECT
+the select's own columns serve, so MySQL ≥ 8.0.19 gets a derived table
+alias `AS new` and `new.col` (checked by reading MySQL's manual, not run).
+
+Types on create (neutral → MySQL): boolean → tinyint(1), smallint,
+integer → int, bigint, real → float, double, numeric(p,s) →
+decimal(p,s), numeric without p,s → decimal(65,30) (a value with more
+than 30 fraction digits or 35 integer digits is refused, never rounded),
+text → longtext (varchar(255) as a key column, which must be indexable;
+`character varying(n)` → varchar(n)), bytes → longblob (varbinary(255)
+as a key), date, time → time(6), timestamp → datetime(6), timestamptz →
+datetime(6) holding UTC (it reads back as timestamp), uuid → char(36)
+(reads back as text), json → json (MariaDB: longtext checked json_valid).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import datetime as dt
+import importlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from decimal import Decimal
 from typing import Any
+
+from setu_engine.errors import (
+    ConfigError,
+    PermanentError,
+    ProviderError,
+    TransientError,
+    ValueFault,
+)
+from setu_engine.kinds import RowChanges, WriteMode, Written
+from setu_engine.planning.destination_plan import SchemaChanges
+from setu_engine.providers.mysql import infile
+from setu_engine.staged.markers import MARKERS, LoadMarker
+from setu_engine.values import sqltypes
+from setu_engine.values.special import Infinite
+from setu_engine.values.types import Batch, Column
+
+# The widest decimal MySQL has: a numeric without precision lands in it.
+WIDE_DECIMAL = (65, 30)
+# A key column of text or bytes must be indexable: InnoDB indexes up to
+# 3072 bytes, 255 utf8mb4 characters are 1020.
+KEY_TEXT = "varchar(255)"
+KEY_BYTES = "varbinary(255)"
+# Rows per INSERT at most, and bytes of SQL per statement at most (a
+# fraction of max_allowed_packet, read at the first write).
+INSERT_ROWS = 5000
+STATEMENT_BYTES = 4 * 1024 * 1024
+
+DDL = {
+    "boolean": "tinyint(1)",
+    "smallint": "smallint",
+    "integer": "int",
+    "bigint": "bigint",
+    "real": "float",
+    "double": "double",
+    "text": "longtext",
+    "bytes": "longblob",
+    "date": "date",
+    "time": "time(6)",
+    "timestamp": "datetime(6)",
+    "timestamptz": "datetime(6)",
+    "uuid": "char(36)",
+    "json": "json",
+}
+
+MARKERS_DDL = (
+    "CREATE TABLE IF NOT EXISTS {table} ("
+    "run_id varchar(64) NOT NULL, stream varchar(512) NOT NULL, "
+    "part varchar(32) NOT NULL DEFAULT '', loaded_at datetime(6) NOT NULL, "
+    "`rows` bigint NOT NULL, PRIMARY KEY (run_id, stream, part)"
+    ") ENGINE=InnoDB CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+)
+
+
+def quote(name: str) -> str:
+    """A MySQL identifier: backticks, an embedded backtick doubled."""
+    if "\0" in name:
+        raise ConfigError(f"mysql: the name {name!r} holds a NUL character, which MySQL refuses")
+    return "`" + name.replace("`", "``") + "`"
+
+
+def column_ddl(column: Column, is_key: bool = False) -> str:
+    """The MySQL type a column is created with."""
+    declared = column.sql_type
+    if column.type == "text" and declared:
+        parsed = declared.strip().lower()
+        if parsed.startswith(("character varying(", "varchar(")):
+            return "varchar(" + parsed.split("(", 1)[1]
+        if parsed.startswith(("character(", "char(")):
+            return "char(" + parsed.split("(", 1)[1]
+    if column.type == "numeric":
+        precision, scale = _precision(column)
+        return f"decimal({precision},{scale})"
+    if is_key and column.type == "text":
+        return KEY_TEXT
+    if is_key and column.type == "bytes":
+        return KEY_BYTES
+    return DDL[column.type]
+
+
+def _precision(column: Column) -> tuple[int, int]:
+    if column.sql_type:
+        try:
+            parsed = sqltypes.parse(column.sql_type)
+        except Exception:  # an unknown spelling: the wide decimal
+            return WIDE_DECIMAL
+        args = parsed.args if parsed.base == "numeric" else ()
+        if args and 0 < args[0] <= 65:
+            scale = args[1] if len(args) > 1 else 0
+            if 0 <= scale <= min(30, args[0]):
+                return args[0], scale
+    return WIDE_DECIMAL
+
+
+# -- values: neutral Python value -> what MySQL takes (chosen once per column)
+
+
+def _fault(reason: str, column: Column, value: Any) -> ValueFault:
+    return ValueFault(reason, column=column.name, value=value)
+
+
+def encoder(column: Column) -> Callable[[Any], Any]:
+    """A converter from the neutral value to a plain str/int/float/bytes
+    MySQL stores exactly; raises ValueFault for a value it cannot hold."""
+    kind = column.type
+
+    if kind == "boolean":
+        return lambda v: 1 if v else 0
+    if kind in ("smallint", "integer", "bigint"):
+        return int
+    if kind in ("real", "double"):
+
+        def number(v: Any) -> Any:
+            f = float(v)
+            if not math.isfinite(f):
+                raise _fault(f"MySQL has no {v!r} for a {kind} column", column, v)
+            return f
+
+        return number
+    if kind == "numeric":
+        precision, scale = _precision(column)
+
+        def decimal(v: Any) -> str:
+            d = v if isinstance(v, Decimal) else Decimal(str(v))
+            if not d.is_finite():
+                raise _fault("MySQL's decimal holds no NaN or Infinity", column, v)
+            _sign, digits, exponent = d.as_tuple()
+            assert isinstance(exponent, int)
+            fraction = max(-exponent, 0)
+            whole = max(len(digits) + exponent, 0)
+            if fraction > scale and d != d.quantize(Decimal(1).scaleb(-scale)):
+                raise _fault(
+                    f"more than {scale} fraction digits: "
+                    f"decimal({precision},{scale}) would round it",
+                    column,
+                    v,
+                )
+            if whole > precision - scale:
+                raise _fault(f"too many digits for decimal({precision},{scale})", column, v)
+            return format(d, "f")
+
+        return decimal
+    if kind == "text":
+        return str
+    if kind == "bytes":
+        return bytes
+    if kind in ("date", "timestamp", "timestamptz"):
+
+        def moment(v: Any) -> str:
+            if isinstance(v, Infinite):
+                raise _fault(f"MySQL has no {v} for a {kind} column", column, v)
+            if isinstance(v, dt.datetime):
+                if v.tzinfo is not None:
+                    v = v.astimezone(dt.UTC).replace(tzinfo=None)
+                return str(v.isoformat(sep=" ", timespec="microseconds"))
+            return str(v.isoformat())
+
+        return moment
+    if kind == "time":
+        return lambda v: str(v.isoformat(timespec="microseconds"))
+    if kind == "uuid":
+        return lambda v: str(uuid.UUID(str(v)))
+    if kind == "json":
+        return lambda v: json.dumps(v, ensure_ascii=False, allow_nan=False)
+    raise ConfigError(f"mysql: no MySQL type for a {kind} column {column.name!r}")
+
+
+def row_encoder(columns: Sequence[Column]) -> Callable[[Sequence[Any]], list[Any]]:
+    encoders = [encoder(c) for c in columns]
+    pairs = list(zip(columns, encoders, strict=True))
+
+    def encode(row: Sequence[Any]) -> list[Any]:
+        out: list[Any] = []
+        for (column, convert), value in zip(pairs, row, strict=True):
+            if value is None:
+                out.append(None)
+                continue
+            try:
+                out.append(convert(value))
+            except ValueFault:
+                raise
+            except (TypeError, ValueError, ArithmeticError) as exc:
+                raise _fault(f"not a {column.type} MySQL can store ({exc})", column, value) from exc
+        return out
+
+    return encode
+
+
+_TSV = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\0": "\\0"})
+
+
+def tsv_field(value: Any) -> str:
+    """One field of MySQL's escaped TSV (ESCAPED BY '\\\\'): bytes as hex
+    (the LOAD unhexes them), NULL as \\N."""
+    if value is None:
+        return "\\N"
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, float):
+        return repr(value)
+    return str(value).translate(_TSV)
+
+
+# Error codes when failures.py (the read side's) is not importable: the
+# write side's own few (deadlock and lock wait are worth a retry).
+_TRANSIENT = {1205, 1213, 1040, 1317, 3024, 1969}
+
+
+def _by_code(exc: BaseException, what: str) -> ProviderError:
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    message = f"mysql: {what}: {exc}"
+    if code in _TRANSIENT:
+        return TransientError(message)
+    if (code is not None and 1000 <= code < 2000) or code in (3140,):
+        return PermanentError(message)
+    return ProviderError(message)
+
+
+def _write_tsv(path: str, rows: list[list[Any]]) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with open(fd, "w", encoding="utf-8", newline="\n") as out:
+        for row in rows:
+            out.write("\t".join(tsv_field(v) for v in row))
+            out.write("\n")
 
 
 class MysqlWrites:
@@ -14,3 +303,398 @@ class MysqlWrites:
     flavour: str  # "mariadb" or "mysql"
     version: tuple[int, ...]
     local_infile: bool  # server's @@local_infile is ON and infile's guard is installed
+
+    # -- helpers on the connection
+
+    async def _sql(self, statement: str) -> int:
+        async with self.conn.cursor() as cursor:
+            await cursor.execute(statement)
+            return int(cursor.rowcount or 0)
+
+    async def _one(self, statement: str) -> Any:
+        async with self.conn.cursor() as cursor:
+            await cursor.execute(statement)
+            row = await cursor.fetchone()
+            return None if row is None else row[0]
+
+    def _lit(self, value: Any) -> str:
+        return str(self.conn.literal(value))
+
+    def _name(self, table: str, schema: str | None = None) -> str:
+        return f"{quote(schema or self.database)}.{quote(table)}"
+
+    def _error(self, exc: BaseException, what: str, mode: WriteMode | None = None) -> BaseException:
+        if isinstance(exc, (ProviderError, ConfigError)):
+            return exc
+        if isinstance(exc, infile.RefusedFile):
+            return PermanentError(str(exc))
+        try:
+            failures = importlib.import_module("setu_engine.providers.mysql.failures")
+            mapped = failures.mysql_error(exc, what)
+        except ImportError:  # the read side's module not there yet
+            mapped = _by_code(exc, what)
+        if mode is WriteMode.APPEND and getattr(exc, "args", (None,))[0] in (1062, 1586):
+            # Duplicate key under append: permanent, with PostgreSQL's hint.
+            return PermanentError(
+                f"{mapped}; under write mode append every row must be new: use upsert or merge "
+                "with the key, or overwrite"
+            )
+        return mapped if isinstance(mapped, BaseException) else ProviderError(str(mapped))
+
+    async def _rollback(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.conn.rollback()
+
+    # -- markers
+
+    def _markers(self) -> str:
+        return self._name(MARKERS)
+
+    async def marked(self, marker: LoadMarker) -> int | None:
+        exists = await self._one(
+            "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
+            f"{self._lit(self.database)} AND TABLE_NAME = {self._lit(MARKERS)}"
+        )
+        if not exists:
+            await self._rollback()
+            return None
+        found = await self._one(self._marked_sql(marker))
+        await self._rollback()
+        return None if found is None else int(found)
+
+    def _marked_sql(self, marker: LoadMarker, lock: bool = False) -> str:
+        return (
+            f"SELECT `rows` FROM {self._markers()} WHERE run_id = {self._lit(marker.run_id)} "
+            f"AND stream = {self._lit(marker.stream)} AND part = {self._lit(marker.part)}"
+            + (" FOR UPDATE" if lock else "")
+        )
+
+    def _set_marker_sql(self, marker: LoadMarker, rows: int) -> str:
+        return (
+            f"INSERT INTO {self._markers()} (run_id, stream, part, loaded_at, `rows`) VALUES "
+            f"({self._lit(marker.run_id)}, {self._lit(marker.stream)}, {self._lit(marker.part)}, "
+            f"UTC_TIMESTAMP(6), {int(rows)})"
+        )
+
+    # -- the write
+
+    async def write(
+        self,
+        stream: str,
+        columns: Sequence[Column],
+        batches: AsyncIterator[Batch],
+        mode: WriteMode,
+        key: Sequence[str],
+        *,
+        schema: str | None = None,
+        marker: LoadMarker | None = None,
+        changes: SchemaChanges | None = None,
+    ) -> Written | int:
+        mode = WriteMode(mode)
+        columns, key = list(columns), list(key)
+        names = [c.name for c in columns]
+        if mode.needs_key:
+            if not key:
+                raise ConfigError(f"write mode {mode.value} needs a key")
+            missing = [k for k in key if k not in names]
+            if missing:
+                raise ConfigError(f"key column(s) {', '.join(missing)} are not written")
+        target = self._name(stream, schema)
+        what = f"writing {target}"
+        if marker is not None:
+            recorded = await self.marked(marker)
+            if recorded is not None:
+                return recorded  # an earlier attempt loaded it: write nothing
+        stage = f"_setu_write_{uuid.uuid4().hex[:16]}"
+        staged = self._name(stage)
+        created = False
+        added: list[str] = []
+        try:
+            try:
+                await self._sql(MARKERS_DDL.format(table=self._markers()))
+                await self._create_stage(staged, columns, key if mode.needs_key else [])
+                written = await self._fill_stage(stream, staged, columns, batches)
+                created, added = await self._shape(stream, schema, columns, key, mode, changes)
+                if mode is WriteMode.OVERWRITE:
+                    result = await self._overwrite(stream, schema, staged, columns, marker, written)
+                else:
+                    result = await self._apply(target, staged, columns, key, mode, marker, written)
+            except BaseException as exc:
+                await asyncio.shield(self._undo(stream, schema, created, added))
+                if isinstance(exc, Exception):
+                    raise self._error(exc, what, mode) from exc
+                raise
+        finally:
+            await asyncio.shield(self._drop_quietly(staged))
+        return result
+
+    async def _create_stage(
+        self, staged: str, columns: Sequence[Column], key: Sequence[str]
+    ) -> None:
+        defs = [f"{quote(c.name)} {column_ddl(c, c.name in key)} NULL" for c in columns]
+        defs.append("`_setu_seq` bigint NOT NULL AUTO_INCREMENT PRIMARY KEY")
+        if key:
+            defs.append(f"KEY `_setu_key` ({', '.join(quote(k) for k in key)})")
+        await self._sql(
+            f"CREATE TABLE {staged} ({', '.join(defs)}) ENGINE=InnoDB CHARACTER SET utf8mb4"
+        )
+
+    async def _fill_stage(
+        self, stream: str, staged: str, columns: Sequence[Column], batches: AsyncIterator[Batch]
+    ) -> int:
+        encode = row_encoder(columns)
+        written = 0
+        folder = tempfile.mkdtemp(prefix="setu-mysql-") if self.local_infile else None
+        try:
+            async for batch in batches:
+                rows = []
+                for index, row in enumerate(batch, 1):
+                    try:
+                        rows.append(encode(row))
+                    except ValueFault as fault:
+                        at = ValueFault(
+                            fault.reason, column=fault.column, value=fault.value, row=index
+                        )
+                        raise at.located(stream, written) from fault
+                if folder is not None:
+                    await self._load_file(folder, staged, columns, rows)
+                else:
+                    await self._insert_rows(staged, columns, rows)
+                await self.conn.commit()
+                written += len(batch)
+        finally:
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+        return written
+
+    async def _insert_rows(
+        self, staged: str, columns: Sequence[Column], rows: list[list[Any]]
+    ) -> None:
+        head = f"INSERT INTO {staged} ({', '.join(quote(c.name) for c in columns)}) VALUES "
+        pieces: list[str] = []
+        size = 0
+        for row in rows:
+            piece = "(" + ", ".join(self._lit(v) for v in row) + ")"
+            if pieces and (size + len(piece) > STATEMENT_BYTES or len(pieces) >= INSERT_ROWS):
+                await self._sql(head + ", ".join(pieces))
+                pieces, size = [], 0
+            pieces.append(piece)
+            size += len(piece) + 2
+        if pieces:
+            await self._sql(head + ", ".join(pieces))
+
+    async def _load_file(
+        self, folder: str, staged: str, columns: Sequence[Column], rows: list[list[Any]]
+    ) -> None:
+        path = os.path.join(folder, f"{uuid.uuid4().hex}.tsv")
+        await asyncio.to_thread(_write_tsv, path, rows)
+        targets, sets = [], []
+        for index, column in enumerate(columns):
+            if column.type == "bytes":
+                targets.append(f"@v{index}")
+                sets.append(f"{quote(column.name)} = UNHEX(@v{index})")
+            else:
+                targets.append(quote(column.name))
+        statement = (
+            f"LOAD DATA LOCAL INFILE {self._lit(path)} INTO TABLE {staged} "
+            "CHARACTER SET utf8mb4 FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\' "
+            f"LINES TERMINATED BY '\\n' ({', '.join(targets)})"
+            + (f" SET {', '.join(sets)}" if sets else "")
+        )
+        try:
+            with infile.allow(self.conn, path):
+                await self._sql(statement)
+        finally:
+            os.unlink(path)
+
+    async def _exists(self, table: str, schema: str | None) -> bool:
+        found = await self._one(
+            "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
+            f"{self._lit(schema or self.database)} AND TABLE_NAME = {self._lit(table)}"
+        )
+        return found is not None
+
+    async def _present(self, table: str, schema: str | None) -> list[str]:
+        async with self.conn.cursor() as cursor:
+            await cursor.execute(
+                "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
+                f"{self._lit(schema or self.database)} AND TABLE_NAME = {self._lit(table)} "
+                "ORDER BY ORDINAL_POSITION"
+            )
+            return [str(r[0]) for r in await cursor.fetchall()]
+
+    async def _shape(
+        self,
+        table: str,
+        schema: str | None,
+        columns: Sequence[Column],
+        key: Sequence[str],
+        mode: WriteMode,
+        changes: SchemaChanges | None,
+    ) -> tuple[bool, list[str]]:
+        """Creates the target when missing and adds the columns of
+        `changes` (DDL: each commits); what it did, for _undo."""
+        target = self._name(table, schema)
+        if not await self._exists(table, schema):
+            defs = [
+                f"{quote(c.name)} {column_ddl(c, c.name in key)}"
+                + ("" if c.nullable and c.name not in key else " NOT NULL")
+                for c in columns
+            ]
+            if key:
+                defs.append(f"PRIMARY KEY ({', '.join(quote(k) for k in key)})")
+            await self._sql(
+                f"CREATE TABLE {target} ({', '.join(defs)}) ENGINE=InnoDB CHARACTER SET utf8mb4"
+            )
+            return True, []
+        present = set(await self._present(table, schema))
+        added: list[str] = []
+        if changes is not None and mode is not WriteMode.OVERWRITE:
+            for column in changes.columns:
+                if column.name not in present:
+                    await self._sql(
+                        f"ALTER TABLE {target} ADD COLUMN {quote(column.name)} "
+                        f"{column_ddl(column)} NULL"
+                    )
+                    added.append(column.name)
+                    present.add(column.name)
+        if mode.needs_key and not await self._unique_on(table, schema, key):
+            raise PermanentError(
+                f"mysql: {mode.value} into {target} needs a primary key or unique index on "
+                f"exactly ({', '.join(key)}); the table has none"
+            )
+        absent = [c.name for c in columns if c.name not in present]
+        if absent and mode is not WriteMode.OVERWRITE:
+            raise PermanentError(
+                f"mysql: table {target} has no column(s) {', '.join(absent)}; "
+                "add them or leave them out of the write"
+            )
+        return False, added
+
+    async def _unique_on(self, table: str, schema: str | None, key: Sequence[str]) -> bool:
+        async with self.conn.cursor() as cursor:
+            await cursor.execute(
+                "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE "
+                f"TABLE_SCHEMA = {self._lit(schema or self.database)} AND TABLE_NAME = "
+                f"{self._lit(table)} AND NON_UNIQUE = 0"
+            )
+            indexes: dict[str, set[str]] = {}
+            for index, column in await cursor.fetchall():
+                indexes.setdefault(str(index), set()).add(str(column))
+        return set(key) in indexes.values()
+
+    async def _undo(self, table: str, schema: str | None, created: bool, added: list[str]) -> None:
+        """Compensates _shape after a failure: the target's shape as it was."""
+        await self._rollback()
+        target = self._name(table, schema)
+        with contextlib.suppress(Exception):
+            if created:
+                await self._sql(f"DROP TABLE IF EXISTS {target}")
+            elif added:
+                drops = ", ".join(f"DROP COLUMN {quote(name)}" for name in added)
+                await self._sql(f"ALTER TABLE {target} {drops}")
+
+    async def _drop_quietly(self, staged: str) -> None:
+        await self._rollback()
+        with contextlib.suppress(Exception):
+            await self._sql(f"DROP TABLE IF EXISTS {staged}")
+
+    def _upsert_sql(self, target: str, staged: str, names: list[str], key: Sequence[str]) -> str:
+        cols = ", ".join(quote(n) for n in names)
+        others = [n for n in names if n not in key] or list(key)
+        if self.flavour == "mysql" and tuple(self.version) >= (8, 0, 19):
+            updates = ", ".join(f"{quote(n)} = `new`.{quote(n)}" for n in others)
+            source = f"SELECT * FROM (SELECT {cols} FROM {staged} ORDER BY `_setu_seq`) AS `new`"
+        else:
+            updates = ", ".join(f"{quote(n)} = VALUES({quote(n)})" for n in others)
+            source = f"SELECT {cols} FROM {staged} ORDER BY `_setu_seq`"
+        return f"INSERT INTO {target} ({cols}) {source} ON DUPLICATE KEY UPDATE {updates}"
+
+    async def _apply(
+        self,
+        target: str,
+        staged: str,
+        columns: Sequence[Column],
+        key: Sequence[str],
+        mode: WriteMode,
+        marker: LoadMarker | None,
+        written: int,
+    ) -> Written | int:
+        names = [c.name for c in columns]
+        cols = ", ".join(quote(n) for n in names)
+        await self.conn.begin()
+        if marker is not None:
+            recorded = await self._one(self._marked_sql(marker, lock=True))
+            if recorded is not None:
+                await self._rollback()
+                return int(recorded)
+        if not mode.needs_key:
+            await self._sql(
+                f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {staged} ORDER BY `_setu_seq`"
+            )
+            changes = RowChanges(written)
+        else:
+            before = int(await self._one(f"SELECT COUNT(*) FROM {target}"))
+            affected = await self._sql(self._upsert_sql(target, staged, names, key))
+            after = int(await self._one(f"SELECT COUNT(*) FROM {target}"))
+            inserted = after - before
+            updated = (affected - inserted) // 2
+            changes = RowChanges(inserted, updated, written - inserted - updated)
+            if mode is WriteMode.MERGE:
+                match = " AND ".join(f"s.{quote(k)} = t.{quote(k)}" for k in key)
+                gone = await self._sql(
+                    f"DELETE t FROM {target} AS t WHERE NOT EXISTS "
+                    f"(SELECT 1 FROM {staged} AS s WHERE {match})"
+                )
+                changes = RowChanges(inserted, updated, changes.unchanged, gone)
+        if marker is not None:
+            await self._sql(self._set_marker_sql(marker, written))
+        await self.conn.commit()
+        return Written(written, changes)
+
+    async def _overwrite(
+        self,
+        table: str,
+        schema: str | None,
+        staged: str,
+        columns: Sequence[Column],
+        marker: LoadMarker | None,
+        written: int,
+    ) -> Written | int:
+        """A new table like the target, filled, swapped in with one RENAME."""
+        target = self._name(table, schema)
+        suffix = uuid.uuid4().hex[:12]
+        fresh = self._name(f"_setu_new_{suffix}", schema)
+        old = self._name(f"_setu_old_{suffix}", schema)
+        cols = ", ".join(quote(c.name) for c in columns)
+        await self._sql(f"CREATE TABLE {fresh} LIKE {target}")
+        try:
+            present = set(await self._present(f"_setu_new_{suffix}", schema))
+            for column in columns:
+                # The columns `changes` adds, in the new table only: the
+                # target's shape changes with the swap or not at all.
+                if column.name not in present:
+                    await self._sql(
+                        f"ALTER TABLE {fresh} ADD COLUMN {quote(column.name)} "
+                        f"{column_ddl(column)} NULL"
+                    )
+            await self._sql(
+                f"INSERT INTO {fresh} ({cols}) SELECT {cols} FROM {staged} ORDER BY `_setu_seq`"
+            )
+            await self.conn.commit()
+            if marker is not None:
+                await self.conn.begin()
+                recorded = await self._one(self._marked_sql(marker, lock=True))
+                await self._rollback()
+                if recorded is not None:
+                    return int(recorded)
+            await self._sql(f"RENAME TABLE {target} TO {old}, {fresh} TO {target}")
+        except BaseException:
+            await asyncio.shield(self._drop_quietly(fresh))
+            raise
+        await self._drop_quietly(old)
+        if marker is not None:
+            await self.conn.begin()
+            await self._sql(self._set_marker_sql(marker, written))
+            await self.conn.commit()
+        return Written(written, RowChanges(written))

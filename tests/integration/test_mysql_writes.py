@@ -1,0 +1,457 @@
+"""The mysql provider's write side (setu_engine/providers/mysql/write.py) on
+a real MariaDB server (tests/mariadb.py): every write mode with its exact
+counts, all or nothing (rows and shape), load markers, the LOAD DATA and
+INSERT paths, the LOCAL INFILE guard, refused values, hostile names and
+cancellation.
+
+The writer here is the MysqlWrites mixin over a connection set up as the
+connector sets its own up (UTC, utf8mb4, strict sql_mode, autocommit off).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import uuid
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from setu_engine.errors import PermanentError, ValueFault
+from setu_engine.kinds import RowChanges, WriteMode, changes_of
+from setu_engine.planning.destination_plan import SchemaChanges
+from setu_engine.providers.mysql import infile
+from setu_engine.providers.mysql.write import MysqlWrites
+from setu_engine.staged.markers import LoadMarker
+from setu_engine.values.types import Batch, Column
+from tests.mariadb import MySQLDatabase
+
+pytestmark = pytest.mark.asyncio
+
+SESSION = (
+    "SET time_zone = '+00:00'",
+    "SET NAMES utf8mb4",
+    "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,"
+    "NO_ENGINE_SUBSTITUTION,ERROR_FOR_DIVISION_BY_ZERO'",
+)
+
+
+class Writer(MysqlWrites):
+    def __init__(self, conn: Any, database: str, version: str, local_infile: bool) -> None:
+        self.conn = conn
+        self.database = database
+        self.flavour = "mariadb" if "mariadb" in version.lower() else "mysql"
+        self.version = tuple(int(p) for p in version.split("-")[0].split(".")[:3])
+        self.local_infile = local_infile
+
+
+async def writer(db: MySQLDatabase, *, local_infile: bool = True) -> Writer:
+    if local_infile:
+        assert infile.install_guard()
+    conn = await db.server.connect(db.name, local_infile=local_infile)
+    await conn.autocommit(False)
+    async with conn.cursor() as cursor:
+        for statement in SESSION:
+            await cursor.execute(statement)
+        await cursor.execute("SELECT VERSION()")
+        (version,) = await cursor.fetchone()
+    await conn.commit()
+    return Writer(conn, db.name, str(version), local_infile)
+
+
+async def close(w: Writer) -> None:
+    w.conn.close()
+    await w.conn.ensure_closed()
+
+
+async def batches(*parts: Batch) -> AsyncIterator[Batch]:
+    for part in parts:
+        yield part
+
+
+ID = Column("id", "bigint", False)
+NAME = Column("name", "text", True)
+COLUMNS = [ID, NAME]
+
+
+async def rows_of(db: MySQLDatabase, table: str = "t") -> list[tuple[Any, ...]]:
+    return await db.fetch(f"SELECT * FROM `{table}` ORDER BY 1")
+
+
+async def columns_of(db: MySQLDatabase, table: str = "t") -> list[str]:
+    found = await db.fetch(
+        "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
+        "AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+        (db.name, table),
+    )
+    return [r[0] for r in found]
+
+
+async def tables_of(db: MySQLDatabase) -> set[str]:
+    found = await db.fetch(
+        "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (db.name,)
+    )
+    return {r[0] for r in found}
+
+
+@pytest.mark.parametrize("local_infile", [True, False], ids=["load-data", "insert"])
+async def test_every_mode_counts_exactly(mysql_database: MySQLDatabase, local_infile: bool) -> None:
+    db = mysql_database
+    w = await writer(db, local_infile=local_infile)
+    try:
+        first = await w.write(
+            "t", COLUMNS, batches([(1, "a"), (2, "b")], [(3, "c")]), WriteMode.APPEND, ["id"]
+        )
+        assert first == 3 and changes_of(first) == RowChanges(3)
+        # 1 unchanged, 2 changed, 4 new.
+        up = await w.write(
+            "t", COLUMNS, batches([(1, "a"), (2, "B"), (4, "d")]), WriteMode.UPSERT, ["id"]
+        )
+        assert changes_of(up) == RowChanges(1, 1, 1)
+        assert await rows_of(db) == [(1, "a"), (2, "B"), (3, "c"), (4, "d")]
+        # 3 and 4 leave; 1 unchanged, 2 changed, 5 new.
+        merged = await w.write(
+            "t", COLUMNS, batches([(1, "a"), (2, "b2"), (5, None)]), WriteMode.MERGE, ["id"]
+        )
+        assert changes_of(merged) == RowChanges(1, 1, 1, 2)
+        assert await rows_of(db) == [(1, "a"), (2, "b2"), (5, None)]
+        over = await w.write("t", COLUMNS, batches([(9, "z")]), WriteMode.OVERWRITE, [])
+        assert changes_of(over) == RowChanges(1)
+        assert await rows_of(db) == [(9, "z")]
+        # Nothing of the writes' own tables is left behind.
+        assert await tables_of(db) == {"t", "_setu_loads"}
+    finally:
+        await close(w)
+
+
+async def test_failure_on_a_later_batch_leaves_rows_and_shape(
+    mysql_database: MySQLDatabase,
+) -> None:
+    db = mysql_database
+    await db.execute("CREATE TABLE t (id bigint PRIMARY KEY, name longtext)")
+    await db.execute("INSERT INTO t VALUES (1, 'a')")
+    score = Column("score", "double", True)
+    w = await writer(db)
+    try:
+        changes = SchemaChanges("t", columns=(score,))
+        good = [(i, "x", 1.5) for i in range(2, 100)]
+        with pytest.raises(ValueFault) as caught:
+            await w.write(
+                "t",
+                [ID, NAME, score],
+                batches(good, [(100, "y", float("nan"))]),
+                WriteMode.UPSERT,
+                ["id"],
+                changes=changes,
+            )
+        message = str(caught.value)
+        assert "'t'" in message and "'score'" in message and "row 99" in message
+        assert await rows_of(db) == [(1, "a")]
+        assert await columns_of(db) == ["id", "name"]
+        assert await tables_of(db) == {"t", "_setu_loads"}
+    finally:
+        await close(w)
+
+
+async def test_failure_in_the_apply_takes_the_added_columns_back(
+    mysql_database: MySQLDatabase,
+) -> None:
+    db = mysql_database
+    await db.execute("CREATE TABLE t (id bigint PRIMARY KEY, name longtext)")
+    await db.execute("INSERT INTO t VALUES (1, 'a')")
+    extra = Column("extra", "text", True)
+    w = await writer(db)
+    try:
+        # Duplicate key under append: the apply's INSERT fails after the
+        # column was added.
+        with pytest.raises(PermanentError):
+            await w.write(
+                "t",
+                [ID, NAME, extra],
+                batches([(2, "b", "e"), (1, "dup", "e")]),
+                WriteMode.APPEND,
+                [],
+                changes=SchemaChanges("t", columns=(extra,)),
+            )
+        assert await rows_of(db) == [(1, "a")]
+        assert await columns_of(db) == ["id", "name"]
+    finally:
+        await close(w)
+
+
+async def test_a_failed_first_write_leaves_no_table(mysql_database: MySQLDatabase) -> None:
+    db = mysql_database
+    w = await writer(db)
+    try:
+        with pytest.raises(PermanentError):
+            await w.write("t", COLUMNS, batches([(1, "a"), (1, "b")]), WriteMode.APPEND, ["id"])
+        assert "t" not in await tables_of(db)
+    finally:
+        await close(w)
+
+
+async def test_schema_evolution_adds_the_column(mysql_database: MySQLDatabase) -> None:
+    db = mysql_database
+    await db.execute("CREATE TABLE t (id bigint PRIMARY KEY, name longtext)")
+    await db.execute("INSERT INTO t VALUES (1, 'a')")
+    extra = Column("extra", "integer", True)
+    w = await writer(db)
+    try:
+        written = await w.write(
+            "t",
+            [ID, NAME, extra],
+            batches([(2, "b", 7)]),
+            WriteMode.APPEND,
+            [],
+            changes=SchemaChanges("t", columns=(extra,)),
+        )
+        assert written == 1
+        assert await rows_of(db) == [(1, "a", None), (2, "b", 7)]
+    finally:
+        await close(w)
+
+
+async def test_a_marked_write_writes_nothing_the_second_time(
+    mysql_database: MySQLDatabase,
+) -> None:
+    db = mysql_database
+    w = await writer(db)
+    marker = LoadMarker(uuid.uuid4().hex, "t")
+    try:
+        first = await w.write(
+            "t", COLUMNS, batches([(1, "a"), (2, "b")]), WriteMode.APPEND, [], marker=marker
+        )
+        again = await w.write(
+            "t", COLUMNS, batches([(3, "c")]), WriteMode.APPEND, [], marker=marker
+        )
+        assert first == 2 and again == 2
+        assert await rows_of(db) == [(1, "a"), (2, "b")]
+        assert await w.marked(marker) == 2
+        over = LoadMarker(marker.run_id, "t", "")
+        over = LoadMarker(uuid.uuid4().hex, "t")
+        await w.write("t", COLUMNS, batches([(5, "e")]), WriteMode.OVERWRITE, [], marker=over)
+        assert await w.write("t", COLUMNS, batches([]), WriteMode.OVERWRITE, [], marker=over) == 1
+        assert await rows_of(db) == [(5, "e")]
+    finally:
+        await close(w)
+
+
+EVERY = [
+    Column("id", "integer", False),
+    Column("flag", "boolean", True),
+    Column("small", "smallint", True),
+    Column("big", "bigint", True),
+    Column("r", "real", True),
+    Column("d", "double", True),
+    Column("n", "numeric", True, "numeric(20,5)"),
+    Column("wide", "numeric", True),
+    Column("txt", "text", True),
+    Column("vc", "text", True, "character varying(20)"),
+    Column("bin", "bytes", True),
+    Column("day", "date", True),
+    Column("at", "time", True),
+    Column("ts", "timestamp", True),
+    Column("tstz", "timestamptz", True),
+    Column("u", "uuid", True),
+    Column("doc", "json", True),
+]
+NASTY = "tab\there\nnewline\\back\r\0nul 日本語 ελληνικά عربى 🎉 'q' \"dq\" `bt`"
+ROW = (
+    1,
+    True,
+    -32768,
+    -9223372036854775808,
+    1.5,
+    -0.1,
+    Decimal("-123456789012345.12345"),
+    Decimal("12345678901234567890123456789012345.123456789012345678901234567891"),
+    NASTY,
+    "short",
+    b"\x00\t\n\\\xff\xfe",
+    dt.date(1000, 1, 1),
+    dt.time(23, 59, 59, 999999),
+    dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+    dt.datetime(2024, 3, 1, 12, 0, 0, 1, tzinfo=dt.timezone(dt.timedelta(hours=5, minutes=30))),
+    uuid.UUID("12345678-1234-5678-1234-567812345678"),
+    {"a": [1, "日本", None], "b": {"c": True}},
+)
+EMPTY = (2, *(None for _ in EVERY[1:]))
+BLANK = (
+    3,
+    False,
+    0,
+    0,
+    0.0,
+    0.0,
+    Decimal(0),
+    Decimal(0),
+    "",
+    "",
+    b"",
+    None,
+    None,
+    None,
+    None,
+    None,
+    "",
+)
+
+
+@pytest.mark.parametrize("local_infile", [True, False], ids=["load-data", "insert"])
+async def test_values_land_exactly(mysql_database: MySQLDatabase, local_infile: bool) -> None:
+    db = mysql_database
+    w = await writer(db, local_infile=local_infile)
+    try:
+        await w.write("t", EVERY, batches([ROW, EMPTY, BLANK]), WriteMode.APPEND, [])
+    finally:
+        await close(w)
+    got = await db.fetch(
+        "SELECT id, flag, small, big, r, d, n, wide, txt, vc, bin, day, at, ts, tstz, u, doc "
+        "FROM t ORDER BY id"
+    )
+    first = got[0]
+    assert first[1] == 1 and first[2] == -32768 and first[3] == ROW[3]
+    assert first[4] == 1.5 and first[5] == -0.1
+    assert first[6] == ROW[6]
+    assert first[7] == ROW[7]
+    assert first[8] == NASTY and first[9] == "short"
+    assert first[10] == ROW[10]
+    assert first[11] == ROW[11]
+    assert first[12] == dt.timedelta(hours=23, minutes=59, seconds=59, microseconds=999999)
+    assert first[13] == ROW[13]
+    assert first[14] == dt.datetime(2024, 3, 1, 6, 30, 0, 1)  # the instant, in UTC
+    assert first[15] == str(ROW[15])
+    import json
+
+    assert json.loads(first[16]) == ROW[16]
+    assert got[1] == EMPTY
+    assert got[2][8] == "" and got[2][10] == b"" and json.loads(got[2][16]) == ""
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        (Column("v", "double", True), float("nan")),
+        (Column("v", "double", True), float("inf")),
+        (Column("v", "real", True), float("-inf")),
+        (Column("v", "numeric", True), Decimal("NaN")),
+        (Column("v", "numeric", True), Decimal("Infinity")),
+        (Column("v", "numeric", True, "numeric(5,2)"), Decimal("1.234")),
+        (Column("v", "numeric", True, "numeric(5,2)"), Decimal("1234.5")),
+        (Column("v", "numeric", True), Decimal("1e-31")),
+    ],
+    ids=["nan", "inf", "-inf", "dec-nan", "dec-inf", "rounds", "too-big", "too-fine"],
+)
+async def test_values_mysql_cannot_hold_fail_naming_them(
+    mysql_database: MySQLDatabase, column: Column, value: Any
+) -> None:
+    db = mysql_database
+    w = await writer(db)
+    try:
+        with pytest.raises(ValueFault) as caught:
+            await w.write("t", [ID, column], batches([(1, None), (2, value)]), WriteMode.APPEND, [])
+        message = str(caught.value)
+        assert "'t'" in message and "'v'" in message and "row 2" in message
+        assert "t" not in await tables_of(db)
+    finally:
+        await close(w)
+
+
+async def test_infinite_dates_are_refused(mysql_database: MySQLDatabase) -> None:
+    from setu_engine.values.special import INFINITY
+
+    w = await writer(mysql_database)
+    try:
+        with pytest.raises(ValueFault, match="infinity"):
+            await w.write(
+                "t", [ID, Column("d", "date", True)], batches([(1, INFINITY)]), WriteMode.APPEND, []
+            )
+    finally:
+        await close(w)
+
+
+@pytest.mark.parametrize(
+    "name", ["we`ird", "a.b", "it's", 'q"uote', "50%off", "`; DROP TABLE x; --"]
+)
+async def test_hostile_names(mysql_database: MySQLDatabase, name: str) -> None:
+    db = mysql_database
+    w = await writer(db)
+    column = Column(name, "text", True)
+    try:
+        for mode in (WriteMode.APPEND, WriteMode.UPSERT, WriteMode.MERGE, WriteMode.OVERWRITE):
+            await w.write(name, [column], batches([("v1",), ("v2",)]), mode, [name])
+        found = await db.fetch(
+            f"SELECT `{name.replace('`', '``')}` FROM `{name.replace('`', '``')}`"
+        )
+        assert sorted(r[0] for r in found) == ["v1", "v2"]
+    finally:
+        await close(w)
+
+
+async def test_the_guard_refuses_a_file_nobody_registered(
+    mysql_database: MySQLDatabase, tmp_path: Any
+) -> None:
+    """A server that asks for a client file (here: our own LOAD naming one)
+    gets nothing unless the write registered that very path."""
+    db = mysql_database
+    await db.execute("CREATE TABLE x (line longtext)")
+    w = await writer(db)
+    try:
+        with pytest.raises(infile.RefusedFile):
+            await w._sql("LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE x")
+        await w.conn.rollback()
+        assert await db.fetch("SELECT * FROM x") == []
+        # The connection is still in step, and a registered file does load.
+        mine = tmp_path / "mine.tsv"
+        mine.write_text("hello\n")
+        with infile.allow(w.conn, str(mine)):
+            await w._sql(f"LOAD DATA LOCAL INFILE '{mine}' INTO TABLE x")
+        # Registered for another path: still refused.
+        with infile.allow(w.conn, str(mine)), pytest.raises(infile.RefusedFile):
+            await w._sql("LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE x")
+        await w.conn.commit()
+        assert await db.fetch("SELECT * FROM x") == [("hello",)]
+    finally:
+        await close(w)
+
+
+async def test_server_without_local_infile_uses_inserts(mysql_database: MySQLDatabase) -> None:
+    """With the client's local_infile off, a write never sends LOAD DATA
+    LOCAL (the server would refuse it), and still lands every row."""
+    db = mysql_database
+    w = await writer(db, local_infile=False)
+    try:
+        rows = [(i, f"r{i}") for i in range(12000)]
+        written = await w.write("t", COLUMNS, batches(rows), WriteMode.APPEND, [])
+        assert written == 12000
+        assert await db.fetchval("SELECT COUNT(*) FROM t") == 12000
+    finally:
+        await close(w)
+
+
+async def test_cancelled_write_leaves_nothing(mysql_database: MySQLDatabase) -> None:
+    db = mysql_database
+    await db.execute("CREATE TABLE t (id bigint PRIMARY KEY, name longtext)")
+    await db.execute("INSERT INTO t VALUES (1, 'a')")
+    w = await writer(db)
+    first_sent = asyncio.Event()
+    never = asyncio.Event()
+
+    async def slow() -> AsyncIterator[Batch]:
+        yield [(2, "b")]
+        first_sent.set()
+        await never.wait()
+        yield [(3, "c")]
+
+    try:
+        task = asyncio.create_task(w.write("t", COLUMNS, slow(), WriteMode.MERGE, ["id"]))
+        await first_sent.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await rows_of(db) == [(1, "a")]
+        assert await tables_of(db) == {"t", "_setu_loads"}
+    finally:
+        await close(w)

@@ -455,3 +455,155 @@ async def test_cancelled_write_leaves_nothing(mysql_database: MySQLDatabase) -> 
         assert await tables_of(db) == {"t", "_setu_loads"}
     finally:
         await close(w)
+
+
+async def test_staged_parts_resume_and_apply_once(mysql_database: MySQLDatabase) -> None:
+    """The StagingDestination protocol (setu_engine/staged/resumable.py):
+    parts copied with their markers, a part copied again is skipped, the
+    apply lands every part at once with the stream's marker and drops the
+    staging table and its markers."""
+    from types import SimpleNamespace
+
+    from setu_engine.staged.markers import LoadIdentity
+    from setu_engine.staged.resumable import part_marker, stage_marker, stage_table
+
+    db = mysql_database
+    await db.execute("CREATE TABLE t (id bigint PRIMARY KEY, name longtext)")
+    await db.execute("INSERT INTO t VALUES (1, 'old'), (7, 'gone')")
+    identity = LoadIdentity(uuid.uuid4().hex)
+    stage = stage_table(identity.run_id, "t")
+    registered = stage_marker(identity.run_id, "t")
+    parts = [[(1, "a"), (2, "b")], [(3, "c")], [(4, "d")]]
+    w = await writer(db)
+    try:
+        await w.prepare_stage(stage, COLUMNS, None, registered)
+        assert await w.stage_part(stage, COLUMNS, parts[0], part_marker(identity, "t", 0), None)
+        # A retry after a crash: the same part again is skipped.
+        assert not await w.stage_part(stage, COLUMNS, parts[0], part_marker(identity, "t", 0), None)
+        await w.prepare_stage(stage, COLUMNS, None, registered)
+        for index, part in enumerate(parts[1:], 1):
+            assert await w.stage_part(stage, COLUMNS, part, part_marker(identity, "t", index), None)
+        assert await db.fetchval(f"SELECT COUNT(*) FROM `{stage}`") == 4
+        assert await rows_of(db) == [(1, "old"), (7, "gone")]  # nothing applied yet
+        # Another run sees this staging table as fresh, not stale.
+        assert await w.stale_stages(uuid.uuid4().hex, dt.timedelta(hours=1)) == []
+        target = SimpleNamespace(
+            table="t", schema=None, mode=WriteMode.MERGE, key=("id",), changes=None
+        )
+        heard: list[str] = []
+
+        async def before_commit() -> None:
+            heard.append("committing")
+
+        final = identity.marker("t")
+        written = await w.apply_stage(stage, COLUMNS, target, final, before_commit)
+        assert written == 4 and changes_of(written) == RowChanges(3, 1, 0, 1)
+        assert heard == ["committing"]
+        assert await rows_of(db) == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+        assert stage not in await tables_of(db)
+        left = await db.fetch("SELECT part FROM _setu_loads WHERE run_id = %s", (identity.run_id,))
+        assert left == [("",)]
+        # Applied once: a second apply finds the marker.
+        assert await w.apply_stage(stage, COLUMNS, target, final, before_commit) == 4
+    finally:
+        await close(w)
+
+
+async def test_a_cancel_at_the_last_word_rolls_the_apply_back(
+    mysql_database: MySQLDatabase,
+) -> None:
+    from types import SimpleNamespace
+
+    from setu_engine.staged.markers import LoadIdentity
+    from setu_engine.staged.resumable import part_marker, stage_marker, stage_table
+
+    db = mysql_database
+    identity = LoadIdentity(uuid.uuid4().hex)
+    stage = stage_table(identity.run_id, "t")
+    w = await writer(db)
+    try:
+        await w.prepare_stage(stage, COLUMNS, None, stage_marker(identity.run_id, "t"))
+        await w.stage_part(stage, COLUMNS, [(1, "a")], part_marker(identity, "t", 0), None)
+        target = SimpleNamespace(
+            table="t", schema=None, mode=WriteMode.APPEND, key=("id",), changes=None
+        )
+
+        async def cancel() -> None:
+            raise asyncio.CancelledError
+
+        with pytest.raises(asyncio.CancelledError):
+            await w.apply_stage(stage, COLUMNS, target, identity.marker("t"), cancel)
+        # The target the apply created is gone again; the staging table stays for a retry.
+        assert "t" not in await tables_of(db)
+        assert await db.fetchval(f"SELECT COUNT(*) FROM `{stage}`") == 1
+        await w.drop_stage(stage, stage_marker(identity.run_id, "t"))
+        assert stage not in await tables_of(db)
+        assert await db.fetch("SELECT part FROM _setu_loads") == []
+    finally:
+        await close(w)
+
+
+async def test_stale_staging_tables_of_other_runs_are_found(mysql_database: MySQLDatabase) -> None:
+    from setu_engine.staged.resumable import stage_marker, stage_table
+
+    db = mysql_database
+    old_run = uuid.uuid4().hex
+    w = await writer(db)
+    try:
+        await w.prepare_stage(stage_table(old_run, "t"), COLUMNS, None, stage_marker(old_run, "t"))
+        await db.execute("UPDATE _setu_loads SET loaded_at = UTC_TIMESTAMP(6) - INTERVAL 2 DAY")
+        found = await w.stale_stages(uuid.uuid4().hex, dt.timedelta(days=1))
+        assert found == [stage_marker(old_run, "t")]
+        assert await w.stale_stages(old_run, dt.timedelta(days=1)) == []
+    finally:
+        await close(w)
+
+
+async def test_inspect_table_reads_the_shape(mysql_database: MySQLDatabase) -> None:
+    db = mysql_database
+    await db.execute(
+        "CREATE TABLE t (id int NOT NULL, code varchar(20) NOT NULL DEFAULT 'x', "
+        "amount decimal(10,2), flag tinyint(1) NOT NULL, PRIMARY KEY (id), UNIQUE KEY (code, flag))"
+    )
+    w = await writer(db)
+    try:
+        shape = await w.inspect_table("t", None)
+        assert shape.columns is not None
+        assert [(c.name, c.neutral, c.required) for c in shape.columns] == [
+            ("id", "integer", True),
+            ("code", "text", False),
+            ("amount", "numeric", False),
+            ("flag", "boolean", True),
+        ]
+        assert set(shape.unique_keys) == {frozenset({"id"}), frozenset({"code", "flag"})}
+        assert (await w.inspect_table("missing", None)).columns is None
+        assert (await w.inspect_table("t", "no_such_db_x")).missing_schema == "no_such_db_x"
+        await w.add_columns("t", None, [Column("more", "text", True)])
+        assert await columns_of(db) == ["id", "code", "amount", "flag", "more"]
+    finally:
+        await close(w)
+
+
+async def test_a_lock_wait_timeout_is_transient(mysql_database: MySQLDatabase) -> None:
+    """A real 1205: another connection holds the row lock, the write's
+    session waits innodb_lock_wait_timeout=1 second for it."""
+    from setu_engine.errors import TransientError
+
+    db = mysql_database
+    await db.execute("CREATE TABLE t (id bigint PRIMARY KEY, name longtext)")
+    await db.execute("INSERT INTO t VALUES (1, 'a')")
+    holder = await db.connect()
+    w = await writer(db)
+    try:
+        await holder.autocommit(False)
+        async with holder.cursor() as cursor:
+            await cursor.execute("SELECT * FROM t WHERE id = 1 FOR UPDATE")
+        await w._sql("SET SESSION innodb_lock_wait_timeout = 1")
+        with pytest.raises(TransientError):
+            await w.write("t", COLUMNS, batches([(1, "b")]), WriteMode.UPSERT, ["id"])
+        await holder.rollback()
+        assert await rows_of(db) == [(1, "a")]
+    finally:
+        holder.close()
+        await holder.ensure_closed()
+        await close(w)

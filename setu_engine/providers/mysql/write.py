@@ -66,7 +66,8 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -78,7 +79,7 @@ from setu_engine.errors import (
     ValueFault,
 )
 from setu_engine.kinds import RowChanges, WriteMode, Written
-from setu_engine.planning.destination_plan import SchemaChanges
+from setu_engine.planning.destination_plan import DestinationColumn, SchemaChanges, TableShape
 from setu_engine.providers.mysql import infile
 from setu_engine.staged.markers import MARKERS, LoadMarker
 from setu_engine.values import sqltypes
@@ -619,6 +620,7 @@ class MysqlWrites:
         mode: WriteMode,
         marker: LoadMarker | None,
         written: int,
+        hook: Callable[[], Awaitable[None]] | None = None,
     ) -> Written | int:
         names = [c.name for c in columns]
         cols = ", ".join(quote(n) for n in names)
@@ -649,6 +651,11 @@ class MysqlWrites:
                 changes = RowChanges(inserted, updated, changes.unchanged, gone)
         if marker is not None:
             await self._sql(self._set_marker_sql(marker, written))
+            if marker.part == "":
+                # A resumable load's part markers go with its rows.
+                await self._sql(self._forget_parts_sql(marker))
+        if hook is not None:
+            await hook()
         await self.conn.commit()
         return Written(written, changes)
 
@@ -660,6 +667,7 @@ class MysqlWrites:
         columns: Sequence[Column],
         marker: LoadMarker | None,
         written: int,
+        hook: Callable[[], Awaitable[None]] | None = None,
     ) -> Written | int:
         """A new table like the target, filled, swapped in with one RENAME."""
         target = self._name(table, schema)
@@ -688,6 +696,8 @@ class MysqlWrites:
                 await self._rollback()
                 if recorded is not None:
                     return int(recorded)
+            if hook is not None:
+                await hook()
             await self._sql(f"RENAME TABLE {target} TO {old}, {fresh} TO {target}")
         except BaseException:
             await asyncio.shield(self._drop_quietly(fresh))
@@ -698,3 +708,256 @@ class MysqlWrites:
             await self._sql(self._set_marker_sql(marker, written))
             await self.conn.commit()
         return Written(written, RowChanges(written))
+
+    def _forget_parts_sql(self, marker: LoadMarker) -> str:
+        return (
+            f"DELETE FROM {self._markers()} WHERE run_id = {self._lit(marker.run_id)} "
+            f"AND stream = {self._lit(marker.stream)} AND part NOT IN ('', 'stage')"
+        )
+
+    # -- resumable loads (setu_engine/staged/resumable.py): the staging table
+    # holds the chain's output, as rows; it lives in the connection's database.
+
+    copies = False
+
+    async def prepare_stage(
+        self, stage: str, columns: Sequence[Column], schema: str | None, marker: LoadMarker
+    ) -> None:
+        staged = self._name(stage)
+        try:
+            await self._sql(MARKERS_DDL.format(table=self._markers()))
+            if not await self._exists(stage, None):
+                await self._create_stage(staged, columns, [])
+            await self.conn.begin()
+            await self._sql(
+                f"INSERT IGNORE INTO {self._markers()} (run_id, stream, part, loaded_at, `rows`) "
+                f"VALUES ({self._lit(marker.run_id)}, {self._lit(marker.stream)}, "
+                f"{self._lit(marker.part)}, UTC_TIMESTAMP(6), 0)"
+            )
+            await self.conn.commit()
+        except Exception as exc:
+            await self._rollback()
+            raise self._error(exc, f"creating {staged}") from exc
+
+    async def stage_part(
+        self,
+        stage: str,
+        columns: Sequence[Column],
+        part: Any,
+        marker: LoadMarker,
+        schema: str | None,
+    ) -> bool:
+        assert isinstance(part, list)
+        staged = self._name(stage)
+        encode = row_encoder(columns)
+        rows = []
+        for index, row in enumerate(part, 1):
+            try:
+                rows.append(encode(row))
+            except ValueFault as fault:
+                at = ValueFault(fault.reason, column=fault.column, value=fault.value, row=index)
+                raise at.located(marker.stream) from fault
+        folder = tempfile.mkdtemp(prefix="setu-mysql-") if self.local_infile else None
+        try:
+            await self.conn.begin()
+            if await self._one(self._marked_sql(marker, lock=True)) is not None:
+                await self._rollback()
+                return False  # an earlier attempt copied it
+            if folder is not None:
+                await self._load_file(folder, staged, columns, rows)
+            else:
+                await self._insert_rows(staged, columns, rows)
+            await self._sql(self._set_marker_sql(marker, len(rows)))
+            await self.conn.commit()
+            return True
+        except BaseException as exc:
+            await asyncio.shield(self._rollback())
+            if isinstance(exc, Exception):
+                raise self._error(exc, f"staging into {staged}") from exc
+            raise
+        finally:
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+
+    async def apply_stage(
+        self,
+        stage: str,
+        columns: Sequence[Column],
+        target: Any,
+        marker: LoadMarker,
+        before_commit: Callable[[], Awaitable[None]],
+    ) -> Written | int:
+        mode = WriteMode(target.mode)
+        key = list(target.key)
+        staged = self._name(stage)
+        name = self._name(target.table, target.schema)
+        created, added = False, list[str]()
+        try:
+            recorded = await self.marked(marker)
+            if recorded is not None:
+                return recorded
+            written = int(await self._one(f"SELECT COUNT(*) FROM {staged}"))
+            await self._rollback()
+            created, added = await self._shape(
+                target.table, target.schema, columns, key, mode, target.changes
+            )
+            if mode is WriteMode.OVERWRITE:
+                result = await self._overwrite(
+                    target.table, target.schema, staged, columns, marker, written, before_commit
+                )
+                await self._sql(self._forget_parts_sql(marker))
+                await self.conn.commit()
+            else:
+                result = await self._apply(
+                    name, staged, columns, key, mode, marker, written, before_commit
+                )
+        except BaseException as exc:
+            await asyncio.shield(self._undo(target.table, target.schema, created, added))
+            if isinstance(exc, Exception):
+                raise self._error(exc, f"writing {name}", mode) from exc
+            raise
+        # The rows are in: the staging table and its registration go (a
+        # crash before this leaves them to stale_stages' clean-up).
+        await asyncio.shield(self._drop_stage(staged, marker, keep_parts=True))
+        return result
+
+    async def _drop_stage(self, staged: str, marker: LoadMarker, keep_parts: bool = False) -> None:
+        await self._sql(f"DROP TABLE IF EXISTS {staged}")
+        await self.conn.begin()
+        parts = "part = 'stage'" if keep_parts else "part <> ''"
+        await self._sql(
+            f"DELETE FROM {self._markers()} WHERE run_id = {self._lit(marker.run_id)} "
+            f"AND stream = {self._lit(marker.stream)} AND {parts}"
+        )
+        await self.conn.commit()
+
+    async def drop_stage(self, stage: str, marker: LoadMarker) -> None:
+        try:
+            await self._sql(MARKERS_DDL.format(table=self._markers()))
+            await self._drop_stage(self._name(stage), marker)
+        except Exception as exc:
+            await self._rollback()
+            raise self._error(exc, f"dropping {stage}") from exc
+
+    async def stale_stages(self, run_id: str, idle: timedelta) -> list[LoadMarker]:
+        if not await self._exists(MARKERS, None):
+            await self._rollback()
+            return []
+        seconds = max(int(idle.total_seconds()), 0)
+        markers = self._markers()
+        async with self.conn.cursor() as cursor:
+            await cursor.execute(
+                f"SELECT s.run_id, s.stream, s.part FROM {markers} s "
+                f"WHERE s.part = 'stage' AND s.run_id <> {self._lit(run_id)} "
+                f"AND (SELECT max(m.loaded_at) FROM {markers} m WHERE m.run_id = s.run_id "
+                f"AND m.stream = s.stream) < UTC_TIMESTAMP(6) - INTERVAL {seconds} SECOND "
+                "ORDER BY s.loaded_at"
+            )
+            found = await cursor.fetchall()
+        await self._rollback()
+        return [LoadMarker(str(r), str(st), str(p)) for r, st, p in found]
+
+    # -- the destination's shape (setu_engine/planning/destination_plan.py)
+
+    async def inspect_table(self, table: str, schema: str | None) -> TableShape:
+        database = schema or self.database
+        shown = f"{quote(database)}.{quote(table)}"
+        try:
+            if schema is not None:
+                found = await self._one(
+                    "SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = "
+                    f"{self._lit(schema)}"
+                )
+                if found is None:
+                    await self._rollback()
+                    return TableShape(shown, missing_schema=schema)
+            async with self.conn.cursor() as cursor:
+                await cursor.execute(
+                    "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT, EXTRA "
+                    "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
+                    f"{self._lit(database)} AND TABLE_NAME = {self._lit(table)} "
+                    "ORDER BY ORDINAL_POSITION"
+                )
+                info = await cursor.fetchall()
+                await cursor.execute(
+                    "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE "
+                    f"TABLE_SCHEMA = {self._lit(database)} AND TABLE_NAME = "
+                    f"{self._lit(table)} AND NON_UNIQUE = 0"
+                )
+                indexes: dict[str, set[str]] = {}
+                for index, column in await cursor.fetchall():
+                    indexes.setdefault(str(index), set()).add(str(column))
+            await self._rollback()
+        except Exception as exc:
+            await self._rollback()
+            raise self._error(exc, f"inspecting {shown}") from exc
+        if not info:
+            return TableShape(shown)
+        columns = tuple(
+            DestinationColumn(
+                str(name),
+                str(declared),
+                neutral_of(str(declared)),
+                nullable == "NO" and default is None and "auto_increment" not in str(extra),
+            )
+            for name, declared, nullable, default, extra in info
+        )
+        return TableShape(
+            shown, columns=columns, unique_keys=tuple(frozenset(v) for v in indexes.values())
+        )
+
+    async def create_schema(self, schema: str) -> None:
+        try:
+            await self._sql(f"CREATE DATABASE IF NOT EXISTS {quote(schema)} CHARACTER SET utf8mb4")
+        except Exception as exc:
+            raise self._error(exc, f"creating database {schema!r}") from exc
+
+    async def add_columns(self, table: str, schema: str | None, columns: Sequence[Column]) -> None:
+        target = self._name(table, schema)
+        try:
+            present = set(await self._present(table, schema))
+            for column in columns:
+                if column.name not in present:
+                    await self._sql(
+                        f"ALTER TABLE {target} ADD COLUMN {quote(column.name)} "
+                        f"{column_ddl(column)} NULL"
+                    )
+            await self._rollback()
+        except Exception as exc:
+            await self._rollback()
+            raise self._error(exc, f"adding columns to {target}") from exc
+
+
+def neutral_of(declared: str) -> str | None:
+    """The neutral type of a MySQL column type (COLUMN_TYPE), for judging a
+    load's columns against it; None (not judged) for what has none."""
+    t = declared.strip().lower()
+    base = t.split("(", 1)[0].split(" ", 1)[0]
+    unsigned = "unsigned" in t
+    if t.startswith("tinyint(1)") and not unsigned:
+        return "boolean"
+    if base in ("tinyint", "smallint"):
+        return "integer" if unsigned and base == "smallint" else "smallint"
+    if base in ("mediumint", "int", "integer"):
+        return "bigint" if unsigned and base != "mediumint" else "integer"
+    if base == "bigint":
+        return "numeric" if unsigned else "bigint"
+    if base == "float":
+        return "real"
+    if base in ("double", "real"):
+        return "double"
+    if base in ("decimal", "numeric"):
+        return "numeric"
+    if base in ("char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"):
+        return "text"
+    if base in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"):
+        return "bytes"
+    if base in ("date", "time", "json"):
+        return base
+    if base == "datetime":
+        return "timestamp"
+    if base == "timestamp":
+        return "timestamptz"
+    if base == "year":
+        return "smallint"
+    return None

@@ -126,6 +126,22 @@ async def test_every_mode_counts_exactly(mysql_database: MySQLDatabase, local_in
         await close(w)
 
 
+async def test_text_keys_differing_in_case_or_trailing_space_are_rows_of_their_own(
+    mysql_database: MySQLDatabase,
+) -> None:
+    db = mysql_database
+    w = await writer(db)
+    code = Column("code", "text", False)
+    try:
+        keys = [("a",), ("A",), ("a ",), ("ä",)]
+        await w.write("t", [code], batches(keys), WriteMode.APPEND, ["code"])
+        up = await w.write("t", [code], batches(keys), WriteMode.UPSERT, ["code"])
+        assert changes_of(up) == RowChanges(0, 0, 4)
+        assert sorted(r[0] for r in await db.fetch("SELECT code FROM t")) == ["A", "a", "a ", "ä"]
+    finally:
+        await close(w)
+
+
 async def test_failure_on_a_later_batch_leaves_rows_and_shape(
     mysql_database: MySQLDatabase,
 ) -> None:

@@ -318,6 +318,14 @@ class MysqlWrites:
             row = await cursor.fetchone()
             return None if row is None else row[0]
 
+    def _charset(self) -> str:
+        """Tables the write creates compare text byte for byte, trailing
+        spaces included: the server's default collation (utf8mb4_general_ci)
+        would make the keys 'a', 'A' and 'a ' one row."""
+        if self.flavour == "mysql":
+            return "CHARACTER SET utf8mb4 COLLATE utf8mb4_0900_bin"
+        return "CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"
+
     def _lit(self, value: Any) -> str:
         return str(self.conn.literal(value))
 
@@ -437,7 +445,7 @@ class MysqlWrites:
         if key:
             defs.append(f"KEY `_setu_key` ({', '.join(quote(k) for k in key)})")
         await self._sql(
-            f"CREATE TABLE {staged} ({', '.join(defs)}) ENGINE=InnoDB CHARACTER SET utf8mb4"
+            f"CREATE TABLE {staged} ({', '.join(defs)}) ENGINE=InnoDB {self._charset()}"
         )
 
     async def _fill_stage(
@@ -545,7 +553,7 @@ class MysqlWrites:
             if key:
                 defs.append(f"PRIMARY KEY ({', '.join(quote(k) for k in key)})")
             await self._sql(
-                f"CREATE TABLE {target} ({', '.join(defs)}) ENGINE=InnoDB CHARACTER SET utf8mb4"
+                f"CREATE TABLE {target} ({', '.join(defs)}) ENGINE=InnoDB {self._charset()}"
             )
             return True, []
         present = set(await self._present(table, schema))

@@ -245,6 +245,8 @@ async def test_a_marked_write_writes_nothing_the_second_time(
         assert first == 2 and again == 2
         assert await rows_of(db) == [(1, "a"), (2, "b")]
         assert await w.marked(marker) == 2
+        # Streams 't' and 't ' are two streams: their markers are two.
+        assert await w.marked(LoadMarker(marker.run_id, "t ")) is None
         over = LoadMarker(marker.run_id, "t", "")
         over = LoadMarker(uuid.uuid4().hex, "t")
         await w.write("t", COLUMNS, batches([(5, "e")]), WriteMode.OVERWRITE, [], marker=over)

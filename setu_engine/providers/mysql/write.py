@@ -119,7 +119,7 @@ MARKERS_DDL = (
     "run_id varchar(64) NOT NULL, stream varchar(512) NOT NULL, "
     "part varchar(32) NOT NULL DEFAULT '', loaded_at datetime(6) NOT NULL, "
     "`rows` bigint NOT NULL, PRIMARY KEY (run_id, stream, part)"
-    ") ENGINE=InnoDB CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+    ") ENGINE=InnoDB {charset}"
 )
 
 
@@ -420,7 +420,7 @@ class MysqlWrites:
         added: list[str] = []
         try:
             try:
-                await self._sql(MARKERS_DDL.format(table=self._markers()))
+                await self._sql(MARKERS_DDL.format(table=self._markers(), charset=self._charset()))
                 await self._create_stage(staged, columns, key if mode.needs_key else [])
                 written = await self._fill_stage(stream, staged, columns, batches)
                 created, added = await self._shape(stream, schema, columns, key, mode, changes)
@@ -733,7 +733,7 @@ class MysqlWrites:
     ) -> None:
         staged = self._name(stage)
         try:
-            await self._sql(MARKERS_DDL.format(table=self._markers()))
+            await self._sql(MARKERS_DDL.format(table=self._markers(), charset=self._charset()))
             if not await self._exists(stage, None):
                 await self._create_stage(staged, columns, [])
             await self.conn.begin()
@@ -841,7 +841,7 @@ class MysqlWrites:
 
     async def drop_stage(self, stage: str, marker: LoadMarker) -> None:
         try:
-            await self._sql(MARKERS_DDL.format(table=self._markers()))
+            await self._sql(MARKERS_DDL.format(table=self._markers(), charset=self._charset()))
             await self._drop_stage(self._name(stage), marker)
         except Exception as exc:
             await self._rollback()

@@ -625,3 +625,18 @@ async def test_a_lock_wait_timeout_is_transient(mysql_database: MySQLDatabase) -
         holder.close()
         await holder.ensure_closed()
         await close(w)
+
+
+async def test_inserts_stay_under_max_allowed_packet(mysql_database: MySQLDatabase) -> None:
+    """Three 6 MB values: one INSERT of all three would pass the server's
+    16 MB max_allowed_packet (error 1153); the writer splits them."""
+    db = mysql_database
+    assert await db.fetchval("SELECT @@max_allowed_packet") < 18 * 1024 * 1024
+    w = await writer(db, local_infile=False)
+    big = "x" * (6 * 1024 * 1024)
+    try:
+        rows = [(1, big), (2, big), (3, big)]
+        assert await w.write("t", COLUMNS, batches(rows), WriteMode.APPEND, ["id"]) == 3
+        assert await db.fetchval("SELECT SUM(LENGTH(name)) FROM t") == 3 * len(big)
+    finally:
+        await close(w)

@@ -476,15 +476,27 @@ class MysqlWrites:
                 shutil.rmtree(folder, ignore_errors=True)
         return written
 
+    async def _statement_bytes(self) -> int:
+        """How long one INSERT may be: well under the server's
+        max_allowed_packet (read once per connection), at most STATEMENT_BYTES."""
+        known = getattr(self, "_setu_statement_bytes", None)
+        if isinstance(known, int):
+            return known
+        packet = int(await self._one("SELECT @@max_allowed_packet") or 0)
+        limit = max(min(STATEMENT_BYTES, packet // 2), 16 * 1024)
+        self._setu_statement_bytes = limit
+        return limit
+
     async def _insert_rows(
         self, staged: str, columns: Sequence[Column], rows: list[list[Any]]
     ) -> None:
+        most = await self._statement_bytes()
         head = f"INSERT INTO {staged} ({', '.join(quote(c.name) for c in columns)}) VALUES "
         pieces: list[str] = []
         size = 0
         for row in rows:
             piece = "(" + ", ".join(self._lit(v) for v in row) + ")"
-            if pieces and (size + len(piece) > STATEMENT_BYTES or len(pieces) >= INSERT_ROWS):
+            if pieces and (size + len(piece) > most or len(pieces) >= INSERT_ROWS):
                 await self._sql(head + ", ".join(pieces))
                 pieces, size = [], 0
             pieces.append(piece)

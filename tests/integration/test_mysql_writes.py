@@ -640,3 +640,32 @@ async def test_inserts_stay_under_max_allowed_packet(mysql_database: MySQLDataba
         assert await db.fetchval("SELECT SUM(LENGTH(name)) FROM t") == 3 * len(big)
     finally:
         await close(w)
+
+
+async def test_a_write_that_died_before_its_clean_up_leaves_a_stage_the_next_load_drops(
+    mysql_database: MySQLDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write's staging table is registered as a resumable load's is, so
+    when its process dies before dropping it (here: the drop skipped), the
+    engine's stale-stage clean-up (resumable.drop_stale_stages) finds and
+    drops it."""
+    from setu_engine.staged.resumable import drop_stale_stages
+
+    db = mysql_database
+    w = await writer(db)
+    try:
+
+        async def died(staged: str, marker: LoadMarker) -> None:
+            return None
+
+        monkeypatch.setattr(w, "_drop_registered", died)
+        await w.write("t", COLUMNS, batches([(1, "a")]), WriteMode.APPEND, ["id"])
+        left = [n for n in await tables_of(db) if n.startswith("_setu_stage_")]
+        assert len(left) == 1
+        monkeypatch.undo()
+        dropped = await drop_stale_stages(w, uuid.uuid4().hex, dt.timedelta(0), None)
+        assert dropped == left
+        assert await tables_of(db) == {"t", "_setu_loads"}
+        assert await db.fetch("SELECT part FROM _setu_loads WHERE part <> ''") == []
+    finally:
+        await close(w)

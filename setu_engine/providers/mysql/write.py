@@ -82,6 +82,7 @@ from setu_engine.kinds import RowChanges, WriteMode, Written
 from setu_engine.planning.destination_plan import DestinationColumn, SchemaChanges, TableShape
 from setu_engine.providers.mysql import infile
 from setu_engine.staged.markers import MARKERS, LoadMarker
+from setu_engine.staged.resumable import stage_marker, stage_table
 from setu_engine.values import sqltypes
 from setu_engine.values.special import Infinite
 from setu_engine.values.types import Batch, Column
@@ -414,13 +415,17 @@ class MysqlWrites:
             recorded = await self.marked(marker)
             if recorded is not None:
                 return recorded  # an earlier attempt loaded it: write nothing
-        stage = f"_setu_write_{uuid.uuid4().hex[:16]}"
-        staged = self._name(stage)
+        # The write's own staging table, registered as a resumable load's
+        # is (under a run id of its own): a process that dies before
+        # dropping it leaves it to a later load's stale-stage clean-up.
+        registered = stage_marker(f"write-{uuid.uuid4().hex}", stream)
+        staged = self._name(stage_table(registered.run_id, stream))
         created = False
         added: list[str] = []
         try:
             try:
                 await self._sql(MARKERS_DDL.format(table=self._markers(), charset=self._charset()))
+                await self._register(registered)
                 await self._create_stage(staged, columns, key if mode.needs_key else [])
                 written = await self._fill_stage(stream, staged, columns, batches)
                 created, added = await self._shape(stream, schema, columns, key, mode, changes)
@@ -434,8 +439,22 @@ class MysqlWrites:
                     raise self._error(exc, what, mode) from exc
                 raise
         finally:
-            await asyncio.shield(self._drop_quietly(staged))
+            await asyncio.shield(self._drop_registered(staged, registered))
         return result
+
+    async def _register(self, marker: LoadMarker) -> None:
+        await self.conn.begin()
+        await self._sql(
+            f"INSERT IGNORE INTO {self._markers()} (run_id, stream, part, loaded_at, `rows`) "
+            f"VALUES ({self._lit(marker.run_id)}, {self._lit(marker.stream)}, "
+            f"{self._lit(marker.part)}, UTC_TIMESTAMP(6), 0)"
+        )
+        await self.conn.commit()
+
+    async def _drop_registered(self, staged: str, marker: LoadMarker) -> None:
+        await self._rollback()
+        with contextlib.suppress(Exception):
+            await self._drop_stage(staged, marker)
 
     async def _create_stage(
         self, staged: str, columns: Sequence[Column], key: Sequence[str]
@@ -748,13 +767,7 @@ class MysqlWrites:
             await self._sql(MARKERS_DDL.format(table=self._markers(), charset=self._charset()))
             if not await self._exists(stage, None):
                 await self._create_stage(staged, columns, [])
-            await self.conn.begin()
-            await self._sql(
-                f"INSERT IGNORE INTO {self._markers()} (run_id, stream, part, loaded_at, `rows`) "
-                f"VALUES ({self._lit(marker.run_id)}, {self._lit(marker.stream)}, "
-                f"{self._lit(marker.part)}, UTC_TIMESTAMP(6), 0)"
-            )
-            await self.conn.commit()
+            await self._register(marker)
         except Exception as exc:
             await self._rollback()
             raise self._error(exc, f"creating {staged}") from exc

@@ -5,8 +5,10 @@ MySQL and MariaDB commit implicitly before and after any DDL, so a write
 cannot create or alter a table inside its transaction as PostgreSQL and
 SQLite do. A write therefore runs in three steps:
 
-1. Its rows go into a private staging table (`_setu_write_<random>`, in the
-   connection's database), created for this write alone: by `LOAD DATA
+1. Its rows go into a staging table of its own (`_setu_stage_<hash>` in the
+   connection's database, registered by a stage marker under a run id of
+   the write's own, as a resumable load's is: one left behind by a dead
+   process goes with a later load's stale-stage clean-up): by `LOAD DATA
    LOCAL INFILE` of a file in a private 0700 folder when the server allows
    it (`local_infile`, only with infile.py's guard), else by multi-row
    INSERTs kept below the server's max_allowed_packet. A value the
@@ -26,8 +28,11 @@ undoes step 2 (the table created by the write dropped, the columns added
 dropped again), so the target's rows and shape are as they were. What a
 crash (the process killed) between step 2 and the commit of step 3
 leaves: the created table (empty) or the added columns (NULL in every
-row), and an orphan staging table; the retry finds no marker and writes
-again, so no row is lost or doubled. An overwrite's swap and its marker
+row), and a registered staging table that a later load's stale-stage
+clean-up drops; the retry finds no marker and writes again, so no row is
+lost or doubled. An overwrite killed mid-way may leave a
+`_setu_new_<random>` table (the one being filled): nothing cleans it
+yet. An overwrite's swap and its marker
 are two statements: a crash between them leaves the new rows in place and
 no marker, and the retry overwrites again with the same rows (overwrite is
 idempotent), so the outcome is the same.

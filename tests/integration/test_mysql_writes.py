@@ -120,8 +120,9 @@ async def test_every_mode_counts_exactly(mysql_database: MySQLDatabase, local_in
         over = await w.write("t", COLUMNS, batches([(9, "z")]), WriteMode.OVERWRITE, [])
         assert changes_of(over) == RowChanges(1)
         assert await rows_of(db) == [(9, "z")]
-        # Nothing of the writes' own tables is left behind.
+        # Nothing of the writes' own tables is left behind, nor their registrations.
         assert await tables_of(db) == {"t", "_setu_loads"}
+        assert await db.fetch("SELECT part FROM _setu_loads") == []
     finally:
         await close(w)
 

@@ -30,9 +30,8 @@ crash (the process killed) between step 2 and the commit of step 3
 leaves: the created table (empty) or the added columns (NULL in every
 row), and a registered staging table that a later load's stale-stage
 clean-up drops; the retry finds no marker and writes again, so no row is
-lost or doubled. An overwrite killed mid-way may leave a
-`_setu_new_<random>` table (the one being filled): nothing cleans it
-yet. An overwrite's swap and its marker
+lost or doubled. An overwrite's new table (being filled) and old one
+(after the swap) are registered the same way. An overwrite's swap and its marker
 are two statements: a crash between them leaves the new rows in place and
 no marker, and the retry overwrites again with the same rows (overwrite is
 idempotent), so the outcome is the same.
@@ -715,13 +714,21 @@ class MysqlWrites:
     ) -> Written | int:
         """A new table like the target, filled, swapped in with one RENAME."""
         target = self._name(table, schema)
-        suffix = uuid.uuid4().hex[:12]
-        fresh = self._name(f"_setu_new_{suffix}", schema)
-        old = self._name(f"_setu_old_{suffix}", schema)
+        # The new table and the old one after the swap are registered as
+        # staging tables (in the connection's database), so a process that
+        # dies before dropping them leaves them to the stale-stage clean-up.
+        suffix = uuid.uuid4().hex
+        new_marker = stage_marker(f"new-{suffix}", table)
+        old_marker = stage_marker(f"old-{suffix}", table)
+        fresh_name = stage_table(new_marker.run_id, table)
+        fresh = self._name(fresh_name)
+        old = self._name(stage_table(old_marker.run_id, table))
         cols = ", ".join(quote(c.name) for c in columns)
+        await self._register(new_marker)
+        await self._register(old_marker)
         await self._sql(f"CREATE TABLE {fresh} LIKE {target}")
         try:
-            present = set(await self._present(f"_setu_new_{suffix}", schema))
+            present = set(await self._present(fresh_name, None))
             for column in columns:
                 # The columns `changes` adds, in the new table only: the
                 # target's shape changes with the swap or not at all.
@@ -744,9 +751,11 @@ class MysqlWrites:
                 await hook()
             await self._sql(f"RENAME TABLE {target} TO {old}, {fresh} TO {target}")
         except BaseException:
-            await asyncio.shield(self._drop_quietly(fresh))
+            await asyncio.shield(self._drop_registered(fresh, new_marker))
+            await asyncio.shield(self._drop_registered(old, old_marker))
             raise
-        await self._drop_quietly(old)
+        await asyncio.shield(self._drop_registered(old, old_marker))
+        await asyncio.shield(self._drop_registered(fresh, new_marker))  # its registration
         if marker is not None:
             await self.conn.begin()
             await self._sql(self._set_marker_sql(marker, written))

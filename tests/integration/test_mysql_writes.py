@@ -360,8 +360,21 @@ async def test_values_land_exactly(mysql_database: MySQLDatabase, local_infile: 
         (Column("v", "numeric", True, "numeric(5,2)"), Decimal("1.234")),
         (Column("v", "numeric", True, "numeric(5,2)"), Decimal("1234.5")),
         (Column("v", "numeric", True), Decimal("1e-31")),
+        (Column("v", "text", True), "lone \ud800 surrogate"),
+        (Column("v", "json", True), {"k": "\udfff"}),
     ],
-    ids=["nan", "inf", "-inf", "dec-nan", "dec-inf", "rounds", "too-big", "too-fine"],
+    ids=[
+        "nan",
+        "inf",
+        "-inf",
+        "dec-nan",
+        "dec-inf",
+        "rounds",
+        "too-big",
+        "too-fine",
+        "surrogate",
+        "json-surrogate",
+    ],
 )
 async def test_values_mysql_cannot_hold_fail_naming_them(
     mysql_database: MySQLDatabase, column: Column, value: Any

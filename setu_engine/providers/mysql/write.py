@@ -216,8 +216,18 @@ def encoder(column: Column) -> Callable[[Any], Any]:
             return format(d, "f")
 
         return decimal
-    if kind == "text":
-        return str
+    if kind in ("text", "json"):
+        dump = str if kind == "text" else _json_text
+
+        def text(v: Any) -> str:
+            out = dump(v)
+            try:
+                out.encode("utf-8")  # a lone surrogate is no utf8mb4 text
+            except UnicodeEncodeError as exc:
+                raise _fault(f"not valid Unicode text ({exc.reason})", column, v) from exc
+            return out
+
+        return text
     if kind == "bytes":
         return bytes
     if kind in ("date", "timestamp", "timestamptz"):
@@ -236,9 +246,11 @@ def encoder(column: Column) -> Callable[[Any], Any]:
         return lambda v: str(v.isoformat(timespec="microseconds"))
     if kind == "uuid":
         return lambda v: str(uuid.UUID(str(v)))
-    if kind == "json":
-        return lambda v: json.dumps(v, ensure_ascii=False, allow_nan=False)
     raise ConfigError(f"mysql: no MySQL type for a {kind} column {column.name!r}")
+
+
+def _json_text(v: Any) -> str:
+    return json.dumps(v, ensure_ascii=False, allow_nan=False)
 
 
 def row_encoder(columns: Sequence[Column]) -> Callable[[Sequence[Any]], list[Any]]:

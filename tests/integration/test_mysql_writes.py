@@ -683,3 +683,19 @@ async def test_a_write_that_died_before_its_clean_up_leaves_a_stage_the_next_loa
         assert await db.fetch("SELECT part FROM _setu_loads WHERE part <> ''") == []
     finally:
         await close(w)
+
+
+async def test_a_schema_is_a_database_of_its_own(mysql_database: MySQLDatabase) -> None:
+    db = mysql_database
+    other = f"{db.name}_x"
+    w = await writer(db)
+    try:
+        await w.create_schema(other)
+        for mode in (WriteMode.APPEND, WriteMode.MERGE, WriteMode.OVERWRITE):
+            await w.write("t", COLUMNS, batches([(1, "a")]), mode, ["id"], schema=other)
+        assert await db.server.fetch("SELECT * FROM t", database=other) == [(1, "a")]
+        assert "t" not in await tables_of(db)
+        assert await tables_of(db) == {"_setu_loads"}
+    finally:
+        await close(w)
+        await db.server.execute(f"DROP DATABASE IF EXISTS `{other}`")

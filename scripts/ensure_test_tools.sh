@@ -10,6 +10,11 @@
 # - iproute2 (`ip`): tests/e2e/test_own_database.py gives the machine an
 #   address of its own for a moment (as root), to show that Setu's database
 #   is refused at every address of its machine.
+# - mariadb-server and mariadb-client: the mysql provider's tests and
+#   scripts/bench_copy.py start a MariaDB of their own (tests/mariadb.py:
+#   mariadb-install-db and mariadbd in a temporary folder, on a free port);
+#   mysqldump and the mariadb client are the bench's native bulk path.
+#   The package's own service is not started (policy-rc.d below).
 # Needs root or sudo the first time. `make test` runs this before the suite.
 set -euo pipefail
 
@@ -22,6 +27,12 @@ for tool in nginx pgbouncer; do
     missing+=("$tool")
   fi
 done
+if [ ! -x /usr/sbin/mariadbd ] && ! command -v mariadbd >/dev/null 2>&1; then
+  missing+=(mariadb-server)
+fi
+if ! command -v mariadb >/dev/null 2>&1 || ! command -v mysqldump >/dev/null 2>&1; then
+  missing+=(mariadb-client)
+fi
 if ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/ip ] && [ ! -x /sbin/ip ] && [ ! -x /bin/ip ]; then
   missing+=(iproute2)
 fi
@@ -39,7 +50,7 @@ fi
 echo "ensure_test_tools: installing ${missing[*]} (Debian packages)" >&2
 $sudo apt-get update -qq
 # policy-rc.d answering 101 keeps the packages' own services from starting
-# (nginx would take port 80; the tests run instances of their own).
+# (nginx would take port 80, mariadb 3306; the tests run instances of their own).
 policy=/usr/sbin/policy-rc.d
 created_policy=""
 if [ ! -e "$policy" ]; then
@@ -52,6 +63,8 @@ DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/de
 for package in "${missing[@]}"; do
   tool="$package"
   [ "$package" = iproute2 ] && tool=ip
+  [ "$package" = mariadb-server ] && tool=mariadbd
+  [ "$package" = mariadb-client ] && tool=mariadb
   command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || [ -x "/sbin/$tool" ] || {
     echo "ensure_test_tools: $tool did not install" >&2
     exit 1

@@ -27,6 +27,7 @@ import pytest
 
 from setu_server.store import db
 from setu_server.store.migrate import migrate
+from tests import mariadb
 
 TEMPLATE = "setu_test_template"
 
@@ -126,6 +127,27 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
         yield pool
     finally:
         await pool.close()
+
+
+# A real MariaDB server (tests/mariadb.py), started when a test first asks.
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[mariadb.MariaDB]:
+    """The session's MariaDB server: SETU_TEST_MYSQL_URL's, or one of our own
+    (deleted at the end of the session). Connect as its `user`/`password`."""
+    if not os.environ.get("SETU_TEST_MYSQL_URL") and mariadb.mariadbd_binary() is None:
+        pytest.skip("MariaDB is not installed: run scripts/ensure_test_tools.sh")
+    with mariadb.started() as server:
+        yield server
+
+
+@pytest.fixture
+async def mysql_database(mariadb_server: mariadb.MariaDB) -> AsyncIterator[mariadb.MySQLDatabase]:
+    """A fresh, empty database on the session's MariaDB for this test alone;
+    `mysql_database.config()` is the `mysql` provider's config for it."""
+    async with mariadb.scratch_mysql_database(mariadb_server) as database:
+        yield database
 
 
 # A real S3-compatible server (moto on loopback) for blob and file-provider tests.

@@ -699,3 +699,17 @@ async def test_a_schema_is_a_database_of_its_own(mysql_database: MySQLDatabase) 
     finally:
         await close(w)
         await db.server.execute(f"DROP DATABASE IF EXISTS `{other}`")
+
+
+async def test_a_long_text_key_fits_when_the_target_takes_it(mysql_database: MySQLDatabase) -> None:
+    db = mysql_database
+    await db.execute("CREATE TABLE t (code varchar(700) PRIMARY KEY, name longtext)")
+    long = "k" * 700
+    code = Column("code", "text", False)
+    w = await writer(db)
+    try:
+        for mode in (WriteMode.APPEND, WriteMode.UPSERT, WriteMode.MERGE):
+            await w.write("t", [code, NAME], batches([(long, mode.value)]), mode, ["code"])
+        assert await rows_of(db) == [(long, "merge")]
+    finally:
+        await close(w)

@@ -475,13 +475,14 @@ class MysqlWrites:
     async def _create_stage(
         self, staged: str, columns: Sequence[Column], key: Sequence[str]
     ) -> None:
-        defs = [f"{quote(c.name)} {column_ddl(c, c.name in key)} NULL" for c in columns]
+        # Key columns as wide as any other: the target decides what fits.
+        defs = [f"{quote(c.name)} {column_ddl(c)} NULL" for c in columns]
         defs.append("`_setu_seq` bigint NOT NULL AUTO_INCREMENT PRIMARY KEY")
-        if key:
-            defs.append(f"KEY `_setu_key` ({', '.join(quote(k) for k in key)})")
         await self._sql(
             f"CREATE TABLE {staged} ({', '.join(defs)}) ENGINE=InnoDB {self._charset()}"
         )
+        if key:
+            await self._index_stage(staged, columns, key)
 
     async def _fill_stage(
         self, stream: str, staged: str, columns: Sequence[Column], batches: AsyncIterator[Batch]

@@ -28,6 +28,21 @@ destination table of the same shape. Three ways to move every row:
   FILE_MODES below is where a file format joins (a mode name `<format>`
   writes `config.format = <format>`).
 
+Across engines, on the same table (a MariaDB of the bench's own, started by
+tests/mariadb.py's starter, and a DuckDB file), each next to the engines'
+own bulk path, timed end to end (export to a file, then load it):
+
+- mysql-pg: Setu's `mysql` source → `postgres` destination (direct), next
+  to mysql-pg-native: `SELECT … INTO OUTFILE` (TSV, on the server's own
+  folder) then `COPY … FROM` that file (text format) into PostgreSQL.
+- pg-mysql: Setu's `postgres` → `mysql` (direct), next to pg-mysql-native:
+  `COPY … TO` a TSV then `LOAD DATA LOCAL INFILE` into MariaDB.
+- pg-duckdb: Setu's `postgres` → `duckdb` (direct), next to pg-duckdb-native:
+  `COPY … TO` a CSV then DuckDB's `read_csv` into the table (DuckDB's
+  `postgres` extension needs a download, and the bench runs offline).
+The MariaDB source table is loaded from the PostgreSQL one, so every
+direction moves the same rows. Target: each ≥ 70% of its native path.
+
 Each copy runs in a fresh child process, so its peak RSS is its own; a
 smaller table is copied too, to show that memory does not grow with it.
 Each round runs raw, staged, serial, direct and the file modes back to back; a
@@ -41,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -89,6 +105,41 @@ SELECT i,
 FROM generate_series(1, $1) i"""
 
 COLUMNS = ("id", "customer_id", "amount", "status", "created_at", "note")
+
+# The same table in MariaDB (timestamps in UTC, as DATETIME) and in DuckDB.
+MYSQL_TABLE = """
+CREATE TABLE payments (
+    id           BIGINT PRIMARY KEY,
+    customer_id  INT NOT NULL,
+    amount       DECIMAL(12, 2) NOT NULL,
+    status       TEXT NOT NULL,
+    created_at   DATETIME(6) NOT NULL,
+    note         TEXT
+)"""
+
+DUCKDB_TABLE = """
+CREATE TABLE payments (
+    id           BIGINT PRIMARY KEY,
+    customer_id  INTEGER NOT NULL,
+    amount       DECIMAL(12, 2) NOT NULL,
+    status       VARCHAR NOT NULL,
+    created_at   TIMESTAMPTZ NOT NULL,
+    note         VARCHAR
+)"""
+
+# PostgreSQL's rows as MariaDB's DATETIME reads them (UTC, no offset).
+PG_EXPORT = (
+    "SELECT id, customer_id, amount, status,"
+    " to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), note FROM payments"
+)
+
+# Cross-engine modes: mode -> (source end, destination end, native baseline).
+CROSS_MODES: dict[str, tuple[str, str, str]] = {
+    "mysql-pg": ("mysql", "postgres", "mysql-pg-native"),
+    "pg-mysql": ("postgres", "mysql", "pg-mysql-native"),
+    "pg-duckdb": ("postgres", "duckdb", "pg-duckdb-native"),
+}
+NATIVE_MODES = [native for _, _, native in CROSS_MODES.values()]
 
 
 def with_database(url: str, name: str) -> str:
@@ -221,6 +272,121 @@ async def engine_copy(mode: str, source: str, destination: str, blob_dir: Path) 
         await dst.close()
 
 
+def mysql_server(args: argparse.Namespace) -> Any:
+    from tests.mariadb import MariaDB
+
+    return MariaDB(
+        "127.0.0.1", args.mysql_port, args.mysql_user, args.mysql_password, files=args.mysql_files
+    )
+
+
+async def reset_mysql(server: Any, database: str) -> None:
+    """`database` afresh on MariaDB, with an empty payments table."""
+    with warnings.catch_warnings():  # the note that the first DROP had nothing to drop
+        warnings.simplefilter("ignore")
+        await server.execute(f"DROP DATABASE IF EXISTS {database}")
+    await server.execute(f"CREATE DATABASE {database} CHARACTER SET utf8mb4")
+    await server.execute(MYSQL_TABLE, database=database)
+
+
+async def cross_copy(
+    mode: str, args: argparse.Namespace, source: str, destination: str, folder: Path
+) -> int:
+    """Setu's engine between two engines, direct, APPEND into an empty table."""
+    from_end, to_end, _ = CROSS_MODES[mode]
+    mysql = mysql_server(args)
+    configs: dict[tuple[str, str], dict[str, Any]] = {
+        ("mysql", "from"): mysql.config(f"bench_src_{args.rows}"),
+        ("mysql", "to"): mysql.config("bench_dst"),
+        ("postgres", "from"): config_of(source),
+        ("postgres", "to"): config_of(destination),
+        ("duckdb", "to"): {"path": str(folder / "bench.duckdb")},
+    }
+    if to_end == "mysql":
+        await reset_mysql(mysql, "bench_dst")
+    if to_end == "duckdb":
+        import duckdb
+
+        with duckdb.connect(str(folder / "bench.duckdb")) as duck:
+            duck.execute(DUCKDB_TABLE)
+    src = await get_provider(from_end).connect(configs[(from_end, "from")])
+    dst = await get_provider(to_end).connect(configs[(to_end, "to")])
+    spec = parse_spec(None)
+    try:
+        streams = transfer.select_streams(await src.discover(), ["payments"])
+        totals = await transfer.direct(
+            src,
+            dst,
+            streams,
+            spec,
+            WriteMode.APPEND,
+            Quiet(),
+            identity=LoadIdentity(str(uuid.uuid4())),
+        )
+        return sum(t.loaded for t in totals)
+    finally:
+        await src.close()
+        await dst.close()
+
+
+async def native_copy(
+    mode: str, args: argparse.Namespace, source: str, destination: str, folder: Path
+) -> int:
+    """The engines' own bulk path: export every row to a file, load the file."""
+    if mode == "mysql-pg-native":
+        mysql = mysql_server(args)
+        export = Path(args.mysql_files) / f"bench-{uuid.uuid4().hex}.tsv"
+        try:
+            await mysql.execute(
+                f"SELECT * FROM payments INTO OUTFILE '{export}'",
+                database=f"bench_src_{args.rows}",
+            )
+            conn = await asyncpg.connect(destination)
+            try:
+                status = await conn.copy_to_table("payments", source=export, format="text")
+            finally:
+                await conn.close()
+            return int(status.split()[-1])
+        finally:
+            export.unlink(missing_ok=True)
+    if mode == "pg-mysql-native":
+        # The server reads the file itself (LOAD DATA INFILE, its own
+        # folder): the floor for this machine, with no client in the way.
+        mysql = mysql_server(args)
+        await reset_mysql(mysql, "bench_dst")
+        export = Path(args.mysql_files) / f"bench-{uuid.uuid4().hex}.tsv"
+        try:
+            conn = await asyncpg.connect(source, server_settings={"TimeZone": "UTC"})
+            try:
+                await conn.copy_from_query(PG_EXPORT, output=export, format="text")
+            finally:
+                await conn.close()
+            await mysql.execute(
+                f"LOAD DATA INFILE '{export}' INTO TABLE payments", database="bench_dst"
+            )
+            return int(await mysql.fetchval("SELECT COUNT(*) FROM payments", database="bench_dst"))
+        finally:
+            export.unlink(missing_ok=True)
+    pg_file = folder / "payments.csv"
+    conn = await asyncpg.connect(source)
+    try:
+        await conn.copy_from_table("payments", output=pg_file, format="csv")
+    finally:
+        await conn.close()
+    import duckdb
+
+    with duckdb.connect(str(folder / "bench.duckdb")) as duck:
+        duck.execute(DUCKDB_TABLE)
+        duck.execute(
+            "INSERT INTO payments SELECT * FROM read_csv(?, header = false, columns = {"
+            "'id': 'BIGINT', 'customer_id': 'INTEGER', 'amount': 'DECIMAL(12, 2)',"
+            "'status': 'VARCHAR', 'created_at': 'TIMESTAMPTZ', 'note': 'VARCHAR'})",
+            [str(pg_file)],
+        )
+        row = duck.execute("SELECT count(*) FROM payments").fetchone()
+        return int(row[0]) if row else 0
+
+
 def worker(args: argparse.Namespace) -> None:
     """One copy in this process; prints rows, seconds and peak RSS as JSON."""
     source = with_database(args.server, f"bench_src_{args.rows}")
@@ -231,6 +397,10 @@ def worker(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="setu-bench-blob-") as blob_dir:
         if args.worker == "raw":
             rows = asyncio.run(raw_pipe(source, destination, "payments"))
+        elif args.worker in CROSS_MODES:
+            rows = asyncio.run(cross_copy(args.worker, args, source, destination, Path(blob_dir)))
+        elif args.worker in NATIVE_MODES:
+            rows = asyncio.run(native_copy(args.worker, args, source, destination, Path(blob_dir)))
         elif args.worker.removesuffix("-upsert") in FILE_MODES:
             rows = asyncio.run(file_copy(args.worker, source, Path(blob_dir)))
         else:
@@ -251,6 +421,31 @@ def worker(args: argparse.Namespace) -> None:
     )
 
 
+async def prepare_mysql(server: str, mysql: Any, sizes: list[int]) -> None:
+    """MariaDB's source tables: PostgreSQL's rows, through a TSV file in the
+    folder the server reads files from."""
+    if mysql.files is None:
+        raise SystemExit("the bench needs a MariaDB of its own (unset SETU_TEST_MYSQL_URL)")
+    for rows in sizes:
+        database = f"bench_src_{rows}"
+        await reset_mysql(mysql, database)
+        export = Path(mysql.files) / f"bench-{uuid.uuid4().hex}.tsv"
+        try:
+            conn = await asyncpg.connect(with_database(server, database))
+            try:
+                await conn.copy_from_query(PG_EXPORT, output=export, format="text")
+            finally:
+                await conn.close()
+            await mysql.execute(
+                f"LOAD DATA INFILE '{export}' INTO TABLE payments",
+                "ANALYZE TABLE payments",
+                database=database,
+            )
+        finally:
+            export.unlink(missing_ok=True)
+    await reset_mysql(mysql, "bench_dst")
+
+
 async def prepare(server: str, sizes: list[int]) -> None:
     admin = await asyncpg.connect(server)
     try:
@@ -269,13 +464,22 @@ async def prepare(server: str, sizes: list[int]) -> None:
             await conn.close()
 
 
-def run_child(server: str, mode: str, rows: int) -> dict[str, float]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--worker", mode, "--rows", str(rows), "--server", server],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+def run_child(server: str, mode: str, rows: int, mysql: Any = None) -> dict[str, float]:
+    command = [sys.executable, __file__, "--worker", mode, "--rows", str(rows), "--server", server]
+    if mysql is not None:
+        command += [
+            f"--mysql-port={mysql.port}",
+            f"--mysql-user={mysql.user}",
+            f"--mysql-password={mysql.password}",
+            f"--mysql-files={mysql.files or ''}",
+        ]
+    out = subprocess.run(command, capture_output=True, text=True)
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
+        if mode in CROSS_MODES:  # a provider not (yet) installed, or failing: say so, go on
+            print(f"  {mode} failed: {last}", flush=True)
+            return {"rows": 0, "seconds": float("inf"), "peak_rss_mib": 0, "failed": 1}
+        raise SystemExit(f"{mode} failed: {last}")
     result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     if result["rows"] != rows:
         raise SystemExit(f"{mode} copied {result['rows']} rows, not {rows}")
@@ -295,8 +499,14 @@ def main() -> None:
         "direct",
         *FILE_MODES,
         *(f"{m}-upsert" for m in FILE_MODES),
+        *CROSS_MODES,
+        *NATIVE_MODES,
     ]
     parser.add_argument("--worker", choices=workers)
+    parser.add_argument("--mysql-port", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--mysql-user", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--mysql-password", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--mysql-files", default="", help=argparse.SUPPRESS)
     parser.add_argument("--only", default="", help="comma-separated modes to run (default: all)")
     args = parser.parse_args()
     if args.worker:
@@ -305,6 +515,7 @@ def main() -> None:
 
     server = args.server or os.environ.get("SETU_BENCH_DATABASE_URL", "")
     embedded = None
+    stack = contextlib.ExitStack()
     if not server:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -317,8 +528,17 @@ def main() -> None:
         print(f"preparing {args.rows:,} and {args.small:,} rows (6 columns) ...", flush=True)
         asyncio.run(prepare(server, sizes))
         modes = ["raw", "staged", "serial", "direct", *FILE_MODES]
+        for cross, (_, _, native) in CROSS_MODES.items():
+            modes += [native, cross]
         if args.only:
             modes = [m for m in modes if m in args.only.split(",")]
+        mysql = None
+        if any("mysql" in m for m in modes):
+            from tests.mariadb import started
+
+            mysql = stack.enter_context(started("setu-bench-mariadb-"))
+            print("loading MariaDB's source tables from PostgreSQL's ...", flush=True)
+            asyncio.run(prepare_mysql(server, mysql, sizes))
         best: dict[str, dict[str, float]] = {}
         # Each round runs every mode back to back, so a share is judged on
         # rounds that saw the same machine: the median of per-round shares.
@@ -326,17 +546,18 @@ def main() -> None:
         for round_ in range(args.rounds):
             rounds.append({})
             for mode in modes:
-                result = run_child(server, mode, args.rows)
-                rate = result["rows"] / result["seconds"]
-                print(
-                    f"round {round_ + 1} {mode:>6}: {rate:>10,.0f} rows/s "
-                    f"({result['seconds']:.2f} s, peak RSS {result['peak_rss_mib']:.0f} MiB)",
-                    flush=True,
-                )
+                result = run_child(server, mode, args.rows, mysql)
+                rate = rate_of(result)
+                if not result.get("failed"):
+                    print(
+                        f"round {round_ + 1} {mode:>6}: {rate:>10,.0f} rows/s "
+                        f"({result['seconds']:.2f} s, peak RSS {result['peak_rss_mib']:.0f} MiB)",
+                        flush=True,
+                    )
                 rounds[-1][mode] = result
                 if mode not in best or result["seconds"] < best[mode]["seconds"]:
                     best[mode] = result
-        small = {mode: run_child(server, mode, args.small) for mode in modes}
+        small = {mode: run_child(server, mode, args.small, mysql) for mode in modes}
         upserts = [f"{m}-upsert" for m in FILE_MODES if m in modes]
         merged = {
             (mode, rows): run_child(server, mode, rows)
@@ -344,6 +565,7 @@ def main() -> None:
             for rows in (args.rows, args.small)
         }
     finally:
+        stack.close()
         if embedded is not None:
             embedded.cleanup()
 
@@ -351,7 +573,7 @@ def main() -> None:
 
 
 def rate_of(result: dict[str, float]) -> float:
-    return result["rows"] / result["seconds"]
+    return result["rows"] / result["seconds"] if result["seconds"] else 0.0
 
 
 def report(
@@ -364,8 +586,16 @@ def report(
 ) -> None:
     # Each mode's share is of its baseline: PostgreSQL → PostgreSQL modes of
     # the raw pipe, file formats of direct PostgreSQL → PostgreSQL.
-    baselines = {"raw": None, "staged": "raw", "serial": "raw", "direct": "raw"}
-    targets = {"raw": None, "staged": 0.8, "serial": None, "direct": 0.9}
+    baselines: dict[str, str | None] = {
+        "raw": None,
+        "staged": "raw",
+        "serial": "raw",
+        "direct": "raw",
+    }
+    targets: dict[str, float | None] = {"raw": None, "staged": 0.8, "serial": None, "direct": 0.9}
+    for cross, (_, _, native) in CROSS_MODES.items():
+        baselines |= {native: None, cross: native}
+        targets |= {native: None, cross: 0.7}
     print(
         f"\n{args.rows:,} rows, {args.rounds} rounds (best rows/s; median of per-round "
         f"shares of the baseline; peak RSS):"
@@ -373,6 +603,9 @@ def report(
     for mode in modes:
         base = baselines.get(mode, "direct")
         target = targets.get(mode, 0.5)
+        if best[mode].get("failed"):
+            print(f"  {mode:>12}: failed (its error is printed above)")
+            continue
         rate = rate_of(best[mode])
         share = ""
         if base is not None and base in best:

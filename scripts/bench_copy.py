@@ -60,6 +60,7 @@ import contextlib
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -568,6 +569,7 @@ def main() -> None:
         stack.close()
         if embedded is not None:
             embedded.cleanup()
+            shutil.rmtree(folder, ignore_errors=True)  # cleanup() deletes only folder/pg
 
     report(args, modes, best, small, merged, rounds)
 

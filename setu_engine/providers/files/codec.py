@@ -202,10 +202,23 @@ def infer_json(values: Sequence[Any]) -> str:
         fits = all(-(2**63) <= v < 2**63 for v in values)
         return "bigint" if fits else "numeric"
     if kinds <= {"int", "float"}:
-        return "double"
+        # A double only when every value is one exactly: a number whose digits
+        # a double would change (12345678901234567890.123456789) is numeric.
+        return "double" if all(_exact_double(v) for v in values) else "numeric"
     if len(kinds) == 1:
         return kinds.pop()
     return "text"
+
+
+def _exact_double(value: Any) -> bool:
+    """Whether a sampled JSON number (an int, or a Decimal as parsed) reads
+    back from a double as the same number; NaN and infinities do."""
+    if isinstance(value, str):
+        return True  # "NaN", "Infinity": a double holds them
+    try:
+        return bool(Decimal(repr(float(value))) == value)
+    except OverflowError:
+        return False
 
 
 def _json_kind(value: Any) -> str:

@@ -27,3 +27,19 @@ async def test_jsonl_inference_keeps_a_big_decimal_exact(tmp_path: Path) -> None
     assert rows[0][0] == Decimal("12345678901234567890.123456789")
     assert str(rows[0][0]) == "12345678901234567890.123456789"
     assert rows[0][2] == Decimal("1e400")
+
+
+async def test_csv_inference_keeps_a_big_decimal_exact(tmp_path: Path) -> None:
+    """CSV infers a decimal numeric (exact), an integer past bigint numeric."""
+    (tmp_path / "money.csv").write_text(
+        "big,wide\n12345678901234567890.123456789,99999999999999999999\n1.5,1\n"
+    )
+    connector = await PROVIDER.connect({"url": str(tmp_path), "format": "csv"})
+    try:
+        (stream,) = await connector.discover()
+        assert [c.type for c in stream.columns] == ["numeric", "numeric"]
+        rows = [row async for batch in connector.read(stream, 10) for row in batch]
+    finally:
+        await connector.close()
+    assert str(rows[0][0]) == "12345678901234567890.123456789"
+    assert rows[0][1] == Decimal("99999999999999999999")

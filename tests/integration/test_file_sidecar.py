@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from setu_engine.providers.files import PROVIDER
 
@@ -43,3 +44,28 @@ async def test_csv_inference_keeps_a_big_decimal_exact(tmp_path: Path) -> None:
         await connector.close()
     assert str(rows[0][0]) == "12345678901234567890.123456789"
     assert rows[0][1] == Decimal("99999999999999999999")
+
+
+async def test_parquet_keeps_the_primary_key_in_its_metadata(tmp_path: Path) -> None:
+    """A Parquet file written with a key offers it back on discover, with
+    its columns' SQL types and nullability."""
+    from setu_engine.kinds import WriteMode
+    from setu_engine.values.types import Column
+
+    columns = [
+        Column("id", "integer", nullable=False),
+        Column("name", "text", nullable=False, sql_type="character varying(20)"),
+        Column("amount", "numeric", sql_type="numeric(5,2)"),
+    ]
+
+    async def batches() -> Any:
+        yield [(1, "a", Decimal("1.25"))]
+
+    connector = await PROVIDER.connect({"url": str(tmp_path), "format": "parquet"})
+    try:
+        await connector.write("t", columns, batches(), WriteMode.OVERWRITE, ["id"])
+        (stream,) = await connector.discover()
+    finally:
+        await connector.close()
+    assert stream.primary_key == ("id",)
+    assert list(stream.columns) == columns

@@ -315,9 +315,19 @@ class FileConnector(Connector):
         streams = []
         for ref in await self.storage.list_files(self.ext):
             source = _Source(self.storage.where(ref), PurePosixPath(ref).stem)
-            columns = await self._sample(ref, source)
+            key: tuple[str, ...] = ()
+            if self.config.format == "parquet":
+                require_pyarrow()
+                from setu_engine.providers.files import parquet as files_parquet
+
+                declared = self.config.declared(source.stream)
+                columns, key = await files_parquet.parquet_stream(
+                    self.storage, ref, source, declared
+                )
+            else:
+                columns = await self._sample(ref, source)
             locator = {"url": source.where}
-            streams.append(Stream(name=source.stream, columns=tuple(columns), locator=locator))
+            streams.append(Stream(source.stream, tuple(columns), primary_key=key, locator=locator))
         return streams
 
     async def _sample(self, ref: str, source: _Source) -> list[Column]:
@@ -451,7 +461,7 @@ class FileConnector(Connector):
                 return recorded  # an earlier attempt loaded it
         temp = await self.storage.temp_file(ref)
         try:
-            count = await self._build(ref, temp, stream, columns, batches, mode, positions)
+            count = await self._build(ref, temp, stream, columns, batches, mode, positions, key)
             await self.storage.commit(ref, temp)
             if marker is not None:
                 # Written last, atomically: a failure before it leaves no
@@ -473,6 +483,7 @@ class FileConnector(Connector):
         batches: AsyncIterator[Batch] | _Lines,
         mode: WriteMode,
         positions: list[int],
+        key: Sequence[str] = (),
     ) -> int:
         source = _Source(self.storage.where(ref), stream)
         exists = mode is not WriteMode.OVERWRITE and await self.storage.exists(ref)
@@ -484,7 +495,8 @@ class FileConnector(Connector):
             require_pyarrow()
             from setu_engine.providers.files import parquet as files_parquet
 
-            writer = await files_parquet.ParquetWriter.open(temp, self.config, columns)
+            # The key rides in the file's metadata, so discover offers it back.
+            writer = await files_parquet.ParquetWriter.open(temp, self.config, columns, key)
         else:
             writer = await _Writer.open(temp, self.config, columns, header=not copied)
         try:

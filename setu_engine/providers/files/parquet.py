@@ -65,6 +65,9 @@ from setu_engine.values.special import JSON_NULL, shortest_real
 from setu_engine.values.types import Column, Row
 
 SQL_TYPE_KEY = b"setu.sql_type"
+# The stream's primary key, a JSON list of column names, in the file's own
+# key/value metadata: Parquet has no key of its own.
+PRIMARY_KEY_KEY = b"setu.primary_key"
 # A bare numeric's decimal: 29 digits before the point, 9 after.
 BARE_NUMERIC = (38, 9)
 READ_ROWS = 10_000
@@ -243,11 +246,35 @@ async def parquet_columns(
     """A file's columns, from its footer."""
     async with _opened(storage, ref) as handle:
         schema = (await asyncio.to_thread(_parquet_file, handle, source)).schema_arrow
+    return [
+        column_of(field, declared.get(field.name)) for field in _checked(schema, declared, source)
+    ]
+
+
+async def parquet_stream(
+    storage: _Storage, ref: str, source: _Source, declared: dict[str, str]
+) -> tuple[list[Column], tuple[str, ...]]:
+    """A file's columns and primary key (setu.primary_key), from its footer.
+    A key that is not a list of the file's column names is ignored: another
+    tool may write anything there."""
+    async with _opened(storage, ref) as handle:
+        schema = (await asyncio.to_thread(_parquet_file, handle, source)).schema_arrow
+    columns = [column_of(f, declared.get(f.name)) for f in _checked(schema, declared, source)]
+    try:
+        key = json.loads((schema.metadata or {}).get(PRIMARY_KEY_KEY, b"[]"))
+    except ValueError:
+        key = []
+    names = {c.name for c in columns}
+    valid = isinstance(key, list) and all(isinstance(k, str) and k in names for k in key)
+    return columns, tuple(key) if valid and len(set(key)) == len(key) else ()
+
+
+def _checked(schema: pa.Schema, declared: dict[str, str], source: _Source) -> pa.Schema:
     for name in declared:
         if name not in schema.names:
             where = f"config.columns.{source.stream}.{name}"
             raise PermanentError(f"{where}: {source.where} has no such column")
-    return [column_of(field, declared.get(field.name)) for field in schema]
+    return schema
 
 
 async def parquet_rows(
@@ -380,9 +407,18 @@ def _jsonable(value: Any) -> Any:
 class ParquetWriter:
     """Writes rows to a Parquet file a row group at a time, in a thread."""
 
-    def __init__(self, path: Path, options: ParquetOptions, columns: Sequence[Column]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        options: ParquetOptions,
+        columns: Sequence[Column],
+        primary_key: Sequence[str] = (),
+    ) -> None:
         self.columns = list(columns)
         self.schema = arrow_schema(columns)
+        if primary_key:
+            key = json.dumps(list(primary_key)).encode()
+            self.schema = self.schema.with_metadata({PRIMARY_KEY_KEY: key})
         self.options = options
         self.path = path
         self.rows = 0
@@ -393,11 +429,15 @@ class ParquetWriter:
 
     @classmethod
     async def open(
-        cls, path: Path, config: _Configured, columns: Sequence[Column]
+        cls,
+        path: Path,
+        config: _Configured,
+        columns: Sequence[Column],
+        primary_key: Sequence[str] = (),
     ) -> ParquetWriter:
         # A file written by an earlier attempt is replaced, never appended to.
         await asyncio.to_thread(path.unlink, missing_ok=True)
-        return await asyncio.to_thread(cls, path, config.parquet, columns)
+        return await asyncio.to_thread(cls, path, config.parquet, columns, primary_key)
 
     async def write(self, rows: Sequence[Row]) -> None:
         if rows:

@@ -63,7 +63,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import importlib
 import json
 import math
 import os
@@ -79,12 +78,12 @@ from setu_engine.errors import (
     ConfigError,
     PermanentError,
     ProviderError,
-    TransientError,
     ValueFault,
 )
 from setu_engine.kinds import RowChanges, WriteMode, Written
 from setu_engine.planning.destination_plan import DestinationColumn, SchemaChanges, TableShape
 from setu_engine.providers.mysql import infile
+from setu_engine.providers.mysql.failures import mysql_error
 from setu_engine.staged.markers import MARKERS, LoadMarker
 from setu_engine.staged.resumable import stage_marker, stage_table
 from setu_engine.values import sqltypes
@@ -289,21 +288,6 @@ def tsv_field(value: Any) -> str:
     return str(value).translate(_TSV)
 
 
-# Error codes when failures.py (the read side's) is not importable: the
-# write side's own few (deadlock and lock wait are worth a retry).
-_TRANSIENT = {1205, 1213, 1040, 1317, 3024, 1969}
-
-
-def _by_code(exc: BaseException, what: str) -> ProviderError:
-    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-    message = f"mysql: {what}: {exc}"
-    if code in _TRANSIENT:
-        return TransientError(message)
-    if (code is not None and 1000 <= code < 2000) or code in (3140,):
-        return PermanentError(message)
-    return ProviderError(message)
-
-
 def _write_tsv(path: str, rows: list[list[Any]]) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with open(fd, "w", encoding="utf-8", newline="\n") as out:
@@ -354,18 +338,9 @@ class MysqlWrites:
             return exc
         if isinstance(exc, infile.RefusedFile):
             return PermanentError(str(exc))
-        try:
-            failures = importlib.import_module("setu_engine.providers.mysql.failures")
-            mapped = failures.mysql_error(exc, what)
-        except ImportError:  # the read side's module not there yet
-            mapped = _by_code(exc, what)
-        if mode is WriteMode.APPEND and getattr(exc, "args", (None,))[0] in (1062, 1586):
-            # Duplicate key under append: permanent, with PostgreSQL's hint.
-            return PermanentError(
-                f"{mapped}; under write mode append every row must be new: use upsert or merge "
-                "with the key, or overwrite"
-            )
-        return mapped if isinstance(mapped, BaseException) else ProviderError(str(mapped))
+        # One table for both sides (failures.py): a duplicate key, under
+        # append or not, is permanent with PostgreSQL's hint.
+        return mysql_error(exc, f"mysql: {what}")
 
     async def _rollback(self) -> None:
         with contextlib.suppress(Exception):

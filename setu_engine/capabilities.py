@@ -29,6 +29,20 @@ every provider's declaration to its connector's methods):
   read again when it changed, `ObjectSource`), or None (full reads only).
 - `reusable_sessions`: the cloud worker's connection cache may hand its
   session to the next run (`Reusable`, setu_agent/cloud/connections.py).
+
+What a write does with its rows, declared for the provider conformance
+suite (tests/conformance/) to check, and for readers to trust:
+
+- `reports_changes`: the write modes whose write answers what its rows did
+  (`kinds.Written`, RowChanges: inserted, updated, unchanged, deleted); under
+  any other mode it answers the rows only.
+- `enforces_keys`: a table the write creates keeps the stream's key, so an
+  append that repeats a key fails (PermanentError) instead of duplicating it.
+- `values`: which edge values of a neutral type the provider refuses (a
+  ValueFault naming stream, column and row; the target unchanged) or reads
+  back changed, each a limitation docs/data-types.md lists; every other
+  value of every neutral type round-trips exactly. `values_by_format`
+  overrides it per `config.format` for a provider whose formats differ.
 """
 
 from __future__ import annotations
@@ -37,6 +51,29 @@ from dataclasses import dataclass
 from typing import Literal
 
 Increments = Literal["cursor", "object"]
+
+# Edge values by name, as `values` declares them: "<neutral type>:<edge>".
+EDGES = (
+    "nan",  # real, double, numeric
+    "infinity",  # either sign: real, double, numeric, date, timestamp, timestamptz
+    "-0",  # real, double
+    "empty",  # text '', bytes b''
+    "big",  # numeric with 30 digits before the point or 10 after
+    "scale",  # numeric's trailing zeros (1.10)
+)
+
+
+@dataclass(frozen=True)
+class Values:
+    """Edge values ("<type>:<edge>", EDGES) a provider cannot keep: those a
+    write refuses, and those that read back changed (-0 as 0, '' as NULL,
+    1.10 as 1.1)."""
+
+    refuses: frozenset[str] = frozenset()
+    loses: frozenset[str] = frozenset()
+
+
+EXACT = Values()
 
 
 @dataclass(frozen=True)
@@ -52,6 +89,15 @@ class Capabilities:
     inspectable: bool = False
     increments: Increments | None = None
     reusable_sessions: bool = False
+    reports_changes: frozenset[str] = frozenset()
+    enforces_keys: bool = False
+    values: Values = EXACT
+    values_by_format: tuple[tuple[str, Values], ...] = ()
+
+    def values_of(self, format: str | None = None) -> Values:
+        """What a connection of `format` (its config's, for a provider with
+        formats) keeps of the edge values."""
+        return dict(self.values_by_format).get(format or "", self.values)
 
     @property
     def resumable_reads(self) -> bool:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Any
 
-from setu_engine.capabilities import Capabilities
+from setu_engine.capabilities import Capabilities, Values
 from setu_engine.errors import ConfigError, ProviderError, TypeNameError, ValueFault
 from setu_engine.kinds import CopyBatch, WriteMode
 from setu_engine.planning.destination_plan import SchemaChanges
@@ -292,7 +292,34 @@ async def _write_all(
 
 
 # What the transfer may ask of a file connector (docs/providers.md).
-CAPABILITIES = Capabilities(json_lines_in=True, counts_rows=True, increments="object")
+CAPABILITIES = Capabilities(
+    json_lines_in=True,
+    counts_rows=True,
+    increments="object",
+    # A file is rewritten whole: its write answers rows, not RowChanges, and
+    # holds no key to refuse a repeat with.
+    values_by_format=(
+        # CSV has no NULL apart from the empty field (docs/data-types.md).
+        ("csv", Values(loses=frozenset({"text:empty", "bytes:empty"}))),
+        (
+            "parquet",
+            Values(
+                refuses=frozenset(
+                    {
+                        "numeric:nan",
+                        "numeric:infinity",
+                        "numeric:big",
+                        "date:infinity",
+                        "timestamp:infinity",
+                        "timestamptz:infinity",
+                    }
+                ),
+                # A bare numeric is decimal128(38,9): the value, not its scale.
+                loses=frozenset({"numeric:scale"}),
+            ),
+        ),
+    ),
+)
 
 
 class FileConnector(Connector):

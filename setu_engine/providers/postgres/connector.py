@@ -187,6 +187,8 @@ CAPABILITIES = Capabilities(
     inspectable=True,
     increments="cursor",
     reusable_sessions=True,
+    reports_changes=frozenset({"append", "overwrite", "upsert", "merge"}),
+    enforces_keys=True,
 )
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from setu_engine.capabilities import Capabilities
+from setu_engine.capabilities import Capabilities, Values
 from setu_engine.errors import ConfigError, PermanentError, ProviderError
 from setu_engine.kinds import CopyBatch, RowChanges, WriteMode, Written
 from setu_engine.planning.destination_plan import SchemaChanges, TableShape
@@ -54,6 +54,10 @@ CAPABILITIES = Capabilities(
     staged_loads=True,
     inspectable=True,
     increments="cursor",
+    reports_changes=frozenset({"append", "overwrite", "upsert", "merge"}),
+    enforces_keys=True,
+    # SQLite stores an integral REAL as an integer (docs/data-types.md).
+    values=Values(loses=frozenset({"real:-0", "double:-0"})),
 )
 
 

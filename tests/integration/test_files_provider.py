@@ -434,14 +434,19 @@ async def test_a_failing_write_leaves_the_old_file(place: Place) -> None:
     try:
         await connector.write("users", ROWS, batches_of(OLD), WriteMode.OVERWRITE, [])
         before = await place.get("users.jsonl")
+        schema = await place.get("users.jsonl.setu-schema.json")
+        # Written with another key and another type: the sidecar would change.
+        changed = [Column("id", "integer", nullable=False), Column("name", "text")]
         for mode in WriteMode:
             with pytest.raises(RuntimeError, match="source broke"):
-                await connector.write("users", ROWS, failing(), mode, ["id"])
+                await connector.write("users", changed, failing(), mode, ["name"])
     finally:
         await connector.close()
+    # Both files as they were: the data and its schema sidecar.
     assert await place.get("users.jsonl") == before
+    assert await place.get("users.jsonl.setu-schema.json") == schema
     if place.root is not None:
-        assert os.listdir(place.root) == ["users.jsonl"]
+        assert sorted(os.listdir(place.root)) == ["users.jsonl", "users.jsonl.setu-schema.json"]
 
 
 async def test_upsert_without_a_key_is_refused(place: Place) -> None:

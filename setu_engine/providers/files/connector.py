@@ -34,12 +34,19 @@ from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Any
 
 from setu_engine.capabilities import Capabilities, Values
-from setu_engine.errors import ConfigError, ProviderError, TypeNameError, ValueFault
+from setu_engine.errors import (
+    ConfigError,
+    PermanentError,
+    ProviderError,
+    TypeNameError,
+    ValueFault,
+)
 from setu_engine.kinds import CopyBatch, WriteMode
 from setu_engine.planning.destination_plan import SchemaChanges
 from setu_engine.providers.base import Connector
 from setu_engine.providers.files import csv as files_csv
 from setu_engine.providers.files import merge as files_merge
+from setu_engine.providers.files import sidecar
 from setu_engine.providers.files.codec import (
     _head,
     _jsonl_rows,
@@ -351,11 +358,46 @@ class FileConnector(Connector):
                 columns, key = await files_parquet.parquet_stream(
                     self.storage, ref, source, declared
                 )
+            elif (described := await self._described(ref, source)) is not None:
+                columns, key = described
             else:
                 columns = await self._sample(ref, source)
             locator = {"url": source.where}
             streams.append(Stream(source.stream, tuple(columns), primary_key=key, locator=locator))
         return streams
+
+    async def _described(
+        self, ref: str, source: _Source
+    ) -> tuple[list[Column], tuple[str, ...]] | None:
+        """A text file's columns and key from its schema sidecar, checked
+        against the file's header (CSV) or its first records' fields (JSON
+        Lines); None without a current sidecar."""
+        csv = self.config.csv
+        if self.config.format == "csv" and not csv.header and not csv.names_for(source.stream):
+            return None  # its columns are c1, c2, …: no names to match the sidecar's
+        schema = await sidecar.read(self.storage, ref)
+        if schema is None:
+            return None
+        side = self.storage.where(sidecar.ref_of(ref))
+        declared = self.config.declared(source.stream)
+        columns = sidecar.columns_of(schema, declared)
+        if self.config.format == "jsonl":
+            fields: dict[str, None] = {}
+            async for chunk in _head(jsonl_records(self.storage.chunks(ref), source)):
+                for _, record in chunk:
+                    fields.update(dict.fromkeys(record))
+            sidecar.disagreeing(schema, list(fields), "fields", source.where, side)
+            names = set(schema.names())
+            columns += [Column(n, t) for n, t in declared.items() if n not in names]
+        else:
+            records = files_csv.csv_records(self.storage.chunks(ref), self.config.csv, source)
+            first = await files_csv.first_record(records)
+            found = [] if first is None else files_csv.header_names(first, self.config.csv, source)
+            sidecar.disagreeing(schema, found, "header", source.where, side)
+            for name in declared.keys() - set(found):
+                where = f"config.columns.{source.stream}.{name}"
+                raise PermanentError(f"{where}: {source.where} has no such column")
+        return columns, schema.primary_key
 
     async def _sample(self, ref: str, source: _Source) -> list[Column]:
         declared = self.config.declared(source.stream)
@@ -486,10 +528,28 @@ class FileConnector(Connector):
             recorded = await self._recorded(marker)
             if recorded is not None:
                 return recorded  # an earlier attempt loaded it
+        source = _Source(self.storage.where(ref), stream)
         temp = await self.storage.temp_file(ref)
+        side: Path | None = None
         try:
-            count = await self._build(ref, temp, stream, columns, batches, mode, positions, key)
+            exists = mode is not WriteMode.OVERWRITE and await self.storage.exists(ref)
+            copied = (
+                exists and mode is WriteMode.APPEND and await self._copyable(ref, source, columns)
+            )
+            kept = exists and mode in (WriteMode.APPEND, WriteMode.UPSERT)
+            text = self.config.format != "parquet"  # Parquet's footer holds its schema
+            old = await sidecar.read(self.storage, ref) if text and kept else None
+            held = sidecar.held(columns, key, old, kept, copied, source.where) if text else None
+            count = await self._build(
+                ref, temp, source, columns, batches, mode, positions, key, exists, copied
+            )
+            if held is not None:
+                side = await sidecar.staged(self.storage, ref, held, temp)
+            # The data first: a sidecar left behind by a cut is stale by its
+            # size, and ignored (sidecar.py).
             await self.storage.commit(ref, temp)
+            if side is not None:
+                await self.storage.commit(sidecar.ref_of(ref), side)
             if marker is not None:
                 # Written last, atomically: a failure before it leaves no
                 # marker and the load runs again. (A file and its marker
@@ -499,22 +559,23 @@ class FileConnector(Connector):
             raise file_error(exc, f"cannot write {self.storage.where(ref)}") from exc
         finally:
             await asyncio.to_thread(temp.unlink, missing_ok=True)
+            if side is not None:
+                await asyncio.to_thread(side.unlink, missing_ok=True)
         return count
 
     async def _build(
         self,
         ref: str,
         temp: Path,
-        stream: str,
+        source: _Source,
         columns: Sequence[Column],
         batches: AsyncIterator[Batch] | _Lines,
         mode: WriteMode,
         positions: list[int],
-        key: Sequence[str] = (),
+        key: Sequence[str],
+        exists: bool,
+        copied: bool,
     ) -> int:
-        source = _Source(self.storage.where(ref), stream)
-        exists = mode is not WriteMode.OVERWRITE and await self.storage.exists(ref)
-        copied = exists and mode is WriteMode.APPEND and await self._copyable(ref, source, columns)
         if copied:
             await self.storage.copy_to(ref, temp)
         writer: _Writer | files_parquet.ParquetWriter

@@ -55,6 +55,10 @@ class _Storage(Protocol):
         the object changed (size and mtime locally, ETag on S3)."""
         ...
 
+    async def size(self, ref: str) -> int:
+        """ref's size in bytes."""
+        ...
+
     async def temp_file(self, ref: str) -> Path: ...
 
     async def copy_to(self, ref: str, temp: Path) -> None: ...
@@ -158,6 +162,12 @@ class _LocalFiles:
             raise file_error(exc, f"cannot read {ref}") from exc
         modified = datetime.fromtimestamp(stat.st_mtime, UTC)
         return f"{stat.st_mtime_ns}:{stat.st_size}", modified.isoformat(sep=" ")
+
+    async def size(self, ref: str) -> int:
+        try:
+            return (await asyncio.to_thread(lambda: self._inside(ref).stat())).st_size
+        except OSError as exc:
+            raise file_error(exc, f"cannot read {ref}") from exc
 
     async def temp_file(self, ref: str) -> Path:
         # Beside the target, so the final rename stays on one filesystem.
@@ -287,6 +297,14 @@ class _S3Files:
         modified = head["LastModified"].astimezone(UTC).isoformat(sep=" ")
         etag = str(head["ETag"]).strip('"')
         return f"{etag}:{head['ContentLength']}", modified
+
+    async def size(self, ref: str) -> int:
+        client = await self._open()
+        try:
+            head = await client.head_object(Bucket=self.bucket, Key=ref)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(ref, exc) from exc
+        return int(head["ContentLength"])
 
     async def temp_file(self, ref: str) -> Path:
         def make() -> Path:

@@ -60,6 +60,8 @@ EDGES = (
     "empty",  # text '', bytes b''
     "big",  # numeric with 30 digits before the point or 10 after
     "scale",  # numeric's trailing zeros (1.10)
+    "min",  # the type's least value (integers, real, double; year 1 of a date or timestamp)
+    "max",  # its greatest (year 9999, 23:59:59.999999)
 )
 
 

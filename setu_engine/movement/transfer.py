@@ -100,6 +100,7 @@ class JsonLinesDestination(Protocol):
         schema: str | None = None,
         marker: LoadMarker | None = None,
         changes: SchemaChanges | None = None,
+        key: Sequence[str] = (),
     ) -> int: ...
 
 
@@ -746,6 +747,7 @@ async def _direct_stream(
                 schema=landing.schema,
                 marker=marker,
                 changes=landing.changes,
+                key=landing.key,  # the stream's key, which a file keeps in its schema
             )
     else:
         # Rows for a Python writer: asyncpg decodes them faster than a COPY

@@ -500,13 +500,15 @@ class FileConnector(Connector):
         schema: str | None = None,
         marker: LoadMarker | None = None,
         changes: SchemaChanges | None = None,
+        key: Sequence[str] = (),
     ) -> int:
         """Writes rows that come as JSON Lines already, spelled as this
-        provider spells them, as write does."""
+        provider spells them, as write does; `key` is the stream's, kept
+        in the file's schema sidecar."""
         if not self.takes_json_lines(mode):
             raise ProviderError(f"JSON Lines cannot be written as {self.config.format} {mode}")
         return await self._write_stream(
-            stream, columns, _Lines(parts), mode, (), schema=schema, marker=marker
+            stream, columns, _Lines(parts), mode, key, schema=schema, marker=marker
         )
 
     async def _write_stream(

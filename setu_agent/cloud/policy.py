@@ -6,7 +6,7 @@ holds for itself: its database (by socket or by address), the server's data
 folder, the workers' secrets file and blob credentials, services listening
 on loopback or on the private network, another workspace's files.
 
-- Local files (a `sqlite` path, a `file` url) and PostgreSQL Unix sockets
+- Local files (a `sqlite` or `duckdb` path, a `file` url) and PostgreSQL Unix sockets
   must lie in the connection's workspace folder, `<SETU_LOCAL_FILES_ROOT>/
   <workspace id>/`: one workspace never reaches another's files. A relative
   path is taken from that folder. Every path is resolved with its links
@@ -78,7 +78,7 @@ class CloudPolicy:
     def __call__(self, provider: str, config: dict[str, Any]) -> dict[str, Any]:
         """The config to connect with (paths resolved); ConfigError when the
         connection reaches beyond what the cloud allows."""
-        if provider == "sqlite":
+        if provider in ("sqlite", "duckdb"):
             return config | {"path": self._local(str(config.get("path", "")), "config.path")}
         if provider == "file":
             url = str(config.get("url", ""))
@@ -150,7 +150,7 @@ class LocalReach:
         return LocalReach(self._root, _workspace_of(workspace_id))
 
     def __call__(self, provider: str, config: dict[str, Any]) -> dict[str, Any]:
-        if provider == "sqlite":
+        if provider in ("sqlite", "duckdb"):
             return config | {"path": self._placed(config.get("path"))}
         if provider == "file" and not str(config.get("url", "")).startswith("s3://"):
             return config | {"url": self._placed(config.get("url"))}

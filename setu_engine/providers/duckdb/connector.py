@@ -1,0 +1,520 @@
+"""The `duckdb` provider: a DuckDB database file as a source or a destination.
+
+`duckdb` is blocking, so every call runs in a worker thread, one at a time
+per connector (an asyncio.Lock guards the connection); a cancelled call
+interrupts DuckDB's query and waits for the thread, so the connection is
+never used by two threads at once. The file is opened read-only and
+reopened read-write on the first write (DuckDB takes one writer per file
+across processes: a file another process holds is a TransientError that
+says so, failures.locked).
+
+Sandboxing: tenants name the streams and columns, and a DuckDB session can
+read any file (`read_csv('/etc/passwd')`), ATTACH another database or load
+extensions from the network. Setu runs no tenant SQL and quotes every
+identifier; on top of that each session is opened with external access off,
+extension autoloading and autoinstalling off, and its configuration locked,
+so even a statement that got through could reach nothing but this file.
+Batches are ingested from registered Arrow tables, which need no file access.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import duckdb
+
+from setu_engine.capabilities import Capabilities
+from setu_engine.errors import ConfigError, PermanentError, ProviderError, TransientError
+from setu_engine.kinds import WriteMode, Written
+from setu_engine.planning.destination_plan import DestinationColumn, SchemaChanges, TableShape
+from setu_engine.providers.base import Connector
+from setu_engine.providers.duckdb import types as duck_types
+from setu_engine.providers.duckdb import write as duck_write
+from setu_engine.providers.duckdb.failures import duckdb_error, locked
+from setu_engine.providers.duckdb.write import quote
+from setu_engine.staged.markers import MARKERS, LoadMarker
+from setu_engine.staged.resumable import STAGE_PREFIX
+from setu_engine.support.egress import Egress
+from setu_engine.values.types import Batch, Column, Stream
+
+if TYPE_CHECKING:
+    from setu_engine.values.window import Since
+
+T = TypeVar("T")
+
+_KEYS = frozenset({"path", "create", "schema"})
+DEFAULT_SCHEMA = "main"
+
+# What the transfer may ask of a DuckDB connector (docs/providers.md).
+CAPABILITIES = Capabilities(counts_rows=True, inspectable=True, increments="cursor")
+
+# Set at open, before the configuration is locked (docs/data-types.md, "DuckDB").
+_SANDBOX = {
+    "enable_external_access": "false",
+    "autoinstall_known_extensions": "false",
+    "autoload_known_extensions": "false",
+    "allow_community_extensions": "false",
+}
+
+
+class DuckdbProvider:
+    capabilities = CAPABILITIES
+    name = "duckdb"
+
+    def validate_config(self, config: dict[str, Any]) -> None:
+        _parse_config(config)
+
+    async def connect(
+        self, config: dict[str, Any], egress: Egress | None = None, *, root: Path | None = None
+    ) -> Connector:
+        # A file, no socket: the runtime's policy placed the path (resolved,
+        # links followed); checked again against `root`.
+        path, create, schema = _parse_config(config)
+        if root is not None and not path.is_relative_to(root):
+            raise ConfigError(f"config.path: a cloud connection may only use files under {root}/")
+        if not path.exists() and not create:
+            raise ConfigError(
+                f"config.path: no such file {path} (check the path, or set create: true to "
+                f"make a new DuckDB database there)"
+            )
+        if create and not path.parent.is_dir():
+            raise ConfigError(f"config.path: no folder {path.parent} to create {path.name} in")
+        conn = await _in_thread(None, _open, path, not create)
+        if root is not None and path.is_symlink():
+            # DuckDB cannot open with O_NOFOLLOW: a link swapped in since the
+            # path was resolved is caught here instead, before any use.
+            await _in_thread(None, conn.close)
+            raise ProviderError(f"duckdb: {path.name} became a link while it was opened")
+        return DuckdbConnector(path, conn, schema, writable=create)
+
+
+PROVIDER = DuckdbProvider()
+
+
+def _parse_config(config: dict[str, Any]) -> tuple[Path, bool, str]:
+    unknown = sorted(set(config) - _KEYS)
+    if unknown:
+        raise ConfigError(
+            f"config: unknown key(s) {', '.join(unknown)}; duckdb takes path, create, schema"
+        )
+    path = config.get("path")
+    if not isinstance(path, str) or not path.strip() or "\0" in path:
+        raise ConfigError("config.path: required, the DuckDB file's path as a string")
+    if path.strip() == ":memory:":
+        raise ConfigError("config.path: a file's path (an in-memory database keeps nothing)")
+    create = config.get("create", False)
+    if not isinstance(create, bool):
+        raise ConfigError("config.create: must be true or false")
+    schema = config.get("schema", DEFAULT_SCHEMA)
+    if not isinstance(schema, str) or not 0 < len(schema) <= 255 or "\0" in schema:
+        raise ConfigError('config.schema: a schema name (default "main")')
+    return Path(path).expanduser().resolve(), create, schema
+
+
+def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    try:
+        conn = duckdb.connect(str(path), read_only=read_only, config=dict(_SANDBOX))
+    except duckdb.Error as exc:
+        if isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower():
+            raise locked(path, exc) from exc
+        if "different configuration" in str(exc):
+            # DuckDB shares one instance per file in a process: another
+            # connector of this runtime has it open the other way (read-only
+            # or for writing) until it closes.
+            raise TransientError(
+                f"duckdb: {path} is open in this runtime by another connection "
+                f"({'for writing' if read_only else 'read-only'}); retry once it is done"
+            ) from exc
+        raise duckdb_error(exc, f"duckdb: cannot open {path}", path) from exc
+    try:
+        # Instants read and written in UTC (icu is built into the wheel).
+        conn.execute("SET TimeZone = 'UTC'")
+        conn.execute("SET lock_configuration = true")
+    except duckdb.Error as exc:
+        conn.close()
+        raise duckdb_error(exc, f"duckdb: cannot set up {path}", path) from exc
+    return conn
+
+
+async def _in_thread(conn: duckdb.DuckDBPyConnection | None, fn: Callable[..., T], *args: Any) -> T:
+    """fn in a worker thread. A cancelled caller interrupts the query and
+    still waits for the thread to finish, so the connection is never used
+    by two threads at once."""
+    task = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if conn is not None:
+            with contextlib.suppress(duckdb.Error):
+                conn.interrupt()
+        with contextlib.suppress(BaseException):
+            await task
+        raise
+
+
+class DuckdbConnector:
+    capabilities = CAPABILITIES
+
+    def __init__(
+        self, path: Path, conn: duckdb.DuckDBPyConnection, schema: str, *, writable: bool
+    ) -> None:
+        self._path = path
+        self._conn = conn
+        self._schema = schema
+        self._writable = writable
+        self._lock = asyncio.Lock()
+        # Rows fetched from the file by read (CountsRows).
+        self.rows_read = 0
+
+    def _guarded(self, what: str, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        try:
+            return fn(self._conn)
+        except duckdb.Error as exc:
+            raise duckdb_error(exc, f"duckdb: {what}", self._path) from exc
+
+    async def _run(self, what: str, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        async with self._lock:
+            return await _in_thread(self._conn, self._guarded, what, fn)
+
+    async def _writable_conn(self) -> None:
+        """Reopens the file for writing if it was opened read-only; call it
+        holding the lock."""
+        if not self._writable:
+            await _in_thread(None, self._conn.close)
+            self._conn = await _in_thread(None, _open, self._path, False)
+            self._writable = True
+
+    async def test(self) -> str:
+        def probe(conn: duckdb.DuckDBPyConnection) -> str:
+            version = duckdb.__version__
+            found = conn.execute(
+                "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+                "AND schema_name = ?",
+                [self._schema],
+            ).fetchone()
+            tables = int(found[0]) if found else 0
+            return f"DuckDB {version} at {self._path} ({tables} table{'' if tables == 1 else 's'})"
+
+        return await self._run("test", probe)
+
+    async def discover(self) -> list[Stream]:
+        return await self._run("discover", functools.partial(_discover, schema=self._schema))
+
+    def _table_of(self, stream: Stream) -> tuple[str, str]:
+        table = str(stream.locator.get("table", stream.name))
+        return str(stream.locator.get("schema", self._schema)), table
+
+    async def _selecting(self, stream: Stream) -> tuple[str, list[duck_types.Found]]:
+        schema, table = self._table_of(stream)
+        names = [c.name for c in stream.columns]
+        found = await self._run(
+            f"reading {table!r}", functools.partial(_found, schema=schema, table=table, names=names)
+        )
+        return _select(schema, table, found), found
+
+    async def preview(self, stream: Stream, limit: int) -> Batch:
+        sql, found = await self._selecting(stream)
+        convert = duck_types.row_reader(stream.name, found)
+        rows = await self._run(
+            f"reading {stream.name!r}", lambda c: c.execute(f"{sql} LIMIT ?", [limit]).fetchall()
+        )
+        return [convert(row) for row in rows]
+
+    async def cursor_high(self, stream: Stream) -> tuple[str | None, int]:
+        """The highest cursor value an incremental read would reach, and how
+        many rows it would read (setu_engine/planning/incremental.py)."""
+        assert stream.since is not None, "only for an incremental read"
+        schema, table = self._table_of(stream)
+        since = stream.since
+        cast = await self._run(
+            f"reading {table!r}", lambda c: _cursor_cast(c, schema, table, since)
+        )
+        where, args = _window(stream.since, cast, upper=False)
+        col = quote(stream.since.cursor)
+        sql = (
+            f"SELECT CAST(max({col}) AS VARCHAR), count(*) FROM {quote(schema)}.{quote(table)} "
+            f"WHERE {where}"
+        )
+        found = await self._run(f"reading {table!r}", lambda c: c.execute(sql, args).fetchone())
+        high, count = found if found else (None, 0)
+        return (None if high is None else str(high)), int(count)
+
+    async def read(self, stream: Stream, batch_rows: int) -> AsyncIterator[Batch]:
+        sql, found = await self._selecting(stream)
+        convert = duck_types.row_reader(stream.name, found)
+        args: list[Any] = []
+        if stream.since is not None:
+            schema, table = self._table_of(stream)
+            since = stream.since
+            cast = await self._run(
+                f"reading {table!r}", lambda c: _cursor_cast(c, schema, table, since)
+            )
+            where, args = _window(stream.since, cast)
+            sql = f"{sql} WHERE {where} ORDER BY {quote(stream.since.cursor)}"
+        what = f"reading {stream.name!r}"
+        # A cursor of its own: other calls on the connection between batches
+        # (a cursor_high, a preview) do not end this result.
+        cursor = await self._run(what, lambda c: c.cursor())
+        try:
+            await _in_thread(cursor, self._guarded, what, lambda _: cursor.execute(sql, args))
+            while True:
+                rows = await _in_thread(
+                    cursor, self._guarded, what, lambda _: cursor.fetchmany(batch_rows)
+                )
+                if not rows:
+                    return
+                self.rows_read += len(rows)
+                yield [convert(row) for row in rows]
+        finally:
+            await _in_thread(None, cursor.close)
+
+    async def write(
+        self,
+        stream: str,
+        columns: Sequence[Column],
+        batches: AsyncIterator[Batch],
+        mode: WriteMode,
+        key: Sequence[str],
+        *,
+        schema: str | None = None,
+        marker: LoadMarker | None = None,
+        changes: SchemaChanges | None = None,
+    ) -> Written | int:
+        plan = duck_write.WritePlan(
+            schema or self._schema,
+            stream,
+            columns,
+            WriteMode(mode),
+            key,
+            marker,
+            changes,
+            books=self._schema,
+        )
+        what = f"writing {stream!r}"
+        async with self._lock:
+            await self._writable_conn()
+            conn = self._conn
+            written = 0
+            try:
+                recorded: int | None = await _in_thread(conn, self._guarded, what, plan.begin)
+                if recorded is not None:
+                    # An earlier attempt loaded it: write nothing.
+                    await _in_thread(None, duck_write.rollback, conn)
+                    return recorded
+                async for batch in batches:
+                    insert = functools.partial(plan.insert, batch=batch, before=written)
+                    await _in_thread(conn, self._guarded, what, insert)
+                    written += len(batch)
+                finish = functools.partial(plan.finish, written=written)
+                counted = await _in_thread(conn, self._guarded, what, finish)
+            except BaseException:
+                # Cancellation included: the file keeps its old content and
+                # shape (DuckDB's DDL is transactional too).
+                await _in_thread(None, duck_write.rollback, conn)
+                raise
+            return Written(written, counted)
+
+    # -- the destination's shape (setu_engine/planning/destination_plan.py)
+
+    async def inspect_table(self, table: str, schema: str | None) -> TableShape:
+        where = schema or self._schema
+        return await self._run(
+            f"inspecting {table!r}", functools.partial(_inspect, schema=where, table=table)
+        )
+
+    async def create_schema(self, schema: str) -> None:
+        async with self._lock:
+            await self._writable_conn()
+            sql = f"CREATE SCHEMA IF NOT EXISTS {quote(schema)}"
+            await _in_thread(
+                self._conn, self._guarded, f"creating schema {schema!r}", lambda c: c.execute(sql)
+            )
+
+    async def add_columns(self, table: str, schema: str | None, columns: Sequence[Column]) -> None:
+        where = schema or self._schema
+
+        def add(conn: duckdb.DuckDBPyConnection) -> None:
+            conn.execute("BEGIN TRANSACTION")
+            try:
+                duck_write.add_missing(conn, where, table, columns)
+                conn.execute("COMMIT")
+            except BaseException:
+                duck_write.rollback(conn)
+                raise
+
+        async with self._lock:
+            await self._writable_conn()
+            await _in_thread(self._conn, self._guarded, f"adding columns to {table!r}", add)
+
+    async def close(self) -> None:
+        async with self._lock:
+            await _in_thread(None, self._conn.close)
+
+
+def _select(schema: str, table: str, found: Sequence[duck_types.Found]) -> str:
+    picks: list[str] = []
+    for f in found:
+        picks.append(f.select)
+        if f.infinite:
+            picks.append(duck_types.infinity_flag(quote(f.column.name)))
+    return f"SELECT {', '.join(picks)} FROM {quote(schema)}.{quote(table)}"
+
+
+_COLUMNS = (
+    "SELECT column_name, data_type, is_nullable, comment FROM duckdb_columns() "
+    "WHERE database_name = current_database() AND schema_name = ? AND table_name = ? "
+    "ORDER BY column_index"
+)
+
+
+def _columns(conn: duckdb.DuckDBPyConnection, schema: str, table: str) -> list[duck_types.Found]:
+    rows = conn.execute(_COLUMNS, [schema, table]).fetchall()
+    return [
+        duck_types.found(str(name), str(kind), bool(nullable), note, quote(str(name)))
+        for name, kind, nullable, note in rows
+    ]
+
+
+def _found(
+    conn: duckdb.DuckDBPyConnection, schema: str, table: str, names: Sequence[str]
+) -> list[duck_types.Found]:
+    """The stream's columns as the table has them now, in the stream's order."""
+    by_name = {f.column.name: f for f in _columns(conn, schema, table)}
+    if not by_name:
+        raise PermanentError(
+            f"duckdb: no table {schema}.{table} in the file (run discover to see what it offers)"
+        )
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise PermanentError(
+            f"duckdb: table {table!r} has no column(s) {', '.join(map(repr, missing))} "
+            "(run discover again)"
+        )
+    return [by_name[n] for n in names]
+
+
+def _primary_key(conn: duckdb.DuckDBPyConnection, schema: str, table: str) -> list[str]:
+    found = conn.execute(
+        "SELECT constraint_column_names FROM duckdb_constraints() "
+        "WHERE database_name = current_database() AND schema_name = ? AND table_name = ? "
+        "AND constraint_type = 'PRIMARY KEY'",
+        [schema, table],
+    ).fetchone()
+    return [str(n) for n in found[0]] if found else []
+
+
+def _discover(conn: duckdb.DuckDBPyConnection, schema: str) -> list[Stream]:
+    objects = conn.execute(
+        "SELECT table_name, estimated_size FROM duckdb_tables() "
+        "WHERE database_name = current_database() AND schema_name = ? "
+        "UNION ALL SELECT view_name, 0 FROM duckdb_views() "
+        "WHERE database_name = current_database() AND schema_name = ? AND NOT internal "
+        "ORDER BY 1",
+        [schema, schema],
+    ).fetchall()
+    streams = []
+    for name, estimate in objects:
+        # The load markers and staging tables are the runtime's books.
+        if name == MARKERS or str(name).startswith(STAGE_PREFIX):
+            continue
+        found = _columns(conn, schema, name)
+        streams.append(
+            Stream(
+                name=str(name),
+                columns=tuple(f.column for f in found),
+                primary_key=tuple(_primary_key(conn, schema, name)),
+                row_estimate=int(estimate or 0),
+                locator={"schema": schema, "table": str(name)},
+            )
+        )
+    return streams
+
+
+def _inspect(conn: duckdb.DuckDBPyConnection, schema: str, table: str) -> TableShape:
+    target = f"{quote(schema)}.{quote(table)}"
+    known = conn.execute(
+        "SELECT 1 FROM duckdb_schemas() WHERE database_name = current_database() "
+        "AND schema_name = ?",
+        [schema],
+    ).fetchone()
+    if known is None:
+        return TableShape(target, missing_schema=schema)
+    rows = conn.execute(
+        "SELECT column_name, data_type, is_nullable, comment, column_default IS NOT NULL "
+        "FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = ? "
+        "AND table_name = ? ORDER BY column_index",
+        [schema, table],
+    ).fetchall()
+    if not rows:
+        return TableShape(target)
+    columns = []
+    for name, kind, nullable, note, has_default in rows:
+        neutral = duck_types.found(str(name), str(kind), bool(nullable), note, "").column.type
+        required = not nullable and not has_default
+        columns.append(DestinationColumn(str(name), str(kind), neutral, required))
+    keys = conn.execute(
+        "SELECT constraint_column_names FROM duckdb_constraints() "
+        "WHERE database_name = current_database() AND schema_name = ? AND table_name = ? "
+        "AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')",
+        [schema, table],
+    ).fetchall()
+    unique = tuple(frozenset(str(n) for n in names) for (names,) in keys)
+    return TableShape(target, columns=tuple(columns), unique_keys=unique)
+
+
+# Cursor types whose DuckDB name may be spelled in a CAST (a fixed list: a
+# file's catalog is no input to splice into SQL).
+_CASTABLE = frozenset(
+    {
+        "TINYINT",
+        "SMALLINT",
+        "INTEGER",
+        "BIGINT",
+        "UTINYINT",
+        "USMALLINT",
+        "UINTEGER",
+        "UBIGINT",
+        "HUGEINT",
+        "FLOAT",
+        "DOUBLE",
+        "VARCHAR",
+        "DATE",
+        "TIMESTAMP",
+        "TIMESTAMP WITH TIME ZONE",
+    }
+)
+
+
+def _cursor_cast(conn: duckdb.DuckDBPyConnection, schema: str, table: str, since: Since) -> str:
+    """`CAST(? AS <the cursor column's type>)`, so the saved text compares
+    as the column does."""
+    found = conn.execute(
+        "SELECT data_type, comment FROM duckdb_columns() WHERE database_name = "
+        "current_database() AND schema_name = ? AND table_name = ? AND column_name = ?",
+        [schema, table, since.cursor],
+    ).fetchone()
+    if found is None:
+        raise PermanentError(f"duckdb: table {table!r} has no cursor column {since.cursor!r}")
+    kind = str(found[0]).upper()
+    if kind in _CASTABLE:
+        return f"CAST(? AS {kind})"
+    if kind.startswith("DECIMAL(") and all(p.strip().isdigit() for p in kind[8:-1].split(",")):
+        return f"CAST(? AS {kind})"
+    return "?"
+
+
+def _window(since: Since, cast: str, *, upper: bool = True) -> tuple[str, list[Any]]:
+    col = quote(since.cursor)
+    parts, args = ["false" if since.empty else "true"], list[Any]()
+    if since.low is not None:
+        parts.append(f"{col} {'>=' if since.inclusive else '>'} {cast}")
+        args.append(since.low)
+    if upper and since.high is not None:
+        parts.append(f"{col} <= {cast}")
+        args.append(since.high)
+    return " AND ".join(parts), args

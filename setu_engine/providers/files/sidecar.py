@@ -221,7 +221,7 @@ def held(
 def _joined(new: Column, old: Column | None, copied: bool, where: str) -> Column:
     if old is None:
         return Column(new.name, new.type, True, new.sql_type)  # the old rows lack it
-    nullable = new.nullable and old.nullable
+    nullable = new.nullable or old.nullable  # the old rows stay beside the new
     sql_type = new.sql_type if new.sql_type == old.sql_type else ""
     type_ = new.type
     if copied and old.type != new.type:

@@ -89,6 +89,13 @@ EXTRA_MODULES: Mapping[str, str] = {
     # pyarrow: imported where a Parquet file is read or written, after
     # parquet_options.require_pyarrow().
     "setu_engine.providers.files.parquet": "parquet",
+    # duckdb and pyarrow: the duckdb provider's modules, which its package
+    # imports behind an ImportError guard that names the extra.
+    "setu_engine.providers.duckdb.arrays": "duckdb",
+    "setu_engine.providers.duckdb.connector": "duckdb",
+    "setu_engine.providers.duckdb.failures": "duckdb",
+    "setu_engine.providers.duckdb.types": "duckdb",
+    "setu_engine.providers.duckdb.write": "duckdb",
 }
 
 SKIPPED_PARTS = {"__pycache__"}

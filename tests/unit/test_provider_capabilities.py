@@ -25,6 +25,7 @@ from setu_engine.providers.base import (
     ResumableCopies,
     ResumableRows,
 )
+from setu_engine.providers.duckdb.connector import DuckdbConnector
 from setu_engine.providers.files.connector import FileConnector
 from setu_engine.providers.files.storage import _LocalFiles
 from setu_engine.providers.postgres.connector import PostgresConnector
@@ -56,6 +57,7 @@ def connectors() -> dict[str, Any]:
             SimpleNamespace(format="csv"),  # type: ignore[arg-type]
             _LocalFiles(Path("unopened"), single=False),
         ),
+        "duckdb": DuckdbConnector(Path("unopened.duckdb"), unopened, "main", writable=False),
     }
 
 

@@ -3,9 +3,11 @@ or under an S3 prefix, one stream per file (named by the file's stem).
 
 Reading streams line by line (a thread for local files, the response body
 for S3), so no file is ever whole in memory; Parquet a row group at a time
-(parquet.py). Types not declared in `config.columns` are inferred: a CSV
-column's from every value (csv.py), a JSON Lines field's from the first
-rows, a Parquet column's from the file's schema.
+(parquet.py). Types not declared in `config.columns` come from the CSV or
+JSON Lines file's schema sidecar when it has one (sidecar.py: written with
+every file Setu writes), else are inferred: a CSV column's from every value
+(csv.py), a JSON Lines field's from the first rows; a Parquet column's from
+the file's schema.
 
 CSV cannot tell NULL from the empty string: an empty field reads as NULL
 (in a text column, unless `csv.null_values` says otherwise), and NULL and ''

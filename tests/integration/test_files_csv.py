@@ -5,7 +5,7 @@ sample, and the nycflights13-shaped files."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 
 from setu_engine.errors import ConfigError, PermanentError, ValueFault
+from setu_engine.kinds import WriteMode
 from setu_engine.providers.base import Connector
 from setu_engine.providers.files import PROVIDER
 from setu_engine.providers.files.codec import _Source
 from setu_engine.providers.files.csv import CsvOptions, csv_records
-from setu_engine.values.types import Column, Row, Stream
+from setu_engine.values.types import Batch, Column, Row, Stream
 from tests import flights_csv
 from tests.integration.test_files_provider import Place, read_all
 from tests.s3server import S3Endpoint
@@ -330,3 +331,27 @@ def test_every_csv_option_together_is_valid() -> None:
             },
         }
     )
+
+
+async def test_a_field_longer_than_pythons_csv_limit_reads_whole(tmp_path: Path) -> None:
+    """Python's csv module refuses fields over 128 KiB unless told; a long
+    text (a document, a JSON value) written to CSV reads back whole."""
+    long = "é" * 200_000 + ',"\n'
+    connector = await PROVIDER.connect({"url": str(tmp_path), "format": "csv"})
+    try:
+
+        async def batches() -> AsyncIterator[Batch]:
+            yield [(1, long)]
+
+        await connector.write(
+            "docs",
+            [Column("id", "integer"), Column("body", "text")],
+            batches(),
+            WriteMode.OVERWRITE,
+            [],
+        )
+        (stream,) = await connector.discover()
+        rows = [row async for batch in connector.read(stream, 10) for row in batch]
+    finally:
+        await connector.close()
+    assert rows == [(1, long)]

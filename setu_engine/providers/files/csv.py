@@ -45,6 +45,11 @@ DEFAULT_MARKERS = frozenset({"NA", "N/A", "NULL", "null"})
 OPTIONS = ("delimiter", "quote", "header", "column_names", "null_values", "encoding", "infer_rows")
 # A quoted field may span lines; one open this long is a stray quote.
 MAX_OPEN_FIELD = 16 * 1024 * 1024
+# Python's csv refuses a field over 128 KiB by default, and Setu writes
+# text of any length (a document, a JSON value). The limit is the csv
+# module's, process-wide: it is only ever raised here.
+FIELD_LIMIT = 2**31 - 1
+csv.field_size_limit(max(csv.field_size_limit(), FIELD_LIMIT))
 
 # ---------------------------------------------------------------- options
 

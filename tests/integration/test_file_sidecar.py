@@ -352,6 +352,17 @@ async def test_a_sidecar_is_no_stream_and_no_object(tmp_path: Path) -> None:
         (b'{"setu_schema": 1, "columns": [{"name": "id", "type": "text"}], "x": 1}', "'x'"),
         (b"[" * 100_000 + b"]" * 100_000, "not JSON"),
         (b"\xff\xfe", "not JSON"),
+        (
+            b'{"setu_schema": 1, "columns": [{"name": "id", "type": "integer", '
+            b'"sql_type": "text"}]}',
+            "does not hold integer",
+        ),
+        (
+            b'{"setu_schema": 1, "columns": ['
+            + b",".join(b'{"name": "c%d", "type": "text"}' % i for i in range(10_001))
+            + b"]}",
+            "more than 10000 columns",
+        ),
     ],
 )
 async def test_a_malformed_sidecar_is_a_clear_error(

@@ -36,13 +36,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Any
 
 from setu_engine.capabilities import Capabilities, Values
-from setu_engine.errors import (
-    ConfigError,
-    PermanentError,
-    ProviderError,
-    TypeNameError,
-    ValueFault,
-)
+from setu_engine.errors import ConfigError, ProviderError, TypeNameError, ValueFault
 from setu_engine.kinds import CopyBatch, WriteMode
 from setu_engine.planning.destination_plan import SchemaChanges
 from setu_engine.providers.base import Connector
@@ -371,35 +365,11 @@ class FileConnector(Connector):
     async def _described(
         self, ref: str, source: _Source
     ) -> tuple[list[Column], tuple[str, ...]] | None:
-        """A text file's columns and key from its schema sidecar, checked
-        against the file's header (CSV) or its first records' fields (JSON
-        Lines); None without a current sidecar."""
-        csv = self.config.csv
-        if self.config.format == "csv" and not csv.header and not csv.names_for(source.stream):
-            return None  # its columns are c1, c2, …: no names to match the sidecar's
-        schema = await sidecar.read(self.storage, ref)
-        if schema is None:
-            return None
-        side = self.storage.where(sidecar.ref_of(ref))
+        """A text file's columns and key from its schema sidecar, or None."""
         declared = self.config.declared(source.stream)
-        columns = sidecar.columns_of(schema, declared)
         if self.config.format == "jsonl":
-            fields: dict[str, None] = {}
-            async for chunk in _head(jsonl_records(self.storage.chunks(ref), source)):
-                for _, record in chunk:
-                    fields.update(dict.fromkeys(record))
-            sidecar.disagreeing(schema, list(fields), "fields", source.where, side)
-            names = set(schema.names())
-            columns += [Column(n, t) for n, t in declared.items() if n not in names]
-        else:
-            records = files_csv.csv_records(self.storage.chunks(ref), self.config.csv, source)
-            first = await files_csv.first_record(records)
-            found = [] if first is None else files_csv.header_names(first, self.config.csv, source)
-            sidecar.disagreeing(schema, found, "header", source.where, side)
-            for name in declared.keys() - set(found):
-                where = f"config.columns.{source.stream}.{name}"
-                raise PermanentError(f"{where}: {source.where} has no such column")
-        return columns, schema.primary_key
+            return await sidecar.jsonl_described(self.storage, ref, source, declared)
+        return await sidecar.csv_described(self.storage, ref, source, declared, self.config.csv)
 
     async def _sample(self, ref: str, source: _Source) -> list[Column]:
         declared = self.config.declared(source.stream)

@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from setu_engine.errors import PermanentError, SqlTypeError, TypeNameError
+from setu_engine.providers.files import csv as files_csv
+from setu_engine.providers.files.codec import _head, _Source, jsonl_records
 from setu_engine.providers.files.storage import _Storage
 from setu_engine.values.types import INTEGERS, Column
 
@@ -318,3 +320,53 @@ def disagreeing(schema: Schema, found: Sequence[str], what: str, data: str, side
         f"file was changed by another tool: delete the sidecar to infer the types, or write "
         f"the file again"
     )
+
+
+# ---------------------------------------------------------------- discover
+
+
+async def jsonl_described(
+    storage: _Storage, ref: str, source: _Source, declared: dict[str, str]
+) -> tuple[list[Column], tuple[str, ...]] | None:
+    """A JSON Lines file's columns and key from its sidecar, checked against
+    its first records' fields; None without a current sidecar. A declared
+    column the sidecar lacks is added, as inference adds it."""
+    schema = await read(storage, ref)
+    if schema is None:
+        return None
+    fields: dict[str, None] = {}
+    async with aclosing(_head(jsonl_records(storage.chunks(ref), source))) as chunks:
+        async for chunk in chunks:
+            for _, record in chunk:
+                fields.update(dict.fromkeys(record))
+    disagreeing(schema, list(fields), "fields", source.where, storage.where(ref_of(ref)))
+    names = set(schema.names())
+    extra = [Column(n, t) for n, t in declared.items() if n not in names]
+    return columns_of(schema, declared) + extra, schema.primary_key
+
+
+async def csv_described(
+    storage: _Storage,
+    ref: str,
+    source: _Source,
+    declared: dict[str, str],
+    options: files_csv.CsvOptions,
+) -> tuple[list[Column], tuple[str, ...]] | None:
+    """A CSV file's columns and key from its sidecar, checked against its
+    header; None without a current sidecar, or for a headerless file
+    without `csv.column_names` (its columns are c1, c2, …: no names to
+    match the sidecar's)."""
+    if not options.header and not options.names_for(source.stream):
+        return None
+    schema = await read(storage, ref)
+    if schema is None:
+        return None
+    first = await files_csv.first_record(
+        files_csv.csv_records(storage.chunks(ref), options, source)
+    )
+    found = [] if first is None else files_csv.header_names(first, options, source)
+    disagreeing(schema, found, "header", source.where, storage.where(ref_of(ref)))
+    for name in declared.keys() - set(found):
+        where = f"config.columns.{source.stream}.{name}"
+        raise PermanentError(f"{where}: {source.where} has no such column")
+    return columns_of(schema, declared), schema.primary_key

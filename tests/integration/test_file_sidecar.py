@@ -488,3 +488,21 @@ async def test_the_sidecar_travels_to_s3_and_back(s3_endpoint: S3Endpoint) -> No
     assert list(stream.columns) == TYPED
     assert stream.primary_key == ("id",)
     assert rows == TYPED_ROWS
+
+
+async def test_a_malformed_sidecar_refuses_an_append_and_an_overwrite_replaces_it(
+    tmp_path: Path,
+) -> None:
+    url = str(tmp_path)
+    await _write(url, "csv", TYPED[:2], [(1, "a")], WriteMode.OVERWRITE, ["id"])
+    side = tmp_path / "t.csv.setu-schema.json"
+    side.write_text('{"setu_schema": 1, "columns": [{"name": "id", "type": "money"}]}')
+    data = (tmp_path / "t.csv").read_bytes()
+    for mode in (WriteMode.APPEND, WriteMode.UPSERT):
+        with pytest.raises(PermanentError, match=r"t.csv.setu-schema.json: .*unknown type"):
+            await _write(url, "csv", TYPED[:2], [(2, "b")], mode, ["id"])
+    assert (tmp_path / "t.csv").read_bytes() == data
+    await _write(url, "csv", TYPED[:2], [(3, "c")], WriteMode.MERGE, ["id"])
+    (stream,) = await _discover(url, "csv")
+    assert list(stream.columns) == TYPED[:2]
+    assert stream.primary_key == ("id",)

@@ -506,3 +506,22 @@ async def test_a_malformed_sidecar_refuses_an_append_and_an_overwrite_replaces_i
     (stream,) = await _discover(url, "csv")
     assert list(stream.columns) == TYPED[:2]
     assert stream.primary_key == ("id",)
+
+
+async def test_a_headerless_csv_takes_its_column_names_from_its_sidecar(tmp_path: Path) -> None:
+    """A CSV written without a header reads back with its names and types
+    (without a sidecar its columns would be c1, c2, …)."""
+    options = {"csv": {"header": False}}
+    await _write(str(tmp_path), "csv", TYPED, TYPED_ROWS, WriteMode.OVERWRITE, ["id"], **options)
+    assert (tmp_path / "t.csv").read_text().startswith("1,a,1.25,")
+    connector = await PROVIDER.connect({"url": str(tmp_path), "format": "csv", **options})
+    try:
+        (stream,) = await connector.discover()
+        rows = [row async for batch in connector.read(stream, 10) for row in batch]
+    finally:
+        await connector.close()
+    assert list(stream.columns) == TYPED
+    assert rows == TYPED_ROWS
+    (tmp_path / "t.csv.setu-schema.json").unlink()
+    (stream,) = await _discover(str(tmp_path), "csv", **options)
+    assert [c.name for c in stream.columns] == ["c1", "c2", "c3", "c4", "c5"]

@@ -369,7 +369,20 @@ class FileConnector(Connector):
         declared = self.config.declared(source.stream)
         if self.config.format == "jsonl":
             return await sidecar.jsonl_described(self.storage, ref, source, declared)
-        return await sidecar.csv_described(self.storage, ref, source, declared, self.config.csv)
+        options = await self._csv_options(ref, source.stream)
+        return await sidecar.csv_described(self.storage, ref, source, declared, options)
+
+    async def _csv_options(self, ref: str, stream: str) -> files_csv.CsvOptions:
+        """How a CSV file reads: a headerless file that `csv.column_names`
+        does not name takes its column names from its sidecar, when it has
+        one (else they are c1, c2, …)."""
+        options = self.config.csv
+        if self.config.format != "csv" or options.header or options.names_for(stream):
+            return options
+        schema = await sidecar.read(self.storage, ref)
+        if schema is None:
+            return options
+        return replace(options, column_names={stream: tuple(schema.names())})
 
     async def _sample(self, ref: str, source: _Source) -> list[Column]:
         declared = self.config.declared(source.stream)
@@ -410,8 +423,10 @@ class FileConnector(Connector):
             return  # incremental, and its file has not changed since the last run
         ref = self._ref(stream.name)
         source = _Source(self.storage.where(ref), stream.name)
+        options = await self._csv_options(ref, stream.name)
         batch: Batch = []
-        async with aclosing(self._rows(ref, source, stream.columns, rewrite=False)) as chunks:
+        rows_of = self._rows(ref, source, stream.columns, rewrite=False, options=options)
+        async with aclosing(rows_of) as chunks:
             async for rows in chunks:
                 self.rows_read += len(rows)
                 for row in rows:
@@ -423,7 +438,12 @@ class FileConnector(Connector):
             yield batch
 
     def _rows(
-        self, ref: str, source: _Source, columns: Sequence[Column], rewrite: bool
+        self,
+        ref: str,
+        source: _Source,
+        columns: Sequence[Column],
+        rewrite: bool,
+        options: files_csv.CsvOptions | None = None,
     ) -> AsyncGenerator[list[Row], None]:
         """The file's rows as the given columns. For a rewrite (the old rows
         of a file being written) a column the new rows lack is an error, as
@@ -436,8 +456,9 @@ class FileConnector(Connector):
         chunks = self.storage.chunks(ref)
         if self.config.format == "jsonl":
             return _jsonl_rows(jsonl_records(chunks, source), source, columns, rewrite)
-        records = files_csv.csv_records(chunks, self.config.csv, source)
-        return files_csv.csv_rows(records, self.config.csv, source, columns, rewrite)
+        options = options or self.config.csv
+        records = files_csv.csv_records(chunks, options, source)
+        return files_csv.csv_rows(records, options, source, columns, rewrite)
 
     async def write(
         self,

@@ -353,11 +353,8 @@ async def csv_described(
     options: files_csv.CsvOptions,
 ) -> tuple[list[Column], tuple[str, ...]] | None:
     """A CSV file's columns and key from its sidecar, checked against its
-    header; None without a current sidecar, or for a headerless file
-    without `csv.column_names` (its columns are c1, c2, …: no names to
-    match the sidecar's)."""
-    if not options.header and not options.names_for(source.stream):
-        return None
+    header (a headerless file's: the names `options` gives it); None
+    without a current sidecar."""
     schema = await read(storage, ref)
     if schema is None:
         return None

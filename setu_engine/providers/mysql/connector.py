@@ -47,6 +47,7 @@ from setu_engine.providers.mysql.failures import mysql_error
 from setu_engine.providers.mysql.write import MysqlWrites, quote
 from setu_engine.staged.markers import MARKERS
 from setu_engine.staged.resumable import STAGE_PREFIX
+from setu_engine.support.closing import closing
 from setu_engine.support.egress import Egress
 from setu_engine.support.secrets import check_reference, is_reference
 from setu_engine.values.types import INTEGERS, Batch, Column, Stream
@@ -408,12 +409,16 @@ class MysqlConnector(MysqlWrites):
         return ""
 
     async def read(self, stream: Stream, batch_rows: int) -> AsyncIterator[Batch]:
+        # Each inner reader closed here, at once, when this one is: left to
+        # the loop, its snapshot's end would race the session's next query.
         if stream.since is None and stream.primary_key:
-            async for batch, _ in self._keyset(stream, batch_rows, None):
-                yield batch
+            async with closing(self._keyset(stream, batch_rows, None)) as pages:
+                async for batch, _ in pages:
+                    yield batch
             return
-        async for batch in self._streamed(stream, batch_rows):
-            yield batch
+        async with closing(self._streamed(stream, batch_rows)) as batches:
+            async for batch in batches:
+                yield batch
 
     async def resumes(self, stream: Stream) -> bool:
         """A full read of a table with a primary key goes in key order, each
@@ -428,8 +433,9 @@ class MysqlConnector(MysqlWrites):
                 f"mysql: {stream.name} has no primary key to resume a read by (a full read only)"
             )
         start = _position_values(after, len(stream.primary_key)) if after else None
-        async for batch, position in self._keyset(stream, batch_rows, start):
-            yield batch, position
+        async with closing(self._keyset(stream, batch_rows, start)) as pages:
+            async for batch, position in pages:
+                yield batch, position
 
     async def _snapshot(self) -> None:
         await self.conn.rollback()  # whatever an earlier call left open

@@ -87,7 +87,7 @@ from setu_engine.providers.mysql.failures import mysql_error
 from setu_engine.staged.markers import MARKERS, LoadMarker
 from setu_engine.staged.resumable import stage_marker, stage_table
 from setu_engine.values import sqltypes
-from setu_engine.values.special import Infinite
+from setu_engine.values.special import JSON_NULL, Infinite
 from setu_engine.values.types import Batch, Column
 
 # The widest decimal MySQL has: a numeric without precision lands in it.
@@ -249,6 +249,8 @@ def encoder(column: Column) -> Callable[[Any], Any]:
 
 
 def _json_text(v: Any) -> str:
+    if v is JSON_NULL:  # JSON's null as a whole value (SQL NULL is None)
+        return "null"
     return json.dumps(v, ensure_ascii=False, allow_nan=False)
 
 

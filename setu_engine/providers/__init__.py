@@ -13,6 +13,7 @@ _MODULES: dict[str, str] = {
     "postgres": "setu_engine.providers.postgres",
     "sqlite": "setu_engine.providers.sqlite",
     "file": "setu_engine.providers.files",
+    "mysql": "setu_engine.providers.mysql",
     "duckdb": "setu_engine.providers.duckdb",
 }
 

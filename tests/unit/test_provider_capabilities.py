@@ -28,6 +28,7 @@ from setu_engine.providers.base import (
 from setu_engine.providers.duckdb.connector import DuckdbConnector
 from setu_engine.providers.files.connector import FileConnector
 from setu_engine.providers.files.storage import _LocalFiles
+from setu_engine.providers.mysql.connector import MysqlConnector
 from setu_engine.providers.postgres.connector import PostgresConnector
 from setu_engine.providers.sqlite.connector import SqliteConnector
 from setu_engine.staged.resumable import StagingDestination
@@ -58,6 +59,9 @@ def connectors() -> dict[str, Any]:
             _LocalFiles(Path("unopened"), single=False),
         ),
         "duckdb": DuckdbConnector(Path("unopened.duckdb"), unopened, "main", writable=False),
+        "mysql": MysqlConnector(
+            unopened, "db", "10.11.0-MariaDB", local_infile=False, where="nowhere"
+        ),
     }
 
 

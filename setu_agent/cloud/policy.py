@@ -17,6 +17,8 @@ on loopback or on the private network, another workspace's files.
 - Whatever the root, `/` included, a PostgreSQL socket is never one of the
   control plane's own database: its socket folders (the server names them
   at check-in), reached by any path or link, and links to its sockets.
+- A MySQL connection names its host (asyncmy would take `localhost`) and
+  reaches it over TCP: a Unix socket path is refused in the cloud.
 - Every socket goes to an address vetted by `egress` (setu_engine/
   egress.py): no loopback, private, link-local or metadata address unless
   the operator allows its network, and never Setu's own database.
@@ -101,6 +103,19 @@ class CloudPolicy:
                 # control plane's own database.
                 self.egress.check_socket(folder, _port(config), "config.host")
                 return config | {"host": folder}
+        if provider == "mysql":
+            named = config.get("host")
+            if not isinstance(named, str) or not named.strip():
+                # asyncmy would take `localhost`: this machine's own server.
+                raise ConfigError("config.host: required in the cloud; name the database's host")
+            if named.startswith(("/", "@")):
+                # A Unix socket reaches whatever listens on this machine; no
+                # tenant's MySQL lives in the control plane's folders.
+                raise ConfigError(
+                    "config.host: a cloud connection reaches MySQL over TCP only, not a "
+                    "Unix socket; name the database's host, or place the connection on an "
+                    "agent that can reach the socket"
+                )
         return config
 
     def _local(self, path: str, field: str) -> str:

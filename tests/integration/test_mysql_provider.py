@@ -619,6 +619,10 @@ async def test_a_read_sees_one_snapshot_whatever_commits_between_batches(
     await numbered(db, 30)
     connector = await connect(db)
     try:
+        # Whatever the session's own isolation: a consistent snapshot needs
+        # REPEATABLE READ, which the read asks for itself.
+        async with connector.conn.cursor() as cursor:
+            await cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         stream = await stream_of(connector, "n")
         batches = connector.read(stream, 10)
         rows = list(await anext(batches))

@@ -1,8 +1,9 @@
 """The `mysql` provider: MySQL 8 and MariaDB 10.11+, one provider, the
 server's flavour told by VERSION() at connect. Driver: asyncmy, measured
-against aiomysql on the same MariaDB (200,000 rows by 8 columns fetched
-into Python): asyncmy ≈ 290k rows/s, aiomysql ≈ 95k rows/s; asyncmy is
-compiled (Cython) and maintained.
+against aiomysql on the same MariaDB 10.11 (200,000 rows by 8 columns
+fetched by a streamed cursor, best of 3): asyncmy 1.4M rows/s, aiomysql
+0.13M rows/s; asyncmy is compiled (Cython) and maintained. Through this
+connector's read (neutral values, keyset pages): 0.59M rows/s.
 
 A session is set up the same way every time: time_zone '+00:00' (a
 `timestamp` then comes in UTC whatever the server's zone), NAMES utf8mb4,

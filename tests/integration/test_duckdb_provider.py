@@ -699,3 +699,22 @@ def test_local_reach_places_a_relative_path_in_the_workspace_folder(tmp_path: Pa
         "path": str(tmp_path / WORKSPACE / "lake.duckdb")
     }
     assert reach("duckdb", {"path": "/data/lake.duckdb"}) == {"path": "/data/lake.duckdb"}
+
+
+async def test_two_connectors_of_one_process_share_the_file_set_up_alike(tmp_path: Path) -> None:
+    path = tmp_path / "shared.duckdb"
+    columns = [Column("id", "integer"), Column("at", "timestamptz")]
+    await write(path, "t", columns, [(1, datetime(2020, 1, 1, tzinfo=UTC))])
+    first = await PROVIDER.connect({"path": str(path)})
+    second = await PROVIDER.connect({"path": str(path)})
+    try:
+        (stream,) = await second.discover()
+        assert await second.preview(stream, 1) == [(1, datetime(2020, 1, 1, tzinfo=UTC))]
+        # DuckDB shares one instance per file and process: a writer cannot
+        # open it beside readers until they close, and is told so.
+        with pytest.raises(TransientError, match="open in this runtime by another connection"):
+            await write(path, "t", columns, [])
+    finally:
+        await first.close()
+        await second.close()
+    assert await write(path, "t", columns, [(2, None)]) == 1

@@ -51,7 +51,13 @@ _KEYS = frozenset({"path", "create", "schema"})
 DEFAULT_SCHEMA = "main"
 
 # What the transfer may ask of a DuckDB connector (docs/providers.md).
-CAPABILITIES = Capabilities(counts_rows=True, inspectable=True, increments="cursor")
+CAPABILITIES = Capabilities(
+    counts_rows=True,
+    inspectable=True,
+    increments="cursor",
+    reports_changes=frozenset({"append", "overwrite", "upsert", "merge"}),
+    enforces_keys=True,
+)
 
 # Set at open, before the configuration is locked (docs/data-types.md, "DuckDB").
 _SANDBOX = {
@@ -132,13 +138,25 @@ def _open(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
             ) from exc
         raise duckdb_error(exc, f"duckdb: cannot open {path}", path) from exc
     try:
-        # Instants read and written in UTC (icu is built into the wheel).
-        conn.execute("SET TimeZone = 'UTC'")
-        conn.execute("SET lock_configuration = true")
+        if not _locked(conn):
+            # Instants read and written in UTC (icu is built into the wheel),
+            # for every session of the instance.
+            conn.execute("SET GLOBAL TimeZone = 'UTC'")
+            conn.execute("SET GLOBAL lock_configuration = true")
+        # Another connector of this process opened the file first: DuckDB
+        # shares its instance, set up and locked already.
+        zone = conn.execute("SELECT current_setting('TimeZone')").fetchone()
+        if zone is None or zone[0] != "UTC":
+            raise ProviderError(f"duckdb: {path} is open in this process outside UTC")
     except duckdb.Error as exc:
         conn.close()
         raise duckdb_error(exc, f"duckdb: cannot set up {path}", path) from exc
     return conn
+
+
+def _locked(conn: duckdb.DuckDBPyConnection) -> bool:
+    found = conn.execute("SELECT current_setting('lock_configuration')").fetchone()
+    return bool(found and found[0])
 
 
 async def _in_thread(conn: duckdb.DuckDBPyConnection | None, fn: Callable[..., T], *args: Any) -> T:

@@ -14,6 +14,7 @@ import pytest
 
 from setu_cli import session
 from setu_engine.providers.files import connector as files
+from setu_engine.providers.mysql import connector as mysql
 from setu_engine.providers.postgres import connector as postgres
 from setu_engine.providers.sqlite import connector as sqlite
 
@@ -51,7 +52,12 @@ async def test_every_exit_code_is_documented_in_help_and_readme() -> None:
 
 @pytest.mark.parametrize(
     ("provider", "keys"),
-    [("postgres", postgres.KEYS), ("sqlite", sqlite._KEYS), ("file", files._KEYS)],
+    [
+        ("postgres", postgres.KEYS),
+        ("sqlite", sqlite._KEYS),
+        ("file", files._KEYS),
+        ("mysql", mysql.KEYS),
+    ],
 )
 def test_the_readme_names_every_config_key_of_each_provider(
     provider: str, keys: frozenset[str] | tuple[str, ...]

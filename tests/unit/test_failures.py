@@ -225,3 +225,63 @@ def test_s3_connection_failures_are_transient_and_no_credentials_permanent() -> 
     ):
         assert isinstance(s3_error(exc, "s3://b/k"), TransientError)
     assert isinstance(s3_error(NoCredentialsError(), "s3://b/k"), PermanentError)
+
+
+# -- mysql (asyncmy: args are (code, message)) --------------------------------
+
+MYSQL_OUTAGE = [2002, 2003, 2006, 2013, 2055, 1053, 1927]
+MYSQL_TRANSIENT = [1205, 1213, 1040, 1203, 1317, 3024, 1969, 1037, 1038, 1020, 1114]
+MYSQL_PERMANENT = [1045, 1044, 1049, 1146, 1054, 1142, 1062, 1048, 1452, 1264, 1366, 1406, 1064]
+
+
+@pytest.mark.parametrize("code", MYSQL_OUTAGE)
+def test_mysql_outage_codes(code: int) -> None:
+    from asyncmy.errors import OperationalError  # type: ignore[import-untyped,unused-ignore]
+
+    from setu_engine.providers.mysql.failures import mysql_error
+
+    error = mysql_error(OperationalError(code, "gone"), "mysql: reading t")
+    assert isinstance(error, OutageError) and error.lost
+    first = mysql_error(OperationalError(code, "gone"), "mysql: connect", connecting=True)
+    assert isinstance(first, OutageError) and not first.lost
+
+
+@pytest.mark.parametrize("code", MYSQL_TRANSIENT)
+def test_mysql_transient_codes(code: int) -> None:
+    from asyncmy.errors import OperationalError
+
+    from setu_engine.providers.mysql.failures import mysql_error
+
+    error = mysql_error(OperationalError(code, "try again"), "mysql: loading t")
+    assert isinstance(error, TransientError) and not isinstance(error, OutageError)
+
+
+@pytest.mark.parametrize("code", MYSQL_PERMANENT)
+def test_mysql_permanent_codes_name_their_fix(code: int) -> None:
+    from asyncmy.errors import ProgrammingError
+
+    from setu_engine.providers.mysql.failures import mysql_error
+
+    error = mysql_error(ProgrammingError(code, "no"), "mysql: loading t")
+    assert isinstance(error, PermanentError) and not error.retryable
+    assert str(error).startswith(f"mysql: loading t: ({code}, 'no') (")
+
+
+def test_mysql_login_refusal_names_the_login_fields_and_sockets_fail_as_the_network() -> None:
+    import asyncio
+    import ssl
+
+    from asyncmy.errors import OperationalError
+
+    from setu_engine.providers.mysql.failures import mysql_error
+
+    refused = mysql_error(OperationalError(1045, "Access denied"), "mysql: connect")
+    assert isinstance(refused, PermanentError)
+    assert refused.fields == ("config.user", "config.password")
+    assert isinstance(mysql_error(ConnectionResetError(), "mysql"), OutageError)
+    assert isinstance(mysql_error(ConnectionRefusedError(111, "refused"), "mysql"), OutageError)
+    assert isinstance(mysql_error(TimeoutError(), "mysql"), TransientError)
+    assert isinstance(mysql_error(asyncio.IncompleteReadError(b"", 4), "mysql"), OutageError)
+    tls = mysql_error(ssl.SSLError(1, "WRONG_VERSION_NUMBER"), "mysql: connect")
+    assert isinstance(tls, PermanentError) and tls.fields == ("config.ssl",)
+    assert type(mysql_error(ValueError("odd"), "mysql")) is ProviderError

@@ -93,7 +93,10 @@ _PERMANENT_RANGES = ((1000, 2000), (3000, 5000))
 
 
 def code_of(exc: BaseException) -> int | None:
-    """The server's (or client's) error code asyncmy carries as args[0]."""
+    """The server's (or client's) error code asyncmy carries as args[0];
+    None for an OSError, whose args[0] is an errno."""
+    if isinstance(exc, OSError):
+        return None
     args = getattr(exc, "args", ())
     if args and isinstance(args[0], int) and not isinstance(args[0], bool):
         return args[0]

@@ -41,7 +41,9 @@ class Stop(Exception):
     """A cancel's last word before the apply commits."""
 
 
-def piece(destination: StagingDestination, rows: Batch, columns: Sequence[Column]) -> CopyBatch | Batch:
+def piece(
+    destination: StagingDestination, rows: Batch, columns: Sequence[Column]
+) -> CopyBatch | Batch:
     return CopyBatch(pgcopy.encode(columns, rows), len(rows)) if destination.copies else rows
 
 

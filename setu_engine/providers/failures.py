@@ -20,6 +20,13 @@ from collections.abc import Sequence
 
 from setu_engine.errors import OutageError, PermanentError, TransientError
 
+# The fix every provider names for a row that repeats a key of the
+# destination (an append into a table with one), in the same words.
+DUPLICATE_KEY = (
+    "a row repeats a unique key of the destination table: use write_mode upsert "
+    "or overwrite, or clear the table"
+)
+
 
 def permanent(message: str, fix: str, fields: Sequence[str] = ()) -> PermanentError:
     """`message (fix)`: what failed, then what to do about it."""

@@ -6,7 +6,7 @@ setu_engine/providers/failures.py's)."""
 from __future__ import annotations
 
 from setu_engine.errors import OutageError, ProviderError, TransientError
-from setu_engine.providers.failures import network_error, permanent
+from setu_engine.providers.failures import DUPLICATE_KEY, network_error, permanent
 
 # By SQLSTATE: the exact code first, then its two-letter class.
 
@@ -26,10 +26,7 @@ _PG_PERMANENT: dict[str, str] = {
     ),
     "42501": "the user lacks a privilege it needs: grant it, or connect as another user",
     "42": "the statement does not fit the destination (a type or name mismatch): fix the spec",
-    "23505": (
-        "a row repeats a unique key of the destination table: use write_mode upsert "
-        "or overwrite, or clear the table"
-    ),
+    "23505": DUPLICATE_KEY,
     "23": "a row breaks a constraint of the destination table: fix the data or the constraint",
     "22": (
         "a value does not fit its column: cast or filter it in the pipeline spec, or "

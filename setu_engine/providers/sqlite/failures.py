@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 
 from setu_engine.errors import ConnectionClosed, ProviderError, TransientError
-from setu_engine.providers.failures import permanent
+from setu_engine.providers.failures import DUPLICATE_KEY, permanent
 
 _SQLITE_TRANSIENT = ("database is locked", "database table is locked", "disk i/o error")
 _SQLITE_PERMANENT = {
@@ -27,10 +27,7 @@ _SQLITE_PERMANENT = {
 }
 # sqlite3's words for a call on a connection (or cursor) closed under it.
 _SQLITE_CLOSED = "cannot operate on a closed"
-_SQLITE_UNIQUE = (
-    "a row repeats a unique key of the table: use write_mode upsert or overwrite, "
-    "or clear the table"
-)
+_SQLITE_UNIQUE = DUPLICATE_KEY
 
 
 def sqlite_error(exc: sqlite3.Error, what: str) -> ProviderError:

@@ -12,7 +12,7 @@ from setu_engine.kinds import WriteMode
 from setu_engine.providers import get_provider
 from tests.conformance import edges
 from tests.conformance.harness import Place
-from tests.conformance.support import PEOPLE, discovered, write
+from tests.conformance.support import PEOPLE, discovered, marker, write
 
 ROWS = [(i, f"name {i}") for i in range(1, 8)]
 
@@ -29,7 +29,7 @@ async def test_test_answers_a_description(place: Place) -> None:
 async def test_a_written_stream_is_discovered_as_written(place: Place) -> None:
     rows, _ = edges.table(place.values)
     await write(place, "edge", edges.COLUMNS, rows[:3], WriteMode.OVERWRITE)
-    await write(place, "people", PEOPLE, ROWS, WriteMode.APPEND, marker=None)
+    await write(place, "people", PEOPLE, ROWS, WriteMode.APPEND, marker=marker("people"))
     connector = await place.connect()
     try:
         streams = await connector.discover()

@@ -38,13 +38,12 @@ from typing import Any
 
 import asyncmy  # type: ignore[import-untyped,unused-ignore]
 from asyncmy.cursors import SSCursor  # type: ignore[import-untyped,unused-ignore]
-from asyncmy.errors import MySQLError  # type: ignore[import-untyped,unused-ignore]
 
-from setu_engine.capabilities import Capabilities
+from setu_engine.capabilities import Capabilities, Values
 from setu_engine.errors import ConfigError, PermanentError
 from setu_engine.providers.mysql import infile
 from setu_engine.providers.mysql import types as mysql_types
-from setu_engine.providers.mysql.failures import mysql_error
+from setu_engine.providers.mysql.failures import DRIVER_ERRORS, mysql_error
 from setu_engine.providers.mysql.write import MysqlWrites, quote
 from setu_engine.staged.markers import MARKERS
 from setu_engine.staged.resumable import STAGE_PREFIX
@@ -57,9 +56,6 @@ from setu_engine.values.window import Since
 KEYS = frozenset({"host", "port", "database", "user", "password", "ssl", "connect_timeout"})
 SSL_MODES = ("disable", "prefer", "require", "verify-ca", "verify-full")
 DEFAULT_PORT = 3306
-# What a statement may raise: the server's errors, and a session that went
-# away under it; mysql_error classifies them.
-DRIVER_ERRORS = (MySQLError, OSError, asyncio.IncompleteReadError, TimeoutError)
 
 SESSION = (
     "SET time_zone = '+00:00'",
@@ -76,7 +72,7 @@ TABLES = (
     "WHERE TABLE_SCHEMA = %s ORDER BY TABLE_NAME"
 )
 COLUMNS = (
-    "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE "
+    "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, COLUMN_COMMENT "
     "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
     "ORDER BY TABLE_NAME, ORDINAL_POSITION"
 )
@@ -103,6 +99,27 @@ CAPABILITIES = Capabilities(
     staged_loads=True,
     inspectable=True,
     increments="cursor",
+    reports_changes=frozenset({"append", "overwrite", "upsert", "merge"}),
+    enforces_keys=True,
+    # MySQL has no NaN or infinities (numbers and dates); MariaDB stores a
+    # float's or double's -0 as 0; a bare numeric keeps no scale (1.10 reads
+    # as 1.1) (docs/data-types.md, "MySQL and MariaDB").
+    values=Values(
+        refuses=frozenset(
+            {
+                "real:nan",
+                "double:nan",
+                "numeric:nan",
+                "real:infinity",
+                "double:infinity",
+                "numeric:infinity",
+                "date:infinity",
+                "timestamp:infinity",
+                "timestamptz:infinity",
+            }
+        ),
+        loses=frozenset({"real:-0", "double:-0", "numeric:scale"}),
+    ),
 )
 
 
@@ -267,6 +284,17 @@ def _tls(mode: str, server_name: str) -> ssl.SSLContext | None:
     return context
 
 
+def _expr(name: str, kind: str) -> str:
+    """A column as selected: a float as the double of its exact value (the
+    text protocol prints a float with 6 digits: 3.40282e38), a type Setu
+    does not know as text."""
+    if kind == mysql_types.REAL:
+        return f"CAST({quote(name)} AS DOUBLE)"
+    if kind == mysql_types.CAST_TEXT:
+        return f"CAST({quote(name)} AS CHAR)"
+    return quote(name)
+
+
 def _version(text: str) -> tuple[int, ...]:
     parts = []
     for piece in text.split("-", 1)[0].split(".")[:3]:
@@ -329,13 +357,14 @@ class MysqlConnector(MysqlWrites):
             if str(clause).replace(" ", "").lower() == f"json_valid({quote(str(name))})".lower()
         }
         by_table: dict[str, list[tuple[Column, str]]] = {}
-        for table, name, data_type, column_type, nullable in columns:
+        for table, name, data_type, column_type, nullable, comment in columns:
             column = mysql_types.column_of(
                 str(name),
                 str(data_type),
                 str(column_type),
                 nullable == "YES",
                 (str(table), str(name)) in json_columns,
+                str(comment or ""),
             )
             by_table.setdefault(str(table), []).append(column)
         primary: dict[str, list[str]] = {}
@@ -380,10 +409,7 @@ class MysqlConnector(MysqlWrites):
     def _select(self, stream: Stream) -> tuple[str, str, list[str]]:
         locator = self._locate(stream)
         kinds = list(locator["kinds"])
-        exprs = [
-            f"CAST({quote(c.name)} AS CHAR)" if kind == mysql_types.CAST_TEXT else quote(c.name)
-            for c, kind in zip(stream.columns, kinds, strict=True)
-        ]
+        exprs = [_expr(c.name, kind) for c, kind in zip(stream.columns, kinds, strict=True)]
         relation = f"{quote(stream.namespace or self.database)}.{quote(locator['table'])}"
         return ", ".join(exprs), relation, kinds
 

@@ -37,6 +37,12 @@ Decisions a reader should know:
 - enum and set read as text; MariaDB's uuid as uuid, inet4/inet6 as text;
   geometry types as bytes (MySQL's internal form: SRID then WKB); a type
   Setu does not know is selected CAST AS CHAR, as text.
+- A `datetime` commented `setu:timestamptz`, a `char(36)` commented
+  `setu:uuid` and a `decimal(65,30)` commented `setu:numeric` are columns
+  the write side created (write.py) for a timestamptz (held in UTC), a
+  uuid and a bare numeric: they read back as those types, the numeric's
+  values without the padding zeros (1.10 reads as 1.1: a bare numeric
+  keeps no scale).
 - Text of any collation (binary ones included) is str as stored; char(n)
   loses trailing spaces on read, as MySQL itself strips them.
 """
@@ -57,12 +63,19 @@ from setu_engine.values import sqltypes
 from setu_engine.values.special import JSON_NULL
 from setu_engine.values.types import Column
 
+# The comments the write side marks its columns with (write.py's, which
+# this module cannot import: write.py is built on the connector's floor).
+TIMESTAMPTZ_MARK = "setu:timestamptz"
+UUID_MARK = "setu:uuid"
+NUMERIC_MARK = "setu:numeric"
+
 # How a column's value is read (one per column, in the stream's locator).
 PLAIN = "plain"
 BOOL = "bool"  # tinyint(1)
 BIT1 = "bit1"
 REAL = "real"
 UNSIGNED64 = "u64"
+BARE_NUMERIC = "bare-numeric"  # a decimal(65,30) Setu made for a bare numeric
 DATE = "date"
 DATETIME = "datetime"
 TIMESTAMPTZ = "timestamptz"
@@ -101,7 +114,12 @@ def _kept(text: str, neutral: str) -> str:
 
 
 def column_of(
-    name: str, data_type: str, column_type: str, nullable: bool, is_json: bool = False
+    name: str,
+    data_type: str,
+    column_type: str,
+    nullable: bool,
+    is_json: bool = False,
+    comment: str = "",
 ) -> tuple[Column, str]:
     """The neutral column of a MySQL column, and how its values are read."""
     base = data_type.strip().lower()
@@ -114,6 +132,10 @@ def column_of(
 
     if is_json or base == "json":
         return col("json"), JSON
+    if comment == TIMESTAMPTZ_MARK and base == "datetime":
+        return col("timestamptz", _kept("timestamp(6) with time zone", "timestamptz")), TIMESTAMPTZ
+    if comment == UUID_MARK and base == "char":
+        return col("uuid"), UUID
     if base == "tinyint":
         if declared.startswith("tinyint(1)") and not unsigned:
             return col("boolean"), BOOL
@@ -126,6 +148,8 @@ def column_of(
         if unsigned:
             return col("numeric", "numeric(20,0)"), UNSIGNED64
         return col("bigint"), PLAIN
+    if base in ("decimal", "numeric") and comment == NUMERIC_MARK:
+        return col("numeric"), BARE_NUMERIC
     if base in ("decimal", "numeric"):
         # MySQL's decimal without (p,s) is decimal(10,0).
         precision = args[0] if args else 10
@@ -220,6 +244,15 @@ def _u64(v: Any) -> Decimal:
     return Decimal(int(v))
 
 
+def _bare(v: Any) -> Decimal:
+    """A bare numeric's value without the wide decimal's padding zeros
+    (1.100000… as 1.1, exactly: no context rounds it)."""
+    text = format(v, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return Decimal(text)
+
+
 def _moment(kind: type) -> Callable[[Any], Any]:
     def read(v: Any) -> Any:
         if isinstance(v, kind):
@@ -267,6 +300,7 @@ _READERS: dict[str, Callable[[Any], Any]] = {
     BIT1: _bit1,
     REAL: _real,
     UNSIGNED64: _u64,
+    BARE_NUMERIC: _bare,
     DATE: _moment(dt.date),
     DATETIME: _moment(dt.datetime),
     TIMESTAMPTZ: _timestamptz,

@@ -49,13 +49,15 @@ alias `AS new` and `new.col` (checked by reading MySQL's manual, not run).
 
 Types on create (neutral → MySQL): boolean → tinyint(1), smallint,
 integer → int, bigint, real → float, double, numeric(p,s) →
-decimal(p,s), numeric without p,s → decimal(65,30) (a value with more
-than 30 fraction digits or 35 integer digits is refused, never rounded),
+decimal(p,s), numeric without p,s → decimal(65,30) commented setu:numeric (a value
+with more than 30 fraction digits or 35 integer digits is refused, never
+rounded; it reads back without the padding zeros),
 text → longtext (varchar(255) as a key column, which must be indexable;
 `character varying(n)` → varchar(n)), bytes → longblob (varbinary(255)
 as a key), date, time → time(6), timestamp → datetime(6), timestamptz →
-datetime(6) holding UTC (it reads back as timestamp), uuid → char(36)
-(reads back as text), json → json (MariaDB: longtext checked json_valid).
+datetime(6) holding UTC, uuid → char(36), both marked by a column comment
+(setu:timestamptz, setu:uuid) so they read back as timestamptz and uuid,
+json → json (MariaDB: longtext checked json_valid).
 """
 
 from __future__ import annotations
@@ -72,18 +74,17 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, NoReturn
 
 from setu_engine.errors import (
     ConfigError,
     PermanentError,
-    ProviderError,
     ValueFault,
 )
 from setu_engine.kinds import RowChanges, WriteMode, Written
 from setu_engine.planning.destination_plan import DestinationColumn, SchemaChanges, TableShape
 from setu_engine.providers.mysql import infile
-from setu_engine.providers.mysql.failures import mysql_error
+from setu_engine.providers.mysql.failures import DRIVER_ERRORS, mysql_error
 from setu_engine.staged.markers import MARKERS, LoadMarker
 from setu_engine.staged.resumable import stage_marker, stage_table
 from setu_engine.values import sqltypes
@@ -101,6 +102,12 @@ KEY_BYTES = "varbinary(255)"
 INSERT_ROWS = 5000
 STATEMENT_BYTES = 4 * 1024 * 1024
 
+# The comments that mark a column Setu created for a neutral type MySQL
+# has no type for (read by types.column_of and neutral_of below).
+TIMESTAMPTZ_MARK = "setu:timestamptz"
+UUID_MARK = "setu:uuid"
+NUMERIC_MARK = "setu:numeric"
+
 DDL = {
     "boolean": "tinyint(1)",
     "smallint": "smallint",
@@ -113,8 +120,11 @@ DDL = {
     "date": "date",
     "time": "time(6)",
     "timestamp": "datetime(6)",
-    "timestamptz": "datetime(6)",
-    "uuid": "char(36)",
+    # Marked by a comment, so the read side reads them back as they were
+    # written (types.py): MySQL's own timestamp ends in 2038, and only
+    # MariaDB has a uuid type.
+    "timestamptz": f"datetime(6) COMMENT '{TIMESTAMPTZ_MARK}'",
+    "uuid": f"char(36) COMMENT '{UUID_MARK}'",
     "json": "json",
 }
 
@@ -145,6 +155,10 @@ def column_ddl(column: Column, is_key: bool = False) -> str:
             return "char(" + parsed.split("(", 1)[1]
     if column.type == "numeric":
         precision, scale = _precision(column)
+        if not column.sql_type.strip().lower().startswith(("numeric(", "decimal(")):
+            # A bare numeric: its values read back without the zeros the
+            # wide decimal pads them with (types.py).
+            return f"decimal({precision},{scale}) COMMENT '{NUMERIC_MARK}'"
         return f"decimal({precision},{scale})"
     if is_key and column.type == "text":
         return KEY_TEXT
@@ -335,14 +349,17 @@ class MysqlWrites:
     def _name(self, table: str, schema: str | None = None) -> str:
         return f"{quote(schema or self.database)}.{quote(table)}"
 
-    def _error(self, exc: BaseException, what: str, mode: WriteMode | None = None) -> BaseException:
-        if isinstance(exc, (ProviderError, ConfigError)):
-            return exc
+    def _raise(self, exc: BaseException, what: str, mode: WriteMode | None = None) -> NoReturn:
+        """Raises the error for `exc` (called in its except clause): the
+        driver's (and the socket's) classified and caused by it, anything
+        else (the source's own failure, a hook's, a ValueFault) as it is."""
         if isinstance(exc, infile.RefusedFile):
-            return PermanentError(str(exc))
-        # One table for both sides (failures.py): a duplicate key, under
-        # append or not, is permanent with PostgreSQL's hint.
-        return mysql_error(exc, f"mysql: {what}")
+            raise PermanentError(str(exc)) from exc
+        if isinstance(exc, DRIVER_ERRORS):
+            # One table for both sides (failures.py): a duplicate key, under
+            # append or not, is permanent with PostgreSQL's hint.
+            raise mysql_error(exc, f"mysql: {what}") from exc
+        raise exc
 
     async def _rollback(self) -> None:
         with contextlib.suppress(Exception):
@@ -429,7 +446,7 @@ class MysqlWrites:
             except BaseException as exc:
                 await asyncio.shield(self._undo(stream, schema, created, added))
                 if isinstance(exc, Exception):
-                    raise self._error(exc, what, mode) from exc
+                    self._raise(exc, what, mode)
                 raise
         finally:
             await asyncio.shield(self._drop_registered(staged, registered))
@@ -774,7 +791,7 @@ class MysqlWrites:
             await self._register(marker)
         except Exception as exc:
             await self._rollback()
-            raise self._error(exc, f"creating {staged}") from exc
+            self._raise(exc, f"creating {staged}")
 
     async def stage_part(
         self,
@@ -810,7 +827,7 @@ class MysqlWrites:
         except BaseException as exc:
             await asyncio.shield(self._rollback())
             if isinstance(exc, Exception):
-                raise self._error(exc, f"staging into {staged}") from exc
+                self._raise(exc, f"staging into {staged}")
             raise
         finally:
             if folder is not None:
@@ -853,7 +870,7 @@ class MysqlWrites:
         except BaseException as exc:
             await asyncio.shield(self._undo(target.table, target.schema, created, added))
             if isinstance(exc, Exception):
-                raise self._error(exc, f"writing {name}", mode) from exc
+                self._raise(exc, f"writing {name}", mode)
             raise
         # The rows are in: the staging table and its registration go (a
         # crash before this leaves them to stale_stages' clean-up).
@@ -890,7 +907,7 @@ class MysqlWrites:
             await self._drop_stage(self._name(stage), marker)
         except Exception as exc:
             await self._rollback()
-            raise self._error(exc, f"dropping {stage}") from exc
+            self._raise(exc, f"dropping {stage}")
 
     async def stale_stages(self, run_id: str, idle: timedelta) -> list[LoadMarker]:
         if not await self._exists(MARKERS, None):
@@ -926,7 +943,8 @@ class MysqlWrites:
                     return TableShape(shown, missing_schema=schema)
             async with self.conn.cursor() as cursor:
                 await cursor.execute(
-                    "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT, EXTRA "
+                    "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT, EXTRA, "
+                    "COLUMN_COMMENT "
                     "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
                     f"{self._lit(database)} AND TABLE_NAME = {self._lit(table)} "
                     "ORDER BY ORDINAL_POSITION"
@@ -943,17 +961,17 @@ class MysqlWrites:
             await self._rollback()
         except Exception as exc:
             await self._rollback()
-            raise self._error(exc, f"inspecting {shown}") from exc
+            self._raise(exc, f"inspecting {shown}")
         if not info:
             return TableShape(shown)
         columns = tuple(
             DestinationColumn(
                 str(name),
                 str(declared),
-                neutral_of(str(declared)),
+                neutral_of(str(declared), str(comment or "")),
                 nullable == "NO" and default is None and "auto_increment" not in str(extra),
             )
-            for name, declared, nullable, default, extra in info
+            for name, declared, nullable, default, extra, comment in info
         )
         return TableShape(
             shown, columns=columns, unique_keys=tuple(frozenset(v) for v in indexes.values())
@@ -963,7 +981,7 @@ class MysqlWrites:
         try:
             await self._sql(f"CREATE DATABASE IF NOT EXISTS {quote(schema)} CHARACTER SET utf8mb4")
         except Exception as exc:
-            raise self._error(exc, f"creating database {schema!r}") from exc
+            self._raise(exc, f"creating database {schema!r}")
 
     async def add_columns(self, table: str, schema: str | None, columns: Sequence[Column]) -> None:
         target = self._name(table, schema)
@@ -978,13 +996,18 @@ class MysqlWrites:
             await self._rollback()
         except Exception as exc:
             await self._rollback()
-            raise self._error(exc, f"adding columns to {target}") from exc
+            self._raise(exc, f"adding columns to {target}")
 
 
-def neutral_of(declared: str) -> str | None:
-    """The neutral type of a MySQL column type (COLUMN_TYPE), for judging a
-    load's columns against it; None (not judged) for what has none."""
+def neutral_of(declared: str, comment: str = "") -> str | None:
+    """The neutral type of a MySQL column type (COLUMN_TYPE, and the comment
+    that marks a column Setu created), for judging a load's columns against
+    it; None (not judged) for what has none."""
     t = declared.strip().lower()
+    if comment == TIMESTAMPTZ_MARK and t.startswith("datetime"):
+        return "timestamptz"
+    if comment == UUID_MARK and t.startswith("char"):
+        return "uuid"
     base = t.split("(", 1)[0].split(" ", 1)[0]
     unsigned = "unsigned" in t
     if t.startswith("tinyint(1)") and not unsigned:

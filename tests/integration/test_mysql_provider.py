@@ -480,6 +480,33 @@ async def test_zero_dates_read_as_null_where_the_column_takes_null(
     assert "zero date" in message
 
 
+async def test_a_float_reads_as_exactly_its_float4_at_its_edges(
+    mysql_database: MySQLDatabase,
+) -> None:
+    """The text protocol prints a float with 6 digits (3.40282e38): the read
+    asks for the double of its exact value instead."""
+    import struct
+
+    edges = [3.4028234663852886e38, -3.4028234663852886e38, 1.1754943508222875e-38, 1.4e-45, 0.1]
+    db = mysql_database
+    await db.execute("CREATE TABLE f (id int PRIMARY KEY, x float)")
+    conn = await db.connect()
+    try:
+        async with conn.cursor() as cursor:
+            for index, value in enumerate(edges):
+                await cursor.execute("INSERT INTO f VALUES (%s, %s)", (index, value))
+    finally:
+        conn.close()
+        await conn.ensure_closed()
+    connector = await connect(db)
+    try:
+        rows = await read_all(connector, await stream_of(connector, "f"))
+    finally:
+        await connector.close()
+    f4 = struct.Struct("<f")
+    assert [x for _, x in rows] == [f4.unpack(f4.pack(v))[0] for v in edges]
+
+
 @pytest.mark.parametrize(
     ("ddl", "value", "words"),
     [

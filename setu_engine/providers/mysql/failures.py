@@ -14,10 +14,15 @@ from __future__ import annotations
 import asyncio
 import ssl
 
+from asyncmy.errors import MySQLError  # type: ignore[import-untyped,unused-ignore]
+
 from setu_engine.errors import OutageError, PermanentError, ProviderError, TransientError
 from setu_engine.providers.failures import network_error, permanent
 
 MYSQL_LOGIN = ("config.user", "config.password")
+# What a statement may raise: the server's errors, and a session that went
+# away under it; mysql_error classifies them.
+DRIVER_ERRORS = (MySQLError, OSError, asyncio.IncompleteReadError, TimeoutError)
 
 # The server itself went away for a moment: cannot connect (2002 socket,
 # 2003 TCP), gone away (2006), lost during a query (2013, 2055), the

@@ -891,3 +891,59 @@ async def test_a_round_trip_through_the_write_side_keeps_every_value(
     for before, after in zip(rows, again, strict=True):
         for name, b, a in zip(names, before, after, strict=True):
             assert (name, a) == (name, b)
+
+
+# -- a staged extract resumes after its stored parts (movement/transfer.py) ----
+
+
+class Books:
+    """A reporter that keeps the run's books as a runtime would."""
+
+    def __init__(self) -> None:
+        self.stored_parts: list[Any] = []
+        self.notes: list[str] = []
+        self.extracted_rows = 0
+
+    async def extracted(self, stream: str, rows: int) -> None:
+        self.extracted_rows += rows
+
+    async def loaded(self, stream: str, rows: int) -> None:
+        pass
+
+    def stored(self, part: Any) -> None:
+        self.stored_parts.append(part)
+
+    async def note(self, stream: str, message: str) -> None:
+        self.notes.append(message)
+
+
+async def test_a_staged_extract_resumes_after_the_last_key_it_stored(
+    mysql_database: MySQLDatabase, tmp_path: Path
+) -> None:
+    from setu_engine.movement import transfer
+    from setu_engine.staged import pgcopy, staging
+    from setu_engine.staged.blob import LocalBlobStore
+
+    db = mysql_database
+    await numbered(db, 1000)
+    connector = await connect(db)
+    try:
+        streams = [await stream_of(connector, "n")]
+        blob = LocalBlobStore(tmp_path / "blob")
+        first = Books()
+        await transfer.stage(connector, streams, blob, "run/", first, 100)
+        assert connector.rows_read == 1000 and len(first.stored_parts) == 10
+        again = Books()
+        manifest = await transfer.stage(
+            connector, streams, blob, "run/", again, 100, earlier=first.stored_parts[:6]
+        )
+        assert connector.rows_read - 1000 == 400  # only the rows after part 5's last key
+        assert [p.number for p in again.stored_parts] == [6, 7, 8, 9]
+        assert any("resuming the extract at part 6" in n for n in again.notes), again.notes
+        stream = manifest.streams[0]
+        rows = []
+        async for part in staging.read_parts(blob, "run/", stream):
+            rows += pgcopy.decode(stream.stream.columns, part.data)
+        assert rows == expected(1000)
+    finally:
+        await connector.close()

@@ -718,3 +718,77 @@ async def test_two_connectors_of_one_process_share_the_file_set_up_alike(tmp_pat
         await first.close()
         await second.close()
     assert await write(path, "t", columns, [(2, None)]) == 1
+
+
+# --- resumable staged loads --------------------------------------------------
+
+
+def tables_in(path: Path) -> set[str]:
+    return {str(r[0]) for r in rows_of(path, "SELECT table_name FROM duckdb_tables()")}
+
+
+async def test_a_staged_load_resumes_by_part_and_applies_once(tmp_path: Path) -> None:
+    from setu_engine.operators.chain import Chain
+    from setu_engine.staged.markers import LoadIdentity
+    from setu_engine.staged.resumable import Target, part_marker, stage_marker, stage_table
+
+    path = tmp_path / "staged.duckdb"
+    await write(path, "t", KEYED, BEFORE, WriteMode.APPEND, ("id",))
+    run = LoadIdentity("run-s")
+    stage = stage_table(run.run_id, "t")
+    plan = Chain().plan(KEYED)
+    target = Target("t", None, plan, WriteMode.UPSERT, ("id",))
+    conn = await connect(path)
+    dest: Any = conn
+    try:
+        await dest.prepare_stage(stage, KEYED, None, stage_marker(run.run_id, "t"))
+        assert await dest.stage_part(stage, KEYED, INCOMING[:2], part_marker(run, "t", 0), None)
+        # A retry of part 0 copies nothing; part 1 goes on.
+        assert not await dest.stage_part(stage, KEYED, INCOMING[:2], part_marker(run, "t", 0), None)
+        assert await dest.stage_part(stage, KEYED, INCOMING[2:], part_marker(run, "t", 1), None)
+
+        async def cancelled() -> None:
+            raise asyncio.CancelledError
+
+        with pytest.raises(asyncio.CancelledError):
+            await dest.apply_stage(stage, KEYED, target, run.marker("t"), cancelled)
+        assert await dest.marked(run.marker("t")) is None
+
+        async def nothing() -> None:
+            return None
+
+        written = await dest.apply_stage(stage, KEYED, target, run.marker("t"), nothing)
+        assert (int(written), changes_of(written)) == (4, RowChanges(1, 1, 2))
+        again = await dest.apply_stage(stage, KEYED, target, run.marker("t"), nothing)
+        assert int(again) == 4 and changes_of(again) is None
+    finally:
+        await conn.close()
+    assert rows_of(path, "SELECT count(*) FROM t") == [(4,)]
+    assert stage not in tables_in(path), "the apply drops its staging table"
+    assert rows_of(path, f"SELECT part FROM {MARKERS} WHERE part = 'stage'") == []
+
+
+async def test_another_runs_stale_stage_is_found_and_dropped(tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from setu_engine.staged.markers import LoadIdentity
+    from setu_engine.staged.resumable import part_marker, stage_marker, stage_table
+
+    path = tmp_path / "stale.duckdb"
+    gone, current = LoadIdentity("gone"), LoadIdentity("current")
+    stage = stage_table(gone.run_id, "t")
+    conn = await connect(path)
+    dest: Any = conn
+    try:
+        await dest.prepare_stage(stage, KEYED, None, stage_marker(gone.run_id, "t"))
+        assert await dest.stage_part(stage, KEYED, BEFORE, part_marker(gone, "t", 0), None)
+        assert await dest.stale_stages(current.run_id, timedelta(hours=1)) == []
+        (stale,) = await dest.stale_stages(current.run_id, timedelta(0))
+        assert (stale.run_id, stale.stream, stale.part) == ("gone", "t", "stage")
+        assert await dest.stale_stages(gone.run_id, timedelta(0)) == []
+        assert [s.name for s in await conn.discover()] == [], "staging tables are no streams"
+        await dest.drop_stage(stage, stale)
+        assert await dest.marked(part_marker(gone, "t", 0)) is None
+    finally:
+        await conn.close()
+    assert stage not in tables_in(path)

@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -30,9 +31,10 @@ import duckdb
 
 from setu_engine.capabilities import Capabilities
 from setu_engine.errors import ConfigError, PermanentError, ProviderError, TransientError
-from setu_engine.kinds import WriteMode, Written
+from setu_engine.kinds import CopyBatch, RowChanges, WriteMode, Written
 from setu_engine.planning.destination_plan import DestinationColumn, SchemaChanges, TableShape
 from setu_engine.providers.base import Connector
+from setu_engine.providers.duckdb import stage as duck_stage
 from setu_engine.providers.duckdb import types as duck_types
 from setu_engine.providers.duckdb import write as duck_write
 from setu_engine.providers.duckdb.failures import duckdb_error, locked
@@ -43,6 +45,7 @@ from setu_engine.support.egress import Egress
 from setu_engine.values.types import Batch, Column, Stream
 
 if TYPE_CHECKING:
+    from setu_engine.staged.resumable import Target
     from setu_engine.values.window import Since
 
 T = TypeVar("T")
@@ -53,6 +56,7 @@ DEFAULT_SCHEMA = "main"
 # What the transfer may ask of a DuckDB connector (docs/providers.md).
 CAPABILITIES = Capabilities(
     counts_rows=True,
+    staged_loads=True,
     inspectable=True,
     increments="cursor",
     reports_changes=frozenset({"append", "overwrite", "upsert", "merge"}),
@@ -336,6 +340,99 @@ class DuckdbConnector:
                 await _in_thread(None, duck_write.rollback, conn)
                 raise
             return Written(written, counted)
+
+    # -- resumable loads (setu_engine/staged/resumable.py, providers/duckdb/stage.py)
+
+    # The chain runs in Python: the staging table takes its output.
+    copies = False
+
+    async def marked(self, marker: LoadMarker) -> int | None:
+        find = functools.partial(duck_stage.marked, books=self._schema, marker=marker)
+        return await self._run("reading load markers", find)
+
+    async def prepare_stage(
+        self, stage: str, columns: Sequence[Column], schema: str | None, marker: LoadMarker
+    ) -> None:
+        create = functools.partial(
+            duck_stage.create, books=self._schema, stage=stage, columns=columns, marker=marker
+        )
+        await self._write_locked(f"creating {stage!r}", create)
+
+    async def stage_part(
+        self,
+        stage: str,
+        columns: Sequence[Column],
+        part: CopyBatch | Batch,
+        marker: LoadMarker,
+        schema: str | None,
+    ) -> bool:
+        assert isinstance(part, list), "the chain's output, as rows"
+        copy = functools.partial(
+            duck_stage.copy,
+            books=self._schema,
+            stage=stage,
+            columns=columns,
+            part=part,
+            marker=marker,
+        )
+        return await self._write_locked(f"staging into {stage!r}", copy)
+
+    async def apply_stage(
+        self,
+        stage: str,
+        columns: Sequence[Column],
+        target: Target,
+        marker: LoadMarker,
+        before_commit: Callable[[], Awaitable[None]],
+    ) -> Written | int:
+        books = self._schema
+        plan = duck_write.WritePlan(
+            target.schema or books,
+            target.table,
+            columns,
+            target.mode,
+            target.key,
+            marker,
+            target.changes,
+            books=books,
+        )
+
+        def apply(conn: duckdb.DuckDBPyConnection) -> tuple[int | None, int]:
+            recorded = plan.begin(conn)
+            if recorded is not None:
+                return recorded, 0  # an earlier attempt applied it
+            return None, duck_stage.insert_staged(conn, books, stage, plan.into, plan.names)
+
+        what = f"writing {target.table!r}"
+        async with self._lock:
+            await self._writable_conn()
+            conn = self._conn
+            try:
+                began: tuple[int | None, int] = await _in_thread(conn, self._guarded, what, apply)
+                recorded, written = began
+                if recorded is not None:
+                    await _in_thread(None, duck_write.rollback, conn)
+                    return recorded
+                await before_commit()
+                finish = functools.partial(plan.finish, written=written)
+                changes: RowChanges = await _in_thread(conn, self._guarded, what, finish)
+                return Written(written, changes)
+            except BaseException:
+                await _in_thread(None, duck_write.rollback, conn)
+                raise
+
+    async def drop_stage(self, stage: str, marker: LoadMarker) -> None:
+        drop = functools.partial(duck_stage.drop, books=self._schema, stage=stage, marker=marker)
+        await self._write_locked(f"dropping {stage!r}", drop)
+
+    async def stale_stages(self, run_id: str, idle: timedelta) -> list[LoadMarker]:
+        find = functools.partial(duck_stage.stale, books=self._schema, run_id=run_id, idle=idle)
+        return await self._run("reading load markers", find)
+
+    async def _write_locked(self, what: str, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        async with self._lock:
+            await self._writable_conn()
+            return await _in_thread(self._conn, self._guarded, what, fn)
 
     # -- the destination's shape (setu_engine/planning/destination_plan.py)
 

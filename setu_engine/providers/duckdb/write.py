@@ -60,14 +60,26 @@ def set_marker(schema: str) -> str:
     )
 
 
-def prune(schema: str) -> str:
-    """Whole-stream markers of the stream beyond the newest KEEP_MARKERS
-    (parameters: stream, run, stream, keep)."""
-    markers = f"{quote(schema)}.{quote(MARKERS)}"
-    return (
-        f"DELETE FROM {markers} WHERE stream = ? AND run_id <> ? AND part = '' "
-        f"AND run_id NOT IN (SELECT run_id FROM {markers} WHERE stream = ? AND part = '' "
-        "ORDER BY loaded_at DESC, run_id LIMIT ?)"
+def applied(conn: duckdb.DuckDBPyConnection, books: str, marker: LoadMarker, keep: int) -> None:
+    """In a load's transaction, once its marker is written: the run's
+    staging table for the stream is gone (if it had one: stage.py), so is
+    its registration; the markers nothing reads any more are pruned: other
+    runs' part markers whose staging table is gone, and whole-stream markers
+    past the newest `keep`."""
+    markers = f"{quote(books)}.{quote(MARKERS)}"
+    conn.execute(
+        f"DELETE FROM {markers} WHERE run_id = ? AND stream = ? AND part = 'stage'",
+        [marker.run_id, marker.stream],
+    )
+    conn.execute(
+        f"DELETE FROM {markers} AS m WHERE m.stream = ? AND m.run_id <> ? AND m.part <> 'stage' "
+        "AND CASE WHEN m.part <> '' THEN NOT EXISTS ("
+        f"SELECT 1 FROM {markers} s WHERE s.run_id = m.run_id AND s.stream = m.stream "
+        "AND s.part = 'stage') "
+        "ELSE m.run_id NOT IN ("
+        f"SELECT k.run_id FROM {markers} k WHERE k.stream = ? AND k.part = '' "
+        "ORDER BY k.loaded_at DESC, k.run_id LIMIT ?) END",
+        [marker.stream, marker.run_id, marker.stream, keep],
     )
 
 
@@ -229,8 +241,7 @@ class WritePlan:
             changes = self._apply(conn, written)
         if self.marker is not None:
             conn.execute(set_marker(self.books), [*_marker_key(self.marker), written])
-            stream = self.marker.stream
-            conn.execute(prune(self.books), [stream, self.marker.run_id, stream, KEEP_MARKERS])
+            applied(conn, self.books, self.marker, KEEP_MARKERS)
         conn.execute("COMMIT")
         return changes
 

@@ -438,7 +438,7 @@ class MysqlConnector(MysqlWrites):
     async def read(self, stream: Stream, batch_rows: int) -> AsyncIterator[Batch]:
         # Each inner reader closed here, at once, when this one is: left to
         # the loop, its snapshot's end would race the session's next query.
-        if stream.since is None and stream.primary_key:
+        if self._keyed(stream):
             async with closing(self._keyset(stream, batch_rows, None)) as pages:
                 async for batch, _ in pages:
                     yield batch
@@ -447,17 +447,29 @@ class MysqlConnector(MysqlWrites):
             async for batch in batches:
                 yield batch
 
+    def _keyed(self, stream: Stream) -> bool:
+        """A full read goes in primary-key ranges when the key's order is
+        one a comparison follows: an enum or set orders by its place in
+        the declaration while `>` compares it as text (a keyset read would
+        skip rows), and a type read as cast text orders as itself."""
+        if stream.since is not None or not stream.primary_key:
+            return False
+        kinds = dict(zip(stream.column_names, self._locate(stream)["kinds"], strict=True))
+        unordered = (mysql_types.ENUM, mysql_types.CAST_TEXT)
+        return all(kinds.get(k) not in unordered for k in stream.primary_key)
+
     async def resumes(self, stream: Stream) -> bool:
         """A full read of a table with a primary key goes in key order, each
         batch with its last key: it resumes after it (ResumableRows)."""
-        return stream.since is None and bool(stream.primary_key)
+        return self._keyed(stream)
 
     async def read_after(
         self, stream: Stream, batch_rows: int, after: str | None
     ) -> AsyncIterator[tuple[Batch, str]]:
-        if not stream.primary_key or stream.since is not None:
+        if not self._keyed(stream):
             raise PermanentError(
-                f"mysql: {stream.name} has no primary key to resume a read by (a full read only)"
+                f"mysql: {stream.name} has no primary key to resume a read by (its read "
+                "is one streamed query)"
             )
         start = _position_values(after, len(stream.primary_key)) if after else None
         async with closing(self._keyset(stream, batch_rows, start)) as pages:

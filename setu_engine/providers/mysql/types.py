@@ -83,6 +83,9 @@ TIME = "time"
 JSON = "json"
 UUID = "uuid"
 CAST_TEXT = "cast-text"
+# Text as it comes, but ordered by its place in the declaration, not as
+# text: no key range of it can be read by comparing strings.
+ENUM = "enum"
 
 _GEOMETRY = frozenset(
     {
@@ -166,6 +169,8 @@ def column_of(
         return col("text", _kept(f"character varying({args[0]})", "text") if args else ""), PLAIN
     if base == "char":
         return col("text", _kept(f"character({args[0]})", "text") if args else ""), PLAIN
+    if base in ("enum", "set"):
+        return col("text"), ENUM
     if base in _TEXT:
         return col("text"), PLAIN
     if base in _BYTES or base in _GEOMETRY:

@@ -307,6 +307,9 @@ async def test_a_struct_and_a_map_read_as_json_and_unsigned_wide_integers_as_num
         (Column("v", "smallint"), 2**15, "SMALLINT"),
         (Column("v", "text"), "lone \ud800 surrogate", "VARCHAR"),
         (Column("v", "timestamptz"), datetime(2020, 1, 1), "aware"),
+        # Arrow would cut it to its date, or take it as UTC: refused instead.
+        (Column("v", "date"), datetime(2020, 1, 1, 5), "not a date"),
+        (Column("v", "timestamp"), datetime(2020, 1, 1, tzinfo=UTC), "naive"),
         (Column("v", "json"), float("nan"), "JSON"),
     ],
 )

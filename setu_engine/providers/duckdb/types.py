@@ -83,7 +83,11 @@ def is_exact_text(column: Column) -> bool:
 class _Landing:
     ddl: str
     arrow: pa.DataType
+    # Each value into what Arrow takes (raises on one that does not fit).
     prepare: Callable[[Any], Any] | None = None
+    # True when Arrow takes a batch's values as they are, so the per-value
+    # `prepare` is skipped (the common case: no infinity, the right types).
+    takes: Callable[[list[Any]], bool] | None = None
 
 
 def _landing(column: Column) -> _Landing:
@@ -161,11 +165,18 @@ def _json(v: Any) -> str:
 _dump_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
-def _text(v: Any) -> str:
-    if not isinstance(v, str):
-        raise TypeError("not text")
-    v.encode()  # a lone surrogate cannot be stored: fail here, by its column
-    return v
+def _dates(values: list[Any]) -> bool:
+    # Arrow would cut a datetime down to its date: only dates as they are.
+    return all(v is None or type(v) is date for v in values)
+
+
+def _naive(values: list[Any]) -> bool:
+    return all(v is None or (type(v) is datetime and v.tzinfo is None) for v in values)
+
+
+def _aware(values: list[Any]) -> bool:
+    # Arrow would take a naive datetime as UTC: only aware ones as they are.
+    return all(v is None or (type(v) is datetime and v.tzinfo is not None) for v in values)
 
 
 def _bool(v: Any) -> bool:
@@ -181,12 +192,13 @@ _BY_TYPE: dict[str, _Landing] = {
     "bigint": _Landing("BIGINT", pa.int64()),
     "real": _Landing("FLOAT", pa.float32()),
     "double": _Landing("DOUBLE", pa.float64()),
-    "text": _Landing("VARCHAR", pa.string(), _text),
+    # Arrow refuses a non-string and a lone surrogate itself.
+    "text": _Landing("VARCHAR", pa.string()),
     "bytes": _Landing("BLOB", pa.binary()),
-    "date": _Landing("DATE", pa.date32(), _date_days),
+    "date": _Landing("DATE", pa.date32(), _date_days, _dates),
     "time": _Landing("TIME", pa.time64("us")),
-    "timestamp": _Landing("TIMESTAMP", pa.timestamp("us"), _micros),
-    "timestamptz": _Landing("TIMESTAMPTZ", pa.timestamp("us", tz="UTC"), _micros_tz),
+    "timestamp": _Landing("TIMESTAMP", pa.timestamp("us"), _micros, _naive),
+    "timestamptz": _Landing("TIMESTAMPTZ", pa.timestamp("us", tz="UTC"), _micros_tz, _aware),
     # Arrow has no UUID or JSON DuckDB takes: text, cast by the INSERT.
     "uuid": _Landing("UUID", pa.string(), _uuid),
     "json": _Landing("JSON", pa.string(), _json),
@@ -208,6 +220,9 @@ def arrow_table(table: str, columns: Sequence[Column], batch: Batch) -> pa.Table
         landing = _landing(column)
         values = [row[at] for row in batch]
         try:
+            if landing.takes is not None and landing.takes(values):
+                arrays_.append(pa.array(values, landing.arrow))
+                continue
             if landing.prepare is not None:
                 prepare = landing.prepare
                 values = [None if v is None else prepare(v) for v in values]

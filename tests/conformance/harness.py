@@ -180,6 +180,8 @@ def duckdb_objects(path: Path) -> Callable[[], Awaitable[set[str]]]:
         if path.exists():
             import duckdb
 
+            # Only with no connector open: DuckDB shares one instance per
+            # file in a process, and this one's configuration differs.
             conn = duckdb.connect(str(path), read_only=True)
             try:
                 rows = conn.execute(

@@ -111,7 +111,11 @@ async def test_another_runs_stale_stage_is_dropped_with_its_markers(place: Place
         await dest.prepare_stage(stage, PEOPLE, None, stage_marker(gone.run_id, STREAM))
         part = piece(dest, PARTS[0], PEOPLE)
         assert await dest.stage_part(stage, PEOPLE, part, part_marker(gone, STREAM, 0), None)
-        assert stages(await place.objects())
+    finally:
+        await connector.close()  # its process died
+    assert stages(await place.objects())
+    connector, dest = await staging(place)
+    try:
         assert await dest.stale_stages(current.run_id, timedelta(hours=1)) == []
         (stale,) = await dest.stale_stages(current.run_id, timedelta(0))
         assert (stale.run_id, stale.stream) == (gone.run_id, STREAM)
@@ -121,4 +125,4 @@ async def test_another_runs_stale_stage_is_dropped_with_its_markers(place: Place
         assert await dest.stale_stages(current.run_id, timedelta(0)) == []
     finally:
         await connector.close()
-    assert not stages(await place.objects())
+    assert not stages(await place.objects()), "dropped with its markers"

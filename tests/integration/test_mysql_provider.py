@@ -967,3 +967,28 @@ async def test_a_staged_extract_resumes_after_the_last_key_it_stored(
         assert rows == expected(1000)
     finally:
         await connector.close()
+
+
+async def test_an_existing_datetime_column_takes_a_timestamptz_stream_in_utc(
+    mysql_database: MySQLDatabase,
+) -> None:
+    """MySQL's datetime is where instants are kept (its timestamp ends in
+    2038): a table of the user's own with one takes a timestamptz, in UTC."""
+    from setu_engine.planning.destination_plan import takes
+
+    db = mysql_database
+    await db.execute("CREATE TABLE ev (id int PRIMARY KEY, at datetime(6) NOT NULL)")
+    connector = await connect(db)
+    at = Column("at", "timestamptz", False)
+    try:
+        shape = await connector.inspect_table("ev", None)
+        assert shape.columns is not None
+        existing = {c.name: c for c in shape.columns}["at"]
+        assert takes(existing, at) and takes(existing, Column("at", "timestamp", False))
+        assert not takes(existing, Column("at", "boolean", False))
+        moment = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.timezone(dt.timedelta(hours=5)))
+        id_ = Column("id", "integer", False)
+        await connector.write("ev", [id_, at], _batches([(1, moment)]), WriteMode.UPSERT, ["id"])
+    finally:
+        await connector.close()
+    assert await db.fetch("SELECT at FROM ev") == [(dt.datetime(2024, 5, 1, 7, 0),)]

@@ -1031,7 +1031,9 @@ def neutral_of(declared: str, comment: str = "") -> str | None:
     if base in ("date", "time", "json"):
         return base
     if base == "datetime":
-        return "timestamp"
+        # A datetime holds a timestamptz (in UTC, as the write side stores
+        # one) as well as a timestamp: judged by the widest it takes.
+        return "timestamptz"
     if base == "timestamp":
         return "timestamptz"
     if base == "year":

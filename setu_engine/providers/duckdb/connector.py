@@ -322,6 +322,9 @@ class DuckdbConnector:
             await self._writable_conn()
             conn = self._conn
             written = 0
+            # The batch being inserted (in its thread) while the next one is
+            # fetched: the source's decoding overlaps DuckDB's work.
+            pending: asyncio.Future[None] | None = None
             try:
                 recorded: int | None = await _in_thread(conn, self._guarded, what, plan.begin)
                 if recorded is not None:
@@ -329,12 +332,22 @@ class DuckdbConnector:
                     await _in_thread(None, duck_write.rollback, conn)
                     return recorded
                 async for batch in batches:
+                    if pending is not None:
+                        await pending
                     insert = functools.partial(plan.insert, batch=batch, before=written)
-                    await _in_thread(conn, self._guarded, what, insert)
+                    pending = asyncio.ensure_future(_in_thread(conn, self._guarded, what, insert))
                     written += len(batch)
+                if pending is not None:
+                    await pending
                 finish = functools.partial(plan.finish, written=written)
                 counted = await _in_thread(conn, self._guarded, what, finish)
             except BaseException:
+                if pending is not None:
+                    # Interrupted and waited for (one thread on the connection),
+                    # or its own failure retrieved: the first failure is raised.
+                    pending.cancel()
+                    with contextlib.suppress(BaseException):
+                        await pending
                 # Cancellation included: the file keeps its old content and
                 # shape (DuckDB's DDL is transactional too).
                 await _in_thread(None, duck_write.rollback, conn)

@@ -8,12 +8,17 @@ lost one reads back as docs/data-types.md says."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 
 from setu_engine.capabilities import EDGES as EDGE_NAMES
 from setu_engine.errors import ValueFault
-from setu_engine.kinds import WriteMode
+from setu_engine.kinds import CopyBatch, WriteMode
+from setu_engine.operators.chain import parse_spec
 from setu_engine.providers import get_provider
+from setu_engine.providers.base import CopyDestination
+from setu_engine.staged import pgcopy
 from tests.conformance import edges
 from tests.conformance.harness import HARNESSES, Harness, Place
 from tests.conformance.support import read_back, same, same_rows, show, write
@@ -77,3 +82,35 @@ async def test_a_refused_value_fails_naming_stream_column_and_row(place: Place) 
         )
         after = await read_back(place, STREAM)
         assert same_rows(after, before), f"{type_} {show(value)} changed it"
+
+
+async def test_the_copy_path_round_trips_too(place: Place) -> None:
+    """A `copy_in` destination takes staged binary COPY parts (the staged
+    path of a run) to the same values."""
+    if not place.capabilities.copy_in:
+        pytest.skip("the provider takes no COPY parts (capabilities.copy_in)")
+    rows, expected = edges.table(place.values)
+    connector = await place.connect()
+    assert isinstance(connector, CopyDestination)
+    plan = parse_spec(None).chain_for(STREAM).plan(edges.COLUMNS)
+
+    async def parts() -> AsyncIterator[CopyBatch]:
+        for start in range(0, len(rows), 3):
+            chunk = rows[start : start + 3]
+            yield CopyBatch(pgcopy.encode(edges.COLUMNS, chunk), len(chunk))
+
+    try:
+        written = await connector.write_copy(
+            STREAM, edges.COLUMNS, parts(), plan, WriteMode.OVERWRITE, ["id"]
+        )
+    finally:
+        await connector.close()
+    assert int(written) == len(rows)
+    back = await read_back(place, STREAM)
+    wrong = [
+        f"row {row[0]} {c.name}: wrote {show(expected[(row[0], c.name)])}, read {show(value)}"
+        for row in back
+        for c, value in zip(edges.COLUMNS[1:], row[1:], strict=True)
+        if not same(expected[(row[0], c.name)], value, c.type)
+    ]
+    assert len(back) == len(rows) and not wrong, "\n".join(wrong)

@@ -992,3 +992,98 @@ async def test_an_existing_datetime_column_takes_a_timestamptz_stream_in_utc(
     finally:
         await connector.close()
     assert await db.fetch("SELECT at FROM ev") == [(dt.datetime(2024, 5, 1, 7, 0),)]
+
+
+# -- TLS, on a MariaDB of this module's own with a certificate ------------------
+
+
+@pytest.fixture(scope="module")
+def tls_mariadb(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A MariaDB serving TLS with a certificate of a private CA for
+    127.0.0.1 and localhost (tests/certs.py); the session's has no TLS."""
+    import subprocess
+    import time
+
+    from tests import mariadb
+    from tests.certs import make_pki
+
+    if mariadb.mariadbd_binary() is None:
+        pytest.skip("MariaDB is not installed: run scripts/ensure_test_tools.sh")
+    folder = tmp_path_factory.mktemp("tls-mariadb")
+    pki = make_pki(folder / "pki")
+    own = mariadb.OwnMariaDB(folder / "server")
+    own.install()
+    command = [
+        str(mariadb.mariadbd_binary()),
+        "--no-defaults",
+        *own._as_root(),
+        f"--datadir={own.data}",
+        f"--socket={own.socket}",
+        f"--port={own.port}",
+        "--bind-address=127.0.0.1",
+        f"--init-file={own.folder / 'init.sql'}",
+        "--skip-name-resolve",
+        "--skip-log-bin",
+        f"--ssl-cert={pki.server.cert}",
+        f"--ssl-key={pki.server.key}",
+        f"--ssl-ca={pki.ca}",
+    ]
+    with own.log.open("ab") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + mariadb.START_DEADLINE
+        while not mariadb._run(mariadb._answers(own.server)):
+            assert process.poll() is None, f"mariadbd exited; see {own.log}"
+            assert time.monotonic() < deadline, f"mariadbd did not answer; see {own.log}"
+            time.sleep(0.05)  # server startup, not a test's wait
+        yield own.server, pki.ca
+    finally:
+        process.terminate()
+        process.wait(mariadb.STOP_DEADLINE)
+
+
+class _Pinned:
+    """An egress that vets any name to 127.0.0.1, as the cloud's would."""
+
+    async def address(self, host: str, port: int, field: str) -> str:
+        return "127.0.0.1"
+
+
+async def test_tls_modes_on_a_server_with_tls_and_the_configured_name_is_verified(
+    tls_mariadb: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, ca = tls_mariadb
+    provider = get_provider("mysql")
+    base = {
+        "host": "127.0.0.1",
+        "port": server.port,
+        "user": server.user,
+        "password": server.password,
+        "database": "mysql",
+    }
+
+    async def cipher(config: dict[str, Any], egress: Any = None) -> str:
+        connector = await provider.connect(config, egress)
+        assert isinstance(connector, MysqlConnector)
+        try:
+            async with connector.conn.cursor() as cursor:
+                await cursor.execute("SHOW SESSION STATUS LIKE 'Ssl_version'")
+                return str((await cursor.fetchone())[1])
+        finally:
+            await connector.close()
+
+    assert await cipher(base | {"ssl": "disable"}) == ""
+    assert (await cipher(base | {"ssl": "prefer"})).startswith("TLS")
+    assert (await cipher(base | {"ssl": "require"})).startswith("TLS")
+    # An unknown CA is refused by the verifying modes, naming config.ssl.
+    with pytest.raises(PermanentError) as caught:
+        await cipher(base | {"ssl": "verify-ca"})
+    assert caught.value.fields == ("config.ssl",)
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))  # the operator's trust store
+    assert (await cipher(base | {"ssl": "verify-ca"})).startswith("TLS")
+    # Through a vetted address, the configured name is what is verified:
+    # the certificate names localhost and 127.0.0.1, not wrong.example.
+    named = base | {"ssl": "verify-full", "host": "localhost"}
+    assert (await cipher(named, _Pinned())).startswith("TLS")
+    with pytest.raises(PermanentError, match=r"config\.ssl"):
+        await cipher(named | {"host": "wrong.example"}, _Pinned())

@@ -92,6 +92,7 @@ EXTRA_MODULES: Mapping[str, str] = {
     # duckdb and pyarrow: the duckdb provider's modules, which its package
     # imports behind an ImportError guard that names the extra.
     "setu_engine.providers.duckdb.arrays": "duckdb",
+    "setu_engine.providers.duckdb.catalog": "duckdb",
     "setu_engine.providers.duckdb.connector": "duckdb",
     "setu_engine.providers.duckdb.failures": "duckdb",
     "setu_engine.providers.duckdb.stage": "duckdb",

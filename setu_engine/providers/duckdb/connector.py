@@ -30,23 +30,22 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import duckdb
 
 from setu_engine.capabilities import Capabilities
-from setu_engine.errors import ConfigError, PermanentError, ProviderError, TransientError
+from setu_engine.errors import ConfigError, ProviderError, TransientError
 from setu_engine.kinds import CopyBatch, RowChanges, WriteMode, Written
-from setu_engine.planning.destination_plan import DestinationColumn, SchemaChanges, TableShape
+from setu_engine.planning.destination_plan import SchemaChanges, TableShape
 from setu_engine.providers.base import Connector
+from setu_engine.providers.duckdb import catalog as duck_catalog
 from setu_engine.providers.duckdb import stage as duck_stage
 from setu_engine.providers.duckdb import types as duck_types
 from setu_engine.providers.duckdb import write as duck_write
 from setu_engine.providers.duckdb.failures import duckdb_error, locked
 from setu_engine.providers.duckdb.write import quote
-from setu_engine.staged.markers import MARKERS, LoadMarker
-from setu_engine.staged.resumable import STAGE_PREFIX
+from setu_engine.staged.markers import LoadMarker
 from setu_engine.support.egress import Egress
 from setu_engine.values.types import Batch, Column, Stream
 
 if TYPE_CHECKING:
     from setu_engine.staged.resumable import Target
-    from setu_engine.values.window import Since
 
 T = TypeVar("T")
 
@@ -225,7 +224,9 @@ class DuckdbConnector:
         return await self._run("test", probe)
 
     async def discover(self) -> list[Stream]:
-        return await self._run("discover", functools.partial(_discover, schema=self._schema))
+        return await self._run(
+            "discover", functools.partial(duck_catalog.discover, schema=self._schema)
+        )
 
     def _table_of(self, stream: Stream) -> tuple[str, str]:
         table = str(stream.locator.get("table", stream.name))
@@ -235,9 +236,10 @@ class DuckdbConnector:
         schema, table = self._table_of(stream)
         names = [c.name for c in stream.columns]
         found = await self._run(
-            f"reading {table!r}", functools.partial(_found, schema=schema, table=table, names=names)
+            f"reading {table!r}",
+            functools.partial(duck_catalog.found, schema=schema, table=table, names=names),
         )
-        return _select(schema, table, found), found
+        return duck_catalog.select(schema, table, found), found
 
     async def preview(self, stream: Stream, limit: int) -> Batch:
         sql, found = await self._selecting(stream)
@@ -254,9 +256,9 @@ class DuckdbConnector:
         schema, table = self._table_of(stream)
         since = stream.since
         cast = await self._run(
-            f"reading {table!r}", lambda c: _cursor_cast(c, schema, table, since)
+            f"reading {table!r}", lambda c: duck_catalog.cursor_cast(c, schema, table, since)
         )
-        where, args = _window(stream.since, cast, upper=False)
+        where, args = duck_catalog.window(stream.since, cast, upper=False)
         col = quote(stream.since.cursor)
         sql = (
             f"SELECT CAST(max({col}) AS VARCHAR), count(*) FROM {quote(schema)}.{quote(table)} "
@@ -274,9 +276,9 @@ class DuckdbConnector:
             schema, table = self._table_of(stream)
             since = stream.since
             cast = await self._run(
-                f"reading {table!r}", lambda c: _cursor_cast(c, schema, table, since)
+                f"reading {table!r}", lambda c: duck_catalog.cursor_cast(c, schema, table, since)
             )
-            where, args = _window(stream.since, cast)
+            where, args = duck_catalog.window(stream.since, cast)
             sql = f"{sql} WHERE {where} ORDER BY {quote(stream.since.cursor)}"
         what = f"reading {stream.name!r}"
         # A cursor of its own: other calls on the connection between batches
@@ -452,7 +454,8 @@ class DuckdbConnector:
     async def inspect_table(self, table: str, schema: str | None) -> TableShape:
         where = schema or self._schema
         return await self._run(
-            f"inspecting {table!r}", functools.partial(_inspect, schema=where, table=table)
+            f"inspecting {table!r}",
+            functools.partial(duck_catalog.inspect, schema=where, table=table),
         )
 
     async def create_schema(self, schema: str) -> None:
@@ -482,167 +485,3 @@ class DuckdbConnector:
     async def close(self) -> None:
         async with self._lock:
             await _in_thread(None, self._conn.close)
-
-
-def _select(schema: str, table: str, found: Sequence[duck_types.Found]) -> str:
-    picks: list[str] = []
-    for f in found:
-        picks.append(f.select)
-        if f.infinite:
-            picks.append(duck_types.infinity_flag(quote(f.column.name)))
-    return f"SELECT {', '.join(picks)} FROM {quote(schema)}.{quote(table)}"
-
-
-_COLUMNS = (
-    "SELECT column_name, data_type, is_nullable, comment FROM duckdb_columns() "
-    "WHERE database_name = current_database() AND schema_name = ? AND table_name = ? "
-    "ORDER BY column_index"
-)
-
-
-def _columns(conn: duckdb.DuckDBPyConnection, schema: str, table: str) -> list[duck_types.Found]:
-    rows = conn.execute(_COLUMNS, [schema, table]).fetchall()
-    return [
-        duck_types.found(str(name), str(kind), bool(nullable), note, quote(str(name)))
-        for name, kind, nullable, note in rows
-    ]
-
-
-def _found(
-    conn: duckdb.DuckDBPyConnection, schema: str, table: str, names: Sequence[str]
-) -> list[duck_types.Found]:
-    """The stream's columns as the table has them now, in the stream's order."""
-    by_name = {f.column.name: f for f in _columns(conn, schema, table)}
-    if not by_name:
-        raise PermanentError(
-            f"duckdb: no table {schema}.{table} in the file (run discover to see what it offers)"
-        )
-    missing = [n for n in names if n not in by_name]
-    if missing:
-        raise PermanentError(
-            f"duckdb: table {table!r} has no column(s) {', '.join(map(repr, missing))} "
-            "(run discover again)"
-        )
-    return [by_name[n] for n in names]
-
-
-def _primary_key(conn: duckdb.DuckDBPyConnection, schema: str, table: str) -> list[str]:
-    found = conn.execute(
-        "SELECT constraint_column_names FROM duckdb_constraints() "
-        "WHERE database_name = current_database() AND schema_name = ? AND table_name = ? "
-        "AND constraint_type = 'PRIMARY KEY'",
-        [schema, table],
-    ).fetchone()
-    return [str(n) for n in found[0]] if found else []
-
-
-def _discover(conn: duckdb.DuckDBPyConnection, schema: str) -> list[Stream]:
-    objects = conn.execute(
-        "SELECT table_name, estimated_size FROM duckdb_tables() "
-        "WHERE database_name = current_database() AND schema_name = ? "
-        "UNION ALL SELECT view_name, 0 FROM duckdb_views() "
-        "WHERE database_name = current_database() AND schema_name = ? AND NOT internal "
-        "ORDER BY 1",
-        [schema, schema],
-    ).fetchall()
-    streams = []
-    for name, estimate in objects:
-        # The load markers and staging tables are the runtime's books.
-        if name == MARKERS or str(name).startswith(STAGE_PREFIX):
-            continue
-        found = _columns(conn, schema, name)
-        streams.append(
-            Stream(
-                name=str(name),
-                columns=tuple(f.column for f in found),
-                primary_key=tuple(_primary_key(conn, schema, name)),
-                row_estimate=int(estimate or 0),
-                locator={"schema": schema, "table": str(name)},
-            )
-        )
-    return streams
-
-
-def _inspect(conn: duckdb.DuckDBPyConnection, schema: str, table: str) -> TableShape:
-    target = f"{quote(schema)}.{quote(table)}"
-    known = conn.execute(
-        "SELECT 1 FROM duckdb_schemas() WHERE database_name = current_database() "
-        "AND schema_name = ?",
-        [schema],
-    ).fetchone()
-    if known is None:
-        return TableShape(target, missing_schema=schema)
-    rows = conn.execute(
-        "SELECT column_name, data_type, is_nullable, comment, column_default IS NOT NULL "
-        "FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = ? "
-        "AND table_name = ? ORDER BY column_index",
-        [schema, table],
-    ).fetchall()
-    if not rows:
-        return TableShape(target)
-    columns = []
-    for name, kind, nullable, note, has_default in rows:
-        neutral = duck_types.found(str(name), str(kind), bool(nullable), note, "").column.type
-        required = not nullable and not has_default
-        columns.append(DestinationColumn(str(name), str(kind), neutral, required))
-    keys = conn.execute(
-        "SELECT constraint_column_names FROM duckdb_constraints() "
-        "WHERE database_name = current_database() AND schema_name = ? AND table_name = ? "
-        "AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')",
-        [schema, table],
-    ).fetchall()
-    unique = tuple(frozenset(str(n) for n in names) for (names,) in keys)
-    return TableShape(target, columns=tuple(columns), unique_keys=unique)
-
-
-# Cursor types whose DuckDB name may be spelled in a CAST (a fixed list: a
-# file's catalog is no input to splice into SQL).
-_CASTABLE = frozenset(
-    {
-        "TINYINT",
-        "SMALLINT",
-        "INTEGER",
-        "BIGINT",
-        "UTINYINT",
-        "USMALLINT",
-        "UINTEGER",
-        "UBIGINT",
-        "HUGEINT",
-        "FLOAT",
-        "DOUBLE",
-        "VARCHAR",
-        "DATE",
-        "TIMESTAMP",
-        "TIMESTAMP WITH TIME ZONE",
-    }
-)
-
-
-def _cursor_cast(conn: duckdb.DuckDBPyConnection, schema: str, table: str, since: Since) -> str:
-    """`CAST(? AS <the cursor column's type>)`, so the saved text compares
-    as the column does."""
-    found = conn.execute(
-        "SELECT data_type, comment FROM duckdb_columns() WHERE database_name = "
-        "current_database() AND schema_name = ? AND table_name = ? AND column_name = ?",
-        [schema, table, since.cursor],
-    ).fetchone()
-    if found is None:
-        raise PermanentError(f"duckdb: table {table!r} has no cursor column {since.cursor!r}")
-    kind = str(found[0]).upper()
-    if kind in _CASTABLE:
-        return f"CAST(? AS {kind})"
-    if kind.startswith("DECIMAL(") and all(p.strip().isdigit() for p in kind[8:-1].split(",")):
-        return f"CAST(? AS {kind})"
-    return "?"
-
-
-def _window(since: Since, cast: str, *, upper: bool = True) -> tuple[str, list[Any]]:
-    col = quote(since.cursor)
-    parts, args = ["false" if since.empty else "true"], list[Any]()
-    if since.low is not None:
-        parts.append(f"{col} {'>=' if since.inclusive else '>'} {cast}")
-        args.append(since.low)
-    if upper and since.high is not None:
-        parts.append(f"{col} <= {cast}")
-        args.append(since.high)
-    return " AND ".join(parts), args

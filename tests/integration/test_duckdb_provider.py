@@ -795,3 +795,22 @@ async def test_another_runs_stale_stage_is_found_and_dropped(tmp_path: Path) -> 
     finally:
         await conn.close()
     assert stage not in tables_in(path)
+
+
+async def test_discover_offers_tables_and_views_of_the_schema_only(tmp_path: Path) -> None:
+    path = tmp_path / "views.duckdb"
+    with duckdb.connect(str(path)) as db:
+        db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name VARCHAR NOT NULL)")
+        db.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b')")
+        db.execute("CREATE VIEW v AS SELECT id FROM t WHERE id > 1")
+        db.execute("CREATE SCHEMA other")
+        db.execute("CREATE TABLE other.elsewhere (x INTEGER)")
+    conn = await PROVIDER.connect({"path": str(path)})
+    try:
+        streams = {s.name: s for s in await conn.discover()}
+        assert sorted(streams) == ["t", "v"]
+        want = (Column("id", "integer", False), Column("name", "text", False))
+        assert streams["t"].columns == want
+        assert [r async for b in conn.read(streams["v"], 10) for r in b] == [(2,)]
+    finally:
+        await conn.close()

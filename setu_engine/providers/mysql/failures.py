@@ -17,7 +17,7 @@ import ssl
 from asyncmy.errors import MySQLError  # type: ignore[import-untyped,unused-ignore]
 
 from setu_engine.errors import OutageError, PermanentError, ProviderError, TransientError
-from setu_engine.providers.failures import network_error, permanent
+from setu_engine.providers.failures import DUPLICATE_KEY, network_error, permanent
 
 MYSQL_LOGIN = ("config.user", "config.password")
 # What a statement may raise: the server's errors, and a session that went
@@ -35,11 +35,6 @@ _OUTAGE = frozenset({2002, 2003, 2006, 2013, 2055, 1053, 1927})
 # changed since read (1020), a table full (1114: disk space freed, it fits).
 _TRANSIENT = frozenset({1205, 1213, 1040, 1203, 1317, 3024, 1969, 1037, 1038, 1020, 1114})
 
-# A duplicate key: the same hint as PostgreSQL's 23505 (postgres/failures.py).
-DUPLICATE_KEY = (
-    "a row repeats a unique key of the destination table: use write_mode upsert "
-    "or overwrite, or clear the table"
-)
 _VALUE = (
     "a value does not fit its column: cast or filter it in the pipeline spec, or "
     "change the column's type"

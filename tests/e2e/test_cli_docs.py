@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from setu_cli import session
+from setu_engine.providers.duckdb import connector as duckdb
 from setu_engine.providers.files import connector as files
 from setu_engine.providers.mysql import connector as mysql
 from setu_engine.providers.postgres import connector as postgres
@@ -57,6 +58,7 @@ async def test_every_exit_code_is_documented_in_help_and_readme() -> None:
         ("sqlite", sqlite._KEYS),
         ("file", files._KEYS),
         ("mysql", mysql.KEYS),
+        ("duckdb", duckdb._KEYS),
     ],
 )
 def test_the_readme_names_every_config_key_of_each_provider(

@@ -10,7 +10,8 @@ and the DuckDB file must hold exactly the source's values, value by value,
 with the run's counts right. A cloud DuckDB file lies in the workspace's
 folder (`SETU_LOCAL_FILES_ROOT/<workspace id>/`); the cloud reaches the
 MariaDB on loopback as an allowed network (tests/servers.py). An agent's
-MariaDB password is a secret reference only the agents resolve.
+MariaDB password is a secret reference, resolved by the cloud worker (a
+shared secret of the server's) and by agent A from its own secrets.
 
 Also: an upsert run twice (the second counts the rows it left alone as
 unchanged) and an incremental run by cursor (the second reads only the
@@ -36,7 +37,6 @@ import pytest
 from setu_client import SetuClient
 from setu_client._proto.setu.v1 import common_pb2
 from setu_client.clock import SystemClock
-from setu_engine.providers import NAMES as PROVIDERS
 from setu_server.service.admin import AdminService
 from tests.factories import Tenant, make_tenant
 from tests.s3server import S3Endpoint
@@ -48,14 +48,6 @@ if TYPE_CHECKING:
 S = common_pb2
 pytestmark = pytest.mark.slow
 
-# Written while the two providers were being built (issue 26): until both
-# are registered, there is nothing to run. Remove once they are.
-_MISSING = sorted({"mysql", "duckdb"} - set(PROVIDERS))
-if _MISSING:
-    pytest.skip(
-        f"provider(s) {', '.join(_MISSING)} not registered in setu_engine/providers yet",
-        allow_module_level=True,
-    )
 
 ROWS = 300
 BATCH_ROWS = 64  # five batches of 64 and a last one of 44: a lost batch shows
@@ -269,10 +261,11 @@ class Stage:
         return "cloud" if where == "cloud" else f"agent:{ids[where]}"
 
     async def mysql_connection(self, where: str) -> Any:
-        if where == "cloud":
-            return await self.client.create_connection("mariadb", "mysql", self.source.config)
-        # Only agent A knows the password.
+        # The password is a secret reference wherever the connection runs: the
+        # server's cloud worker and agent A each resolve it from their own secrets.
         config = self.source.config | {"password": {"$secret": PASSWORD_SECRET}}
+        if where == "cloud":
+            return await self.client.create_connection("mariadb", "mysql", config)
         return await self.client.create_connection(
             "mariadb-edge", "mysql", config, "agent", str(self.tenant.agent_id)
         )
@@ -329,6 +322,8 @@ async def stage(
         "SETU_BATCH_ROWS": str(BATCH_ROWS),
         "SETU_TASK_RETRY_BACKOFF_SECONDS": "0.05",
         "SETU_LOG_FORMAT": "text",
+        "SETU_SHARED_SECRETS": PASSWORD_SECRET,
+        f"SETU_SECRET_{PASSWORD_SECRET}": str(config["password"]),
     }
     agent_env = s3_endpoint.env | {
         "SETU_AGENT_EXTRA_HANDLERS": "",  # the real engine, not the test handlers

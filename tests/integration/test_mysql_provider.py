@@ -913,7 +913,7 @@ async def test_a_round_trip_through_the_write_side_keeps_every_value(
             assert (name, a) == (name, b)
 
 
-# -- a staged extract resumes after its stored parts (movement/transfer.py) ----
+# -- a staged extract resumes after its stored parts (setu_engine/movement/transfer.py)
 
 
 class Books:

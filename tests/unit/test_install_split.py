@@ -98,6 +98,12 @@ EXTRA_MODULES: Mapping[str, str] = {
     "setu_engine.providers.duckdb.stage": "duckdb",
     "setu_engine.providers.duckdb.types": "duckdb",
     "setu_engine.providers.duckdb.write": "duckdb",
+    # asyncmy: the mysql provider's modules, behind the same guard in its package.
+    "setu_engine.providers.mysql.connector": "mysql",
+    "setu_engine.providers.mysql.failures": "mysql",
+    "setu_engine.providers.mysql.infile": "mysql",
+    "setu_engine.providers.mysql.types": "mysql",
+    "setu_engine.providers.mysql.write": "mysql",
 }
 
 SKIPPED_PARTS = {"__pycache__"}

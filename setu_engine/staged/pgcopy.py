@@ -21,6 +21,8 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
+from itertools import repeat
+from operator import add, attrgetter, floordiv, itemgetter, sub
 from typing import Any
 from uuid import UUID
 
@@ -125,8 +127,44 @@ def _enc_numeric(v: Any) -> bytes:
         v = Decimal(v)
     elif not isinstance(v, Decimal):
         raise TypeError
-    payload = _numeric_payload(v)
-    return _LEN(len(payload)) + payload
+    text = str(v)
+    # str() is the fast way to a Decimal's digits (as_tuple costs eight
+    # times as much); scientific notation (a positive exponent, or a tiny
+    # value), NaN and infinities take the general path.
+    if "E" in text or "e" in text or not v.is_finite():
+        payload = _numeric_payload(v)
+        return _LEN(len(payload)) + payload
+    whole, _, fraction = text.partition(".")
+    dscale = len(fraction)
+    number = int(whole + fraction)
+    flag = _NUMERIC_POS
+    if number < 0:
+        number = -number
+        flag = _NUMERIC_NEG
+    if not number:  # zero, -0 included, keeps its scale and no sign
+        return _NUMERIC_PACK[0](8, 0, 0, _NUMERIC_POS, dscale)
+    # Base-10000 digits from the least significant end, the fraction padded
+    # to whole groups; trailing zero groups are dropped, as PostgreSQL does.
+    pad = -dscale % 4
+    number *= _PAD[pad]
+    groups: list[int] = []
+    while number:
+        number, group = divmod(number, 10000)
+        groups.append(group)
+    weight = len(groups) - (dscale + pad) // 4 - 1
+    while not groups[0]:
+        del groups[0]
+    ndigits = len(groups)
+    if ndigits >= len(_NUMERIC_PACK) or dscale > _NUMERIC_MAX_DSCALE or weight > 0x7FFF:
+        payload = _numeric_payload(v)  # long, or the error it raises
+        return _LEN(len(payload)) + payload
+    groups.reverse()
+    return _NUMERIC_PACK[ndigits](8 + 2 * ndigits, ndigits, weight, flag, dscale, *groups)
+
+
+# Length prefix, head and n base-10000 digits packed in one call, for n < 32.
+_NUMERIC_PACK = [struct.Struct(f"!ihhHH{n}h").pack for n in range(32)]
+_PAD = [1, 10, 100, 1000]
 
 
 def _numeric_payload(v: Decimal) -> bytes:
@@ -435,6 +473,13 @@ def encode_rows(columns: Sequence[Column], rows: Iterable[Row]) -> bytes:
 
 def _encode_into(out: bytearray, columns: Sequence[Column], rows: Iterable[Row]) -> None:
     encoders = _pick(_ENCODERS, columns)
+    rows = rows if isinstance(rows, list | tuple) else list(rows)
+    fields = _by_column(columns, encoders, rows)
+    if fields is not None:
+        out += b"".join(fields)
+        return
+    # Row by row: the batch had a value the column paths do not take, and
+    # this loop encodes it, or names the first failing value.
     ncols = len(encoders)
     count = _I2.pack(ncols)
     null = _NULL
@@ -447,6 +492,139 @@ def _encode_into(out: bytearray, columns: Sequence[Column], rows: Iterable[Row])
                 out += null if value is None else enc(value)
         except Exception as exc:
             raise _encode_error(columns, encoders, row, number) from exc
+
+
+# --- the batch column by column ------------------------------------------------------
+#
+# A column whose values are all of the Python class its type expects (one
+# set(map(type, ...)) says so, in C) is encoded through map() and C-level
+# packers: no Python call per value, about twice the speed of the row loop.
+# The bytes are the same. Anything else (another class, a value out of
+# range, a row of the wrong width) makes the batch go through the row loop
+# again, which gives exactly the error it always gave.
+
+
+def _by_column(
+    columns: Sequence[Column], encoders: list[Encoder], rows: Sequence[Row]
+) -> list[bytes] | None:
+    """Every field of every row, rows in order; None if the row loop must do it."""
+    if not rows:
+        return []
+    ncols = len(columns)
+    if set(map(len, rows)) != {ncols}:
+        return None
+    try:
+        fields = [
+            _column(column.type, enc, list(map(itemgetter(index), rows)))
+            for index, (column, enc) in enumerate(zip(columns, encoders, strict=True))
+        ]
+    except Exception:
+        return None
+    # Each row's field count, then its fields: slice assignment interleaves in C.
+    stride = ncols + 1
+    out = [_I2.pack(ncols)] * (len(rows) * stride)
+    for index, column_fields in enumerate(fields, 1):
+        out[index::stride] = column_fields
+    return out
+
+
+def _column(neutral: str, enc: Encoder, values: list[Any]) -> list[bytes]:
+    kinds = set(map(type, values))
+    nulls = _NONE in kinds
+    present: Sequence[Any] = values
+    if nulls:
+        kinds.discard(_NONE)
+        present = [v for v in values if v is not None]
+    vector = _VECTORS.get(neutral)
+    fields = vector(present, kinds) if vector is not None else None
+    if fields is None:
+        fields = list(map(enc, present))  # the per-value encoder checks each one
+    if not nulls:
+        return fields
+    each = iter(fields)
+    return [_NULL if v is None else next(each) for v in values]
+
+
+Vector = Callable[[Sequence[Any], set[type]], "list[bytes] | None"]
+_NONE = type(None)
+
+
+def _packed(packer: struct.Struct, classes: frozenset[type]) -> Vector:
+    pack = packer.pack
+    size = packer.size - 4
+
+    def vector(values: Sequence[Any], kinds: set[type]) -> list[bytes] | None:
+        if not kinds <= classes:
+            return None
+        return list(map(pack, repeat(size, len(values)), values))  # struct.error: row loop
+
+    return vector
+
+
+_BOOLEANS = {True: _TRUE, False: _FALSE}
+
+
+def _vec_boolean(values: Sequence[Any], kinds: set[type]) -> list[bytes] | None:
+    return list(map(_BOOLEANS.__getitem__, values)) if kinds <= {bool} else None
+
+
+def _vec_text(values: Sequence[Any], kinds: set[type]) -> list[bytes] | None:
+    if not kinds <= {str} or "\x00" in "".join(values):
+        return None
+    payloads = list(map(str.encode, values))  # utf-8; a lone surrogate raises
+    return list(map(add, map(_LEN, map(len, payloads)), payloads))
+
+
+_US = timedelta(microseconds=1)
+
+
+def _timestamp_vector(epoch: datetime, aware: bool) -> Vector:
+    pack = _LEN_I8.pack
+
+    def vector(values: Sequence[Any], kinds: set[type]) -> list[bytes] | None:
+        if not kinds <= {datetime}:
+            return None  # ±infinity, or not a datetime
+        if not aware and set(map(_TZINFO, values)) - {None}:
+            return None
+        # Subtracting an aware epoch from a naive value raises: row loop.
+        micros = map(floordiv, map(sub, values, repeat(epoch)), repeat(_US))
+        return list(map(pack, repeat(8, len(values)), micros))
+
+    return vector
+
+
+_TZINFO = attrgetter("tzinfo")
+
+
+def _vec_date(values: Sequence[Any], kinds: set[type]) -> list[bytes] | None:
+    if not kinds <= {date}:
+        return None  # a datetime is not a date here, nor ±infinity
+    days = map(sub, map(date.toordinal, values), repeat(_PG_EPOCH_ORDINAL))
+    return list(map(_LEN_I4.pack, repeat(4, len(values)), days))
+
+
+def _vec_uuid(values: Sequence[Any], kinds: set[type]) -> list[bytes] | None:
+    if not kinds <= {UUID}:
+        return None
+    return list(map(add, repeat(_LEN(16)), map(_UUID_BYTES, values)))
+
+
+_UUID_BYTES = attrgetter("bytes")
+
+_NUMBERS = frozenset({float, int})
+_VECTORS: dict[str, Vector] = {
+    "boolean": _vec_boolean,
+    "smallint": _packed(_LEN_I2, frozenset({int})),
+    "integer": _packed(_LEN_I4, frozenset({int})),
+    "bigint": _packed(_LEN_I8, frozenset({int})),
+    "real": _packed(_LEN_F4, _NUMBERS),
+    "double": _packed(_LEN_F8, _NUMBERS),
+    "text": _vec_text,
+    "date": _vec_date,
+    "timestamp": _timestamp_vector(_PG_EPOCH, aware=False),
+    "timestamptz": _timestamp_vector(_PG_EPOCH_UTC, aware=True),
+    "uuid": _vec_uuid,
+}
 
 
 def _encode_error(

@@ -257,6 +257,34 @@ async def test_a_marked_write_writes_nothing_the_second_time(
         await close(w)
 
 
+@pytest.mark.parametrize(
+    "rows",
+    [[(1, "abc"), (2, "abcd")], [(1, "abc"), (2, None)], [(3, "abc"), (1, "dup")]],
+    ids=["too-long", "null", "duplicate"],
+)
+async def test_an_append_into_an_existing_table_refuses_what_it_cannot_hold(
+    mysql_database: MySQLDatabase, rows: list[tuple[Any, ...]]
+) -> None:
+    # LOAD DATA LOCAL straight into the target only warns of a value cut
+    # short, a NULL made a default or a row skipped for its key: the write
+    # must fail on it and keep nothing, marker included.
+    db = mysql_database
+    await db.execute("CREATE TABLE t (id bigint PRIMARY KEY, name varchar(3) NOT NULL)")
+    await db.execute("INSERT INTO t VALUES (1, 'a')")
+    w = await writer(db)
+    marker = LoadMarker(uuid.uuid4().hex, "t")
+    try:
+        with pytest.raises(PermanentError) as caught:
+            await w.write(
+                "t", COLUMNS, batches([(9, "x")], rows), WriteMode.APPEND, [], marker=marker
+            )
+        assert "'name'" in str(caught.value) or "1062" in str(caught.value)
+        assert await rows_of(db) == [(1, "a")]
+        assert await w.marked(marker) is None
+    finally:
+        await close(w)
+
+
 EVERY = [
     Column("id", "integer", False),
     Column("flag", "boolean", True),

@@ -23,6 +23,12 @@ SQLite do. A write therefore runs in three steps:
    the marker; `overwrite` instead fills a new table like the target and
    swaps it in with one atomic `RENAME TABLE t TO old, new TO t`.
 
+An append into a table that exists, with no column to add, needs no DDL:
+it skips the staging table and LOAD DATA's its rows straight into the
+target, in the one transaction that records the marker (_append_direct,
+which says how the warnings LOAD DATA LOCAL gives instead of errors fail
+it); the multi-row INSERT path (no local_infile) stages as above.
+
 What a failure leaves: a failure in step 1 or 3 rolls the rows back and
 undoes step 2 (the table created by the write dropped, the columns added
 dropped again), so the target's rows and shape are as they were. What a
@@ -75,6 +81,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any, NoReturn
+
+from asyncmy.errors import MySQLError  # type: ignore[import-untyped,unused-ignore]
 
 from setu_engine.errors import (
     ConfigError,
@@ -532,6 +540,13 @@ class MysqlWrites:
             recorded = await self.marked(marker)
             if recorded is not None:
                 return recorded  # an earlier attempt loaded it: write nothing
+        if (
+            mode is WriteMode.APPEND
+            and self.local_infile
+            and not changes
+            and await self._exists(stream, schema)
+        ):
+            return await self._append_direct(stream, schema, columns, batches, marker)
         # The write's own staging table, registered as a resumable load's
         # is (under a run id of its own): a process that dies before
         # dropping it leaves it to a later load's stale-stage clean-up.
@@ -558,6 +573,78 @@ class MysqlWrites:
         finally:
             await asyncio.shield(self._drop_registered(staged, registered))
         return result
+
+    async def _append_direct(
+        self,
+        stream: str,
+        schema: str | None,
+        columns: Sequence[Column],
+        batches: AsyncIterator[Batch],
+        marker: LoadMarker | None,
+    ) -> Written | int:
+        """An append into a table that exists, with no column to add: no
+        DDL, so no staging table. The rows are LOAD DATA'd straight into
+        the target in one InnoDB transaction with the marker (LOAD DATA is
+        transactional there): a failure rolls every batch back.
+
+        LOAD DATA LOCAL turns what strict mode refuses in an INSERT (a value
+        the column cannot hold, a duplicate key, a NULL in a NOT NULL column)
+        into warnings and goes on, as the server cannot stop the upload. So
+        notes are not recorded while it runs (sql_notes = 0: a note, such as
+        a decimal rounded to a smaller scale, is what an INSERT … SELECT in
+        strict mode lets pass too) and any warning left after a batch fails
+        the write with that warning's code, classified as the same statement's
+        error would be (failures.py: 1062 is the duplicate key's hint)."""
+        target = self._name(stream, schema)
+        render = tsv_renderer(columns)
+        folder = tempfile.mkdtemp(prefix="setu-mysql-")
+        written = 0
+        try:
+            await self._sql(MARKERS_DDL.format(table=self._markers(), charset=self._charset()))
+            # The checks _shape makes of an existing table (it makes no DDL
+            # for one when nothing is to be added).
+            await self._shape(stream, schema, columns, [], WriteMode.APPEND, None)
+            await self._rollback()
+            await self.conn.begin()
+            if marker is not None:
+                recorded = await self._one(self._marked_sql(marker, lock=True))
+                if recorded is not None:
+                    await self._rollback()
+                    return int(recorded)
+            await self._sql("SET SESSION sql_notes = 0")
+            async for batch in batches:
+                try:
+                    data = render(batch)
+                except ValueFault as fault:
+                    raise fault.located(stream, written) from fault
+                loaded = await self._load_file(folder, target, columns, data)
+                await self._refuse_warnings(target, len(batch), loaded)
+                written += len(batch)
+            if marker is not None:
+                await self._sql(self._set_marker_sql(marker, written))
+            await self.conn.commit()
+        except BaseException as exc:
+            await asyncio.shield(self._rollback())
+            if isinstance(exc, Exception):
+                self._raise(exc, f"writing {target}", WriteMode.APPEND)
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._sql("SET SESSION sql_notes = 1"))
+            shutil.rmtree(folder, ignore_errors=True)
+        return Written(written, RowChanges(written))
+
+    async def _refuse_warnings(self, target: str, sent: int, loaded: int) -> None:
+        """Raises the first warning the last LOAD DATA left, as its error."""
+        async with self.conn.cursor() as cursor:
+            await cursor.execute("SHOW WARNINGS LIMIT 1")
+            warning = await cursor.fetchone()
+        if warning is not None:
+            raise MySQLError(int(warning[1]), str(warning[2]))
+        if loaded != sent:
+            raise PermanentError(
+                f"mysql: LOAD DATA into {target} took {loaded} of {sent} rows without a warning"
+            )
 
     async def _register(self, marker: LoadMarker) -> None:
         await self.conn.begin()
@@ -650,7 +737,7 @@ class MysqlWrites:
 
     async def _load_file(
         self, folder: str, staged: str, columns: Sequence[Column], data: bytes
-    ) -> None:
+    ) -> int:
         path = os.path.join(folder, f"{uuid.uuid4().hex}.tsv")
         await asyncio.to_thread(_write_file, path, data)
         targets, sets = [], []
@@ -668,7 +755,7 @@ class MysqlWrites:
         )
         try:
             with infile.allow(self.conn, path):
-                await self._sql(statement)
+                return await self._sql(statement)
         finally:
             os.unlink(path)
 

@@ -56,6 +56,7 @@ import struct
 import uuid
 from collections.abc import Callable, Sequence
 from decimal import Decimal
+from operator import itemgetter
 from typing import Any
 
 from setu_engine.errors import ValueFault
@@ -329,12 +330,13 @@ def row_reader(
     ]
 
     def convert(rows: Sequence[tuple[Any, ...]], before: int) -> list[tuple[Any, ...]]:
-        if not work:
-            return [tuple(row) for row in rows]
+        todo = [w for w in work if not _unchanged(kinds[w[0]], rows, w[0])]
+        if not todo:
+            return list(map(tuple, rows))
         out: list[tuple[Any, ...]] = []
         for number, row in enumerate(rows, before + 1):
             values = list(row)
-            for index, column, read in work:
+            for index, column, read in todo:
                 value = values[index]
                 if value is None:
                     continue
@@ -361,6 +363,23 @@ def row_reader(
         return out
 
     return convert
+
+
+# The classes a reader gives back as they are (a datetime column's datetime):
+# a batch whose column holds only these (and NULL), as one set(map(type, ...))
+# in C says, skips that column's per-value call.
+_AS_IS: dict[str, frozenset[type]] = {
+    DATE: frozenset({dt.date, type(None)}),
+    DATETIME: frozenset({dt.datetime, type(None)}),
+    TIME: frozenset({dt.time, type(None)}),
+    UUID: frozenset({uuid.UUID, type(None)}),
+    CAST_TEXT: frozenset({str, type(None)}),
+}
+
+
+def _unchanged(kind: str, rows: Sequence[tuple[Any, ...]], index: int) -> bool:
+    classes = _AS_IS.get(kind)
+    return classes is not None and set(map(type, map(itemgetter(index), rows))) <= classes
 
 
 def _located(reason: str, column: Column, value: Any, row: int, stream: str) -> ValueFault:

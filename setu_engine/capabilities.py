@@ -16,6 +16,11 @@ every provider's declaration to its connector's methods):
   (`JsonLinesSource.json_lines`).
 - `json_lines_in`: writes rows that come as JSON Lines already, for the
   write modes its `takes_json_lines` accepts (`JsonLinesDestination`).
+- `csv_out`: renders a stream as CSV in the hand-off dialect
+  (`CsvSource.csv_batches`; setu_engine/movement/transfer.py says the dialect).
+- `csv_in`: parses that CSV into its own columnar batches, for the streams
+  its `takes_csv` accepts (`CsvDestination`): no value becomes a Python
+  object between the two ends.
 - `resumable_rows`, `resumable_copies`: a retried extract reads only after
   the last stored part (`ResumableRows.read_after`,
   `ResumableCopies.copy_batches_after`; `resumes` says per stream).
@@ -84,6 +89,8 @@ class Capabilities:
     copy_in: bool = False
     json_lines_out: bool = False
     json_lines_in: bool = False
+    csv_out: bool = False
+    csv_in: bool = False
     resumable_rows: bool = False
     resumable_copies: bool = False
     counts_rows: bool = False

@@ -24,7 +24,14 @@ from typing import Protocol, TypeGuard, TypeVar, cast, runtime_checkable
 
 from setu_engine.capabilities import capabilities_of
 from setu_engine.errors import ConfigError, PermanentError, ValueFault
-from setu_engine.kinds import DEFAULT_BATCH_ROWS, CopyBatch, RowChanges, WriteMode, changes_of
+from setu_engine.kinds import (
+    DEFAULT_BATCH_ROWS,
+    CopyBatch,
+    RowChanges,
+    WriteMode,
+    Written,
+    changes_of,
+)
 from setu_engine.operators.chain import Chain, PipelineSpec, Plan
 from setu_engine.planning import destination_plan
 from setu_engine.planning.destination_plan import SchemaChanges
@@ -102,6 +109,45 @@ class JsonLinesDestination(Protocol):
         changes: SchemaChanges | None = None,
         key: Sequence[str] = (),
     ) -> int: ...
+
+
+@runtime_checkable
+class CsvSource(Protocol):
+    """A source that renders its rows as CSV itself (PostgreSQL), in the
+    hand-off dialect both ends of the CSV path hold to: RFC 4180 (comma,
+    double quotes, `\\n` after each record), no header, the stream's
+    columns in order; NULL an unquoted empty field and an empty text `""`;
+    per neutral type: boolean `t`/`f`; integers in decimal; real and double
+    in shortest exact digits, `NaN`, `Infinity`, `-Infinity`, `-0`; numeric
+    in its exact digits (no exponent), `NaN`, `Infinity`, `-Infinity`; bytes
+    in hex digits; date `YYYY-MM-DD`, time `HH:MM:SS[.ffffff]`, timestamp
+    `YYYY-MM-DD HH:MM:SS[.ffffff]`, timestamptz the same in UTC with `+00`,
+    each date or timestamp's ±infinity `infinity` / `-infinity` and a year
+    outside 1-9999 in any other spelling (which a reader refuses, as the rows
+    path does); uuid, json and text as their text. Each batch holds whole
+    records and says how many."""
+
+    def csv_batches(self, stream: Stream, batch_rows: int) -> AsyncIterator[CopyBatch]: ...
+
+
+@runtime_checkable
+class CsvDestination(Protocol):
+    """A destination that parses that CSV into columnar batches itself."""
+
+    def takes_csv(self, columns: Sequence[Column]) -> bool: ...
+
+    async def write_csv(
+        self,
+        stream: str,
+        columns: Sequence[Column],
+        parts: AsyncIterator[CopyBatch],
+        mode: WriteMode,
+        key: Sequence[str],
+        *,
+        schema: str | None = None,
+        marker: LoadMarker | None = None,
+        changes: SchemaChanges | None = None,
+    ) -> Written | int: ...
 
 
 @dataclass(frozen=True)
@@ -725,6 +771,14 @@ async def _direct_stream(
                 await reporter.extracted(name, batch.rows)
                 yield batch
 
+    async def csv_lines(source: CsvSource) -> AsyncIterator[CopyBatch]:
+        nonlocal extracted
+        async with closing(source.csv_batches(stream, batch_rows)) as batches:
+            async for batch in batches:
+                extracted += batch.rows
+                await reporter.extracted(name, batch.rows)
+                yield batch
+
     reads, writes = capabilities_of(source), capabilities_of(destination)
     if writes.copy_in or not reads.copy_out:
         parts = _counted_parts(read_ahead(copies()), name, reporter)
@@ -748,6 +802,28 @@ async def _direct_stream(
                 marker=marker,
                 changes=landing.changes,
                 key=landing.key,  # the stream's key, which a file keeps in its schema
+            )
+    elif (
+        reads.csv_out
+        and writes.csv_in
+        and cast(CsvDestination, destination).takes_csv(landing.plan.output)
+        and landing.plan.identity
+    ):
+        # The source renders CSV (PostgreSQL, in its own process) and the
+        # destination parses it into columns (DuckDB, through Arrow's C++
+        # reader): decoding each value into Python and back cost four
+        # fifths of a PostgreSQL → DuckDB run.
+        rendered = csv_lines(cast(CsvSource, source))
+        async with closing(_counted_parts(read_ahead(rendered), name, reporter)) as csv:
+            written = await cast(CsvDestination, destination).write_csv(
+                landing.table,
+                landing.plan.output,
+                csv,
+                mode,
+                landing.key,
+                schema=landing.schema,
+                marker=marker,
+                changes=landing.changes,
             )
     else:
         # Rows for a Python writer: asyncpg decodes them faster than a COPY

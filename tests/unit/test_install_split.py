@@ -94,6 +94,7 @@ EXTRA_MODULES: Mapping[str, str] = {
     "setu_engine.providers.duckdb.arrays": "duckdb",
     "setu_engine.providers.duckdb.catalog": "duckdb",
     "setu_engine.providers.duckdb.connector": "duckdb",
+    "setu_engine.providers.duckdb.csv": "duckdb",
     "setu_engine.providers.duckdb.failures": "duckdb",
     "setu_engine.providers.duckdb.stage": "duckdb",
     "setu_engine.providers.duckdb.types": "duckdb",

@@ -14,7 +14,12 @@ import pytest
 
 from setu_agent.cloud.connections import Reusable
 from setu_engine.capabilities import ROWS_ONLY, Capabilities, capabilities_of
-from setu_engine.movement.transfer import JsonLinesDestination, JsonLinesSource
+from setu_engine.movement.transfer import (
+    CsvDestination,
+    CsvSource,
+    JsonLinesDestination,
+    JsonLinesSource,
+)
 from setu_engine.planning.destination_plan import InspectableDestination
 from setu_engine.planning.incremental import CursorSource, ObjectSource
 from setu_engine.providers import NAMES, get_provider
@@ -39,6 +44,8 @@ PROTOCOLS: dict[str, type] = {
     "copy_in": CopyDestination,
     "json_lines_out": JsonLinesSource,
     "json_lines_in": JsonLinesDestination,
+    "csv_out": CsvSource,
+    "csv_in": CsvDestination,
     "resumable_rows": ResumableRows,
     "resumable_copies": ResumableCopies,
     "counts_rows": CountsRows,

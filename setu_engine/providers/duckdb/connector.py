@@ -35,6 +35,7 @@ from setu_engine.kinds import CopyBatch, RowChanges, WriteMode, Written
 from setu_engine.planning.destination_plan import SchemaChanges, TableShape
 from setu_engine.providers.base import Connector
 from setu_engine.providers.duckdb import catalog as duck_catalog
+from setu_engine.providers.duckdb import csv as duck_csv
 from setu_engine.providers.duckdb import stage as duck_stage
 from setu_engine.providers.duckdb import types as duck_types
 from setu_engine.providers.duckdb import write as duck_write
@@ -48,12 +49,14 @@ if TYPE_CHECKING:
     from setu_engine.staged.resumable import Target
 
 T = TypeVar("T")
+B = TypeVar("B")
 
 _KEYS = frozenset({"path", "create", "schema"})
 DEFAULT_SCHEMA = "main"
 
 # What the transfer may ask of a DuckDB connector (docs/providers.md).
 CAPABILITIES = Capabilities(
+    csv_in=True,
     counts_rows=True,
     staged_loads=True,
     inspectable=True,
@@ -176,6 +179,21 @@ async def _in_thread(conn: duckdb.DuckDBPyConnection | None, fn: Callable[..., T
         with contextlib.suppress(BaseException):
             await task
         raise
+
+
+def _rows_of(part: CopyBatch) -> int:
+    return part.rows
+
+
+def _step(
+    insert: Callable[[duckdb.DuckDBPyConnection, B, int], None], batch: B, before: int
+) -> Callable[[duckdb.DuckDBPyConnection], None]:
+    """One batch's insert, bound now (the loop moves on before it runs)."""
+
+    def run(conn: duckdb.DuckDBPyConnection) -> None:
+        insert(conn, batch, before)
+
+    return run
 
 
 class DuckdbConnector:
@@ -309,7 +327,42 @@ class DuckdbConnector:
         marker: LoadMarker | None = None,
         changes: SchemaChanges | None = None,
     ) -> Written | int:
-        plan = duck_write.WritePlan(
+        plan = self._plan(stream, columns, mode, key, schema, marker, changes)
+        return await self._load(plan, batches, plan.insert, len)
+
+    def takes_csv(self, columns: Sequence[Column]) -> bool:
+        """Whether write_csv lands these columns (a LIST column does not)."""
+        return duck_csv.takes(columns)
+
+    async def write_csv(
+        self,
+        stream: str,
+        columns: Sequence[Column],
+        parts: AsyncIterator[CopyBatch],
+        mode: WriteMode,
+        key: Sequence[str],
+        *,
+        schema: str | None = None,
+        marker: LoadMarker | None = None,
+        changes: SchemaChanges | None = None,
+    ) -> Written | int:
+        """Writes batches of CSV in the hand-off dialect (CsvDestination),
+        each parsed into Arrow in C++ (setu_engine/providers/duckdb/csv.py); every mode,
+        in one transaction, as write does."""
+        plan = self._plan(stream, columns, mode, key, schema, marker, changes)
+        return await self._load(plan, parts, plan.insert_csv, _rows_of)
+
+    def _plan(
+        self,
+        stream: str,
+        columns: Sequence[Column],
+        mode: WriteMode,
+        key: Sequence[str],
+        schema: str | None,
+        marker: LoadMarker | None,
+        changes: SchemaChanges | None,
+    ) -> duck_write.WritePlan:
+        return duck_write.WritePlan(
             schema or self._schema,
             stream,
             columns,
@@ -319,7 +372,15 @@ class DuckdbConnector:
             changes,
             books=self._schema,
         )
-        what = f"writing {stream!r}"
+
+    async def _load(
+        self,
+        plan: duck_write.WritePlan,
+        batches: AsyncIterator[B],
+        insert: Callable[[duckdb.DuckDBPyConnection, B, int], None],
+        size: Callable[[B], int],
+    ) -> Written | int:
+        what = f"writing {plan.table!r}"
         async with self._lock:
             await self._writable_conn()
             conn = self._conn
@@ -336,9 +397,9 @@ class DuckdbConnector:
                 async for batch in batches:
                     if pending is not None:
                         await pending
-                    insert = functools.partial(plan.insert, batch=batch, before=written)
-                    pending = asyncio.ensure_future(_in_thread(conn, self._guarded, what, insert))
-                    written += len(batch)
+                    step = _step(insert, batch, written)
+                    pending = asyncio.ensure_future(_in_thread(conn, self._guarded, what, step))
+                    written += size(batch)
                 if pending is not None:
                     await pending
                 finish = functools.partial(plan.finish, written=written)

@@ -74,6 +74,17 @@ def declared(column: Column) -> str:
     return _landing(column).ddl
 
 
+def arrow_type(column: Column) -> pa.DataType:
+    """The Arrow type a batch holds `column`'s values in."""
+    return _landing(column).arrow
+
+
+def is_list(column: Column) -> bool:
+    """An array column (a PostgreSQL array's text), which lands as a LIST."""
+    parsed = _sql_type(column)
+    return parsed is not None and parsed.array
+
+
 def is_exact_text(column: Column) -> bool:
     """A numeric stored as its exact text (NUMERIC_COMMENT)."""
     return column.type == "numeric" and _landing(column).arrow == pa.string()

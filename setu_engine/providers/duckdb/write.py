@@ -21,8 +21,9 @@ from typing import Any
 import duckdb
 
 from setu_engine.errors import ConfigError, PermanentError, ValueFault
-from setu_engine.kinds import RowChanges, WriteMode
+from setu_engine.kinds import CopyBatch, RowChanges, WriteMode
 from setu_engine.planning.destination_plan import SchemaChanges
+from setu_engine.providers.duckdb import csv as duck_csv
 from setu_engine.providers.duckdb import types as duck_types
 from setu_engine.staged.markers import KEEP_MARKERS, MARKERS, LoadMarker
 from setu_engine.values.types import Batch, Column
@@ -212,11 +213,21 @@ class WritePlan:
             arrow = duck_types.arrow_table(self.table, self.columns, batch)
         except ValueFault as fault:
             raise fault.located(None, before) from fault
+        self._ingest(conn, arrow, self.picks)
+
+    def insert_csv(self, conn: duckdb.DuckDBPyConnection, part: CopyBatch, before: int) -> None:
+        """One batch of CSV in the hand-off dialect, parsed by Arrow (csv.py)."""
+        try:
+            arrow = duck_csv.arrow_table(self.table, self.columns, bytes(part.data))
+        except ValueFault as fault:
+            raise fault.located(None, before) from fault
+        picks = ", ".join(duck_csv.pick(c, f"c{i}") for i, c in enumerate(self.columns))
+        self._ingest(conn, arrow, picks)
+
+    def _ingest(self, conn: duckdb.DuckDBPyConnection, arrow: Any, picks: str) -> None:
         conn.register(BATCH_VIEW, arrow)
         try:
-            conn.execute(
-                f"INSERT INTO {self.into} ({self.names}) SELECT {self.picks} FROM {BATCH_VIEW}"
-            )
+            conn.execute(f"INSERT INTO {self.into} ({self.names}) SELECT {picks} FROM {BATCH_VIEW}")
         except (duckdb.ConversionException, duckdb.OutOfRangeException) as exc:
             raise self._conversion(exc) from exc
         finally:

@@ -181,6 +181,7 @@ CAPABILITIES = Capabilities(
     copy_out=True,
     copy_in=True,
     json_lines_out=True,
+    csv_out=True,
     resumable_copies=True,
     counts_rows=True,
     staged_loads=True,
@@ -792,6 +793,41 @@ class PostgresConnector:
             await postgres_shape.add_columns(self._conn, schema or self._schema, table, definitions)
         except DRIVER_ERRORS as exc:
             raise postgres_error(exc, f"postgres: adding columns to {table}") from exc
+
+    # -- CSV for a csv_in destination (setu_engine/providers/postgres/csv.py)
+
+    async def csv_batches(self, stream: Stream, batch_rows: int) -> AsyncIterator[CopyBatch]:
+        """The stream's rows as CSV that PostgreSQL renders itself, in
+        batches as copy_batches reads them (ctid ranges of a table, else one
+        COPY cut at record boundaries)."""
+        from setu_engine.providers.postgres import csv as postgres_csv
+
+        query = self._query(stream)
+        relation = (stream.locator or self._locate(stream))["relation"]
+        try:
+            async with self._conn.transaction(isolation="repeatable_read", readonly=True):
+                for setting in postgres_csv.CSV_SETTINGS:
+                    await self._conn.execute(setting)
+                shape = await self._conn.fetchrow(TABLE_PAGES, relation)
+                if shape["relkind"] not in ("r", "m") or stream.since is not None:
+                    copy = postgres_csv.copy_sql(stream.columns, query)
+                    async for batch in postgres_csv.split(self._conn, copy, batch_rows):
+                        self.rows_read += batch.rows
+                        yield batch
+                    return
+                per_page = float(shape["rows_per_page"]) or FALLBACK_ROWS_PER_PAGE
+                step = max(1, int(batch_rows / per_page))
+                pages = int(shape["pages"])
+                for first in range(0, max(pages, 1), step):
+                    where = f"ctid >= '({first},0)'::tid"
+                    if first + step < pages:
+                        where += f" AND ctid < '({first + step},0)'::tid"
+                    ranged = postgres_csv.copy_sql(stream.columns, f"{query} WHERE {where}")
+                    batch = await postgres_csv.copy_whole(self._conn, ranged)
+                    self.rows_read += batch.rows
+                    yield batch
+        except DRIVER_ERRORS as exc:
+            raise postgres_error(exc, f"postgres: reading {stream.name}") from exc
 
 
 class _Load:

@@ -593,22 +593,21 @@ def _vec_text(values: Sequence[Any], kinds: set[type]) -> list[bytes] | None:
 _US = timedelta(microseconds=1)
 
 
-def _timestamp_vector(epoch: datetime, aware: bool) -> Vector:
+def _timestamp_vector(epoch: datetime, *, aware: bool) -> Vector:
     pack = _LEN_I8.pack
 
     def vector(values: Sequence[Any], kinds: set[type]) -> list[bytes] | None:
         if not kinds <= {datetime}:
             return None  # ±infinity, or not a datetime
-        if not aware and set(map(_TZINFO, values)) - {None}:
+        # A timestamp refuses any tzinfo, even one whose utcoffset() is None
+        # (Python subtracts that one as naive). Otherwise the subtraction
+        # raises on the wrong kind (naive minus aware): the row loop names it.
+        if not aware and set(map(_TZINFO, values)) != {None}:
             return None
-        # Subtracting an aware epoch from a naive value raises: row loop.
         micros = map(floordiv, map(sub, values, repeat(epoch)), repeat(_US))
         return list(map(pack, repeat(8, len(values)), micros))
 
     return vector
-
-
-_TZINFO = attrgetter("tzinfo")
 
 
 def _vec_date(values: Sequence[Any], kinds: set[type]) -> list[bytes] | None:
@@ -625,6 +624,7 @@ def _vec_uuid(values: Sequence[Any], kinds: set[type]) -> list[bytes] | None:
 
 
 _UUID_BYTES = attrgetter("bytes")
+_TZINFO = attrgetter("tzinfo")
 
 
 def _vec_numeric(values: Sequence[Any], kinds: set[type]) -> list[bytes] | None:

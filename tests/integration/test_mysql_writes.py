@@ -285,6 +285,36 @@ async def test_an_append_into_an_existing_table_refuses_what_it_cannot_hold(
         await close(w)
 
 
+async def test_an_append_into_an_existing_table_failing_on_a_later_batch_keeps_nothing(
+    mysql_database: MySQLDatabase,
+) -> None:
+    # More rows than one LOAD DATA takes (write.LOAD_ROWS): pieces load while
+    # the next renders; a refused value later rolls all of them back.
+    db = mysql_database
+    await db.execute("CREATE TABLE t (id bigint PRIMARY KEY, name longtext, score double)")
+    await db.execute("INSERT INTO t VALUES (1, 'a', NULL)")
+    score = Column("score", "double", True)
+    w = await writer(db)
+    marker = LoadMarker(uuid.uuid4().hex, "t")
+    try:
+        good = [(i, "x", 1.5) for i in range(2, 30_002)]
+        with pytest.raises(ValueFault) as caught:
+            await w.write(
+                "t",
+                [ID, NAME, score],
+                batches([(40_000, "y", 2.5)], [*good, (40_001, "z", float("nan"))]),
+                WriteMode.APPEND,
+                [],
+                marker=marker,
+            )
+        message = str(caught.value)
+        assert "'t'" in message and "'score'" in message and "row 30002" in message
+        assert await rows_of(db) == [(1, "a", None)]
+        assert await w.marked(marker) is None
+    finally:
+        await close(w)
+
+
 EVERY = [
     Column("id", "integer", False),
     Column("flag", "boolean", True),

@@ -109,6 +109,10 @@ KEY_BYTES = "varbinary(255)"
 # Rows per INSERT at most, and bytes of SQL per statement at most (a
 # fraction of max_allowed_packet, read at the first write).
 INSERT_ROWS = 5000
+# Rows per LOAD DATA: small enough that the next piece is rendered while the
+# server loads this one, large enough that a statement's round trips are
+# a small share of it.
+LOAD_ROWS = 25_000
 STATEMENT_BYTES = 4 * 1024 * 1024
 
 # The comments that mark a column Setu created for a neutral type MySQL
@@ -634,9 +638,6 @@ class MysqlWrites:
         the write with that warning's code, classified as the same statement's
         error would be (failures.py: 1062 is the duplicate key's hint)."""
         target = self._name(stream, schema)
-        render = tsv_renderer(columns)
-        folder = tempfile.mkdtemp(prefix="setu-mysql-")
-        written = 0
         try:
             await self._sql(MARKERS_DDL.format(table=self._markers(), charset=self._charset()))
             # The checks _shape makes of an existing table (it makes no DDL
@@ -650,14 +651,7 @@ class MysqlWrites:
                     await self._rollback()
                     return int(recorded)
             await self._sql("SET SESSION sql_notes = 0")
-            async for batch in batches:
-                try:
-                    data = render(batch)
-                except ValueFault as fault:
-                    raise fault.located(stream, written) from fault
-                loaded = await self._load_file(folder, target, columns, data)
-                await self._refuse_warnings(target, len(batch), loaded)
-                written += len(batch)
+            written = await self._load_batches(stream, target, columns, batches, check=True)
             if marker is not None:
                 await self._sql(self._set_marker_sql(marker, written))
             await self.conn.commit()
@@ -669,8 +663,60 @@ class MysqlWrites:
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._sql("SET SESSION sql_notes = 1"))
-            shutil.rmtree(folder, ignore_errors=True)
         return Written(written, RowChanges(written))
+
+    async def _load_batches(
+        self,
+        stream: str,
+        table: str,
+        columns: Sequence[Column],
+        batches: AsyncIterator[Batch],
+        *,
+        check: bool = False,
+        commit: bool = False,
+    ) -> int:
+        """LOAD DATA's `batches` into `table` in pieces of LOAD_ROWS rows,
+        each piece rendered (in a thread) while the server loads the one
+        before: Python's work and the server's overlap. `check`: a warning
+        fails the load (_refuse_warnings); `commit`: after every piece."""
+        render = tsv_renderer(columns)
+        folder = tempfile.mkdtemp(prefix="setu-mysql-")
+        written = 0
+        loading: asyncio.Task[None] | None = None
+
+        async def load(data: bytes, sent: int) -> None:
+            loaded = await self._load_file(folder, table, columns, data)
+            if check:
+                await self._refuse_warnings(table, sent, loaded)
+            if commit:
+                await self.conn.commit()
+
+        try:
+            async for batch in batches:
+                for start in range(0, len(batch), LOAD_ROWS):
+                    piece = batch[start : start + LOAD_ROWS]
+                    try:
+                        data = await asyncio.to_thread(render, piece)
+                    except ValueFault as fault:
+                        raise fault.located(stream, written) from fault
+                    if loading is not None:
+                        # Shielded: a cancel must not cut a statement short
+                        # (the session would be out of step for the rollback).
+                        await asyncio.shield(loading)
+                    loading = asyncio.create_task(load(data, len(piece)))
+                    written += len(piece)
+            if loading is not None:
+                await asyncio.shield(loading)
+        except BaseException:
+            if loading is not None:
+                # The statement in flight ends before the caller rolls back.
+                await asyncio.shield(asyncio.wait([loading]))
+                if not loading.cancelled():
+                    loading.exception()  # raised here already, or superseded
+            raise
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return written
 
     async def _refuse_warnings(self, target: str, sent: int, loaded: int) -> None:
         """Raises the first warning the last LOAD DATA left, as its error."""
@@ -730,20 +776,7 @@ class MysqlWrites:
                 await self.conn.commit()
                 written += len(batch)
             return written
-        render = tsv_renderer(columns)
-        folder = tempfile.mkdtemp(prefix="setu-mysql-")
-        try:
-            async for batch in batches:
-                try:
-                    data = render(batch)
-                except ValueFault as fault:
-                    raise fault.located(stream, written) from fault
-                await self._load_file(folder, staged, columns, data)
-                await self.conn.commit()
-                written += len(batch)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-        return written
+        return await self._load_batches(stream, staged, columns, batches, commit=True)
 
     async def _statement_bytes(self) -> int:
         """How long one INSERT may be: well under the server's

@@ -361,6 +361,7 @@ def tsv_renderer(columns: Sequence[Column]) -> Callable[[Batch], bytes]:
 
 
 _NULL = "\\N"
+_MOMENT = "%04d-%02d-%02d %02d:%02d:%02d.%06d"
 
 
 def _write_file(path: str, data: bytes) -> None:
@@ -458,10 +459,12 @@ def _fast_field(column: Column) -> Callable[[Any], str]:
         general = encoder(column)
 
         def moment(v: Any) -> str:
-            # A UTC datetime (asyncpg's timestamptz) is its own UTC text
-            # without the "+00:00" isoformat ends it with.
-            if type(v) is dt.datetime and v.tzinfo is dt.UTC:
-                return v.isoformat(" ", "microseconds")[:-6]
+            # A naive or UTC datetime (asyncpg's timestamptz is UTC) is the
+            # text of its own fields, as isoformat(" ", "microseconds") would
+            # give them without an offset; %-formatting them is a third
+            # faster than isoformat, the most costly field of a batch.
+            if type(v) is dt.datetime and (v.tzinfo is None or v.tzinfo is dt.UTC):
+                return _MOMENT % (v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond)
             return str(general(v)).translate(_TSV)
 
         return moment

@@ -8,6 +8,7 @@ column takes the rows path."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -28,7 +29,7 @@ from setu_engine.staged.markers import LoadIdentity
 from setu_engine.values.special import INFINITY
 from setu_engine.values.types import Row, Stream
 from tests.conformance import edges
-from tests.conformance.support import same
+from tests.conformance.support import same, same_rows
 from tests.databases import postgres_config, scratch_database
 
 
@@ -201,3 +202,47 @@ async def test_a_batch_without_quotes_lands_exactly(source_url: str, tmp_path: P
     assert back[0] == expected[0] and back[1] == expected[1]
     assert back[2][:2] == expected[2][:2] and back[2][3:] == expected[2][3:]
     assert back[2][2] is INFINITY
+
+
+class Stopping(Quiet):
+    """Stops the run once the first batch has been written (a cancel)."""
+
+    async def loaded(self, stream: str, rows: int) -> None:
+        raise asyncio.CancelledError
+
+
+async def test_a_run_stopped_mid_copy_leaves_the_file_as_it_was(
+    source_url: str, tmp_path: Path
+) -> None:
+    await _edge_table(source_url)
+    path = tmp_path / "c.duckdb"
+    await _copy(source_url, path, ["edges"])
+    before = await _read(path, "edges")
+    conn = await asyncpg.connect(source_url)
+    try:
+        await conn.execute("INSERT INTO edges (id) SELECT generate_series(100, 5000)")
+    finally:
+        await conn.close()
+    source = await POSTGRES.connect(postgres_config(source_url))
+    destination = await DUCKDB.connect({"path": str(path)})
+    watched = Watched(source)  # type: ignore[arg-type]
+    source.csv_batches = watched.csv_batches  # type: ignore[attr-defined]
+    try:
+        chosen = transfer.select_streams(await source.discover(), ["edges"])
+        with pytest.raises(asyncio.CancelledError):
+            await transfer.direct(
+                source,
+                destination,
+                chosen,
+                parse_spec(None),
+                WriteMode.OVERWRITE,
+                Stopping(),
+                100,
+                identity=LoadIdentity(str(uuid.uuid4())),
+            )
+    finally:
+        await source.close()
+        await destination.close()
+    assert watched.batches, "the CSV path was not taken"
+    after = await _read(path, "edges")
+    assert len(after) == len(before) and same_rows(after, before)

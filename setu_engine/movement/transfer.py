@@ -115,13 +115,13 @@ class JsonLinesDestination(Protocol):
 class CsvSource(Protocol):
     """A source that renders its rows as CSV itself (PostgreSQL), in the
     hand-off dialect both ends of the CSV path hold to: RFC 4180 (comma,
-    double quotes, `\\n` after each record), no header, the stream's
+    double quotes, a newline after each record), no header, the stream's
     columns in order; NULL an unquoted empty field and an empty text `""`;
     per neutral type: boolean `t`/`f`; integers in decimal; real and double
     in shortest exact digits, `NaN`, `Infinity`, `-Infinity`, `-0`; numeric
     in its exact digits (no exponent), `NaN`, `Infinity`, `-Infinity`; bytes
     in hex digits; date `YYYY-MM-DD`, time `HH:MM:SS[.ffffff]`, timestamp
-    `YYYY-MM-DD HH:MM:SS[.ffffff]`, timestamptz the same in UTC with `+00`,
+    `YYYY-MM-DD HH:MM:SS[.ffffff]`, timestamptz the same, in UTC (no offset),
     each date or timestamp's ±infinity `infinity` / `-infinity` and a year
     outside 1-9999 in any other spelling (which a reader refuses, as the rows
     path does); uuid, json and text as their text. Each batch holds whole

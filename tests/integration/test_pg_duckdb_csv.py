@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -246,3 +247,27 @@ async def test_a_run_stopped_mid_copy_leaves_the_file_as_it_was(
     assert watched.batches, "the CSV path was not taken"
     after = await _read(path, "edges")
     assert len(after) == len(before) and same_rows(after, before)
+
+
+async def test_the_sessions_time_zone_is_the_rows_paths(source_url: str, tmp_path: Path) -> None:
+    # Instants land in UTC; a column read as text keeps the session's zone.
+    conn = await asyncpg.connect(source_url)
+    try:
+        await conn.execute(
+            f"ALTER DATABASE {conn._params.database} SET TimeZone = 'Asia/Kolkata';"
+            "CREATE TABLE zoned (id bigint PRIMARY KEY, at timestamptz, span tstzrange);"
+            "INSERT INTO zoned VALUES (1, '2024-01-02 03:04:05.000006+00',"
+            " tstzrange('2024-01-01 00:00+00', '2024-01-02 00:00+00'))"
+        )
+    finally:
+        await conn.close()
+    conn = await asyncpg.connect(source_url)
+    try:
+        span = await conn.fetchval("SELECT span::text FROM zoned")
+    finally:
+        await conn.close()
+    assert "+05:30" in span
+    watched, _ = await _copy(source_url, tmp_path / "z.duckdb", ["zoned"])
+    assert watched.batches
+    back = await _read(tmp_path / "z.duckdb", "zoned")
+    assert back == [(1, datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=UTC), span)]

@@ -42,8 +42,28 @@ def takes(columns: Sequence[Column]) -> bool:
 
 
 def _read_type(column: Column) -> pa.DataType:
-    # bytes come as hex text, unhexed by the INSERT (pick).
-    return pa.string() if column.type == "bytes" else duck_types.arrow_type(column)
+    # bytes come as hex text, unhexed by the INSERT (pick); a timestamptz
+    # as its UTC wall time, made aware by _aware.
+    if column.type == "bytes":
+        return pa.string()
+    if column.type == "timestamptz":
+        return _NAIVE
+    return duck_types.arrow_type(column)
+
+
+_NAIVE = pa.timestamp("us")
+_UTC = pa.timestamp("us", tz="UTC")
+
+
+def _aware(table: pa.Table, columns: Sequence[Column]) -> pa.Table:
+    """Each timestamptz column's UTC wall times as instants in UTC: the same
+    microseconds, so a view of them (no value converted)."""
+    for i, column in enumerate(columns):
+        if column.type == "timestamptz":
+            read = table.column(i)
+            aware = pa.chunked_array([c.view(_UTC) for c in read.chunks], _UTC)
+            table = table.set_column(i, table.field(i).name, aware)
+    return table
 
 
 def pick(column: Column, name: str) -> str:
@@ -80,7 +100,7 @@ def arrow_table(table: str, columns: Sequence[Column], data: bytes) -> pa.Table:
     names = [f"c{i}" for i in range(len(columns))]
     types = {n: _read_type(c) for n, c in zip(names, columns, strict=True)}
     try:
-        return _read(data, names, types)
+        return _aware(_read(data, names, types), columns)
     except pa.ArrowInvalid:
         pass  # an infinity, or a value that does not fit
     # Again, dates and timestamps as text: their infinities are converted
@@ -99,7 +119,7 @@ def arrow_table(table: str, columns: Sequence[Column], data: bytes) -> pa.Table:
         else raw.column(i).combine_chunks()
         for i, column in enumerate(columns)
     ]
-    return pa.Table.from_arrays(converted, names=names)
+    return _aware(pa.Table.from_arrays(converted, names=names), columns)
 
 
 def _temporal(table: str, column: Column, text: pa.Array, target: pa.DataType) -> pa.Array:

@@ -6,10 +6,11 @@ a PostgreSQL → DuckDB run).
 
 The spelling is the hand-off dialect (setu_engine/movement/transfer.py,
 CsvSource), which is PostgreSQL's own CSV output under the read
-transaction's settings (csv_settings) for every neutral type but bytes,
-rendered as bare hex digits. A date or timestamp PostgreSQL holds outside
-years 1-9999 (BC, or a fifth digit) keeps PostgreSQL's spelling, which the
-reader refuses as the rows path refuses the value.
+transaction's settings (CSV_SETTINGS) for every neutral type but bytes,
+rendered as bare hex digits, and timestamptz, as its wall time in UTC. A
+date or timestamp PostgreSQL holds outside years 1-9999 (BC, or a fifth
+digit) keeps PostgreSQL's spelling, which the reader refuses as the rows
+path refuses the value.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ import asyncpg
 from setu_engine.kinds import CopyBatch
 from setu_engine.values.types import Column
 
-# Set in the read's transaction: ISO dates, instants in UTC (`+00`), floats
-# in their shortest exact digits (any value above 0 since PostgreSQL 12).
+# Set in the read's transaction: ISO dates (the order of day and month only
+# steers input), floats in their shortest exact digits (any value above 0
+# since PostgreSQL 12). The session's TimeZone stays: a column read as text
+# (a tstzrange) spells its instants as the rows path does.
 CSV_SETTINGS = (
-    "SET LOCAL DateStyle = 'ISO, YMD'",
-    "SET LOCAL TimeZone = 'UTC'",
+    "SET LOCAL DateStyle = 'ISO'",
     "SET LOCAL extra_float_digits = 1",
 )
 # Chunks of a split COPY held while the batches before are written.
@@ -41,6 +43,8 @@ def _expr(column: Column) -> str:
     ref = f"t.{_quote(column.name)}"
     if column.type == "bytes":
         return f"encode({ref}, 'hex')"
+    if column.type == "timestamptz":
+        return f"({ref} AT TIME ZONE 'UTC')"  # its UTC wall time, whatever the session's zone
     return ref
 
 

@@ -344,8 +344,10 @@ def row_reader(
                     converted = read(value)
                 except _Fault as fault:
                     raise _located(fault.reason, column, value, number, stream) from None
-                except (ValueError, TypeError) as exc:
-                    reason = f"not a {column.type} value ({exc})"
+                # A hostile server's value may also overflow (a float's
+                # 1e300) or nest past the JSON decoder's depth.
+                except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+                    reason = f"not a {column.type} value ({str(exc)[:200]})"
                     raise _located(reason, column, value, number, stream) from None
                 if converted is _ZERO:
                     if not column.nullable:

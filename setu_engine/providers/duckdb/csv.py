@@ -153,7 +153,17 @@ def _located(
 ) -> ValueFault:
     """The first value Arrow's reader refuses, in the first column that
     holds one (a batch that failed as a whole)."""
-    text = _read(data, names, {n: pa.string() for n in names})
+    try:
+        text = _read(data, names, {n: pa.string() for n in names})
+    except pa.ArrowInvalid as exc:
+        # Not text at all: a record of another width, or bytes that are not
+        # UTF-8 (a SQL_ASCII database's, or a hostile server's).
+        return ValueFault(
+            f"duckdb table {table!r}: a batch of the source's CSV does not parse "
+            f"({str(exc)[:200]})",
+            column=None,
+            value=None,
+        )
     for name, column in zip(names, columns, strict=True):
         if column.type in _TEMPORAL or types[name] == pa.string():
             continue

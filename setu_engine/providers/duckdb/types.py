@@ -421,9 +421,12 @@ def row_reader(table: str, found_: Sequence[Found]) -> Callable[[Sequence[Any]],
             if value is not None and fn is not None:
                 try:
                     value = fn(value)
-                except (ValueError, TypeError) as exc:
+                # RecursionError: a JSON value nested past the decoder's depth
+                # (DuckDB stores one as deep as it is given).
+                except (ValueError, TypeError, RecursionError) as exc:
                     raise ValueFault(
-                        f"duckdb table {table!r}: cannot read it as {column.type} ({exc})",
+                        f"duckdb table {table!r}: cannot read it as {column.type} "
+                        f"({str(exc)[:200]})",
                         column=column.name,
                         value=value,
                     ) from exc

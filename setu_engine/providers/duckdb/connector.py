@@ -96,16 +96,40 @@ class DuckdbProvider:
             )
         if create and not path.parent.is_dir():
             raise ConfigError(f"config.path: no folder {path.parent} to create {path.name} in")
+        if root is not None:
+            _no_linked_sidefile(path)
         conn = await _in_thread(None, _open, path, not create)
         if root is not None and path.is_symlink():
             # DuckDB cannot open with O_NOFOLLOW: a link swapped in since the
             # path was resolved is caught here instead, before any use.
             await _in_thread(None, conn.close)
             raise ProviderError(f"duckdb: {path.name} became a link while it was opened")
+        if root is not None:
+            try:
+                _no_linked_sidefile(path)
+            except ConfigError:
+                await _in_thread(None, conn.close)
+                raise
         return DuckdbConnector(path, conn, schema, writable=create)
 
 
 PROVIDER = DuckdbProvider()
+
+# Files DuckDB opens beside the database, by name and following links: its
+# write-ahead log (truncated and written on every write) and its spill folder.
+_SIDEFILES = (".wal", ".tmp")
+
+
+def _no_linked_sidefile(path: Path) -> None:
+    """ConfigError when a file DuckDB writes beside `path` is a link: DuckDB
+    would write through it, to wherever it leads (another workspace's file)."""
+    for suffix in _SIDEFILES:
+        beside = path.with_name(path.name + suffix)
+        if beside.is_symlink():
+            raise ConfigError(
+                f"config.path: {beside.name} beside the database is a link, which DuckDB "
+                f"would write through; remove it"
+            )
 
 
 def _parse_config(config: dict[str, Any]) -> tuple[Path, bool, str]:

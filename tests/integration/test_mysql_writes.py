@@ -507,6 +507,24 @@ async def test_the_guard_refuses_a_file_nobody_registered(
         await close(w)
 
 
+async def test_a_file_asked_for_on_a_read_is_refused_classified(
+    mysql_database: MySQLDatabase,
+) -> None:
+    """A hostile server may answer any query (a read's SELECT) with a LOCAL
+    INFILE request: refused, as a PermanentError (reads classify only the
+    driver's own errors), and the session stays in step."""
+    db = mysql_database
+    await db.execute("CREATE TABLE x (line longtext)")
+    w = await writer(db)
+    try:
+        with pytest.raises(PermanentError, match="did not offer"):
+            await w._one("LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE x")
+        await w.conn.rollback()
+        assert await w._one("SELECT COUNT(*) FROM x") == 0
+    finally:
+        await close(w)
+
+
 async def test_server_without_local_infile_uses_inserts(mysql_database: MySQLDatabase) -> None:
     """With the client's local_infile off, a write never sends LOAD DATA
     LOCAL (the server would refuse it), and still lands every row."""

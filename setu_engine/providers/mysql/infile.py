@@ -27,14 +27,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from setu_engine.errors import PermanentError
+
 # id(connection) -> (a weak reference to it, the one path it may send).
 _allowed: dict[int, tuple[weakref.ref[Any], bytes]] = {}
 _lock = threading.Lock()
 _installed = False
 
 
-class RefusedFile(Exception):
-    """A server asked for a local file Setu did not register for it."""
+class RefusedFile(PermanentError):
+    """A server asked for a local file Setu did not register for it: a
+    PermanentError, so a read (which classifies only the driver's errors)
+    fails classified too, whichever query the server answered so."""
 
 
 def _registered(connection: Any, filename: bytes) -> bool:

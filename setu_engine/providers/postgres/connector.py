@@ -14,7 +14,6 @@ bounded, and every batch is a self-contained COPY stream.
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
@@ -28,6 +27,7 @@ from setu_engine.errors import ConfigError, PermanentError, ProviderError, SqlTy
 from setu_engine.kinds import CopyBatch, RowChanges, WriteMode, Written
 from setu_engine.operators.chain import Plan, parse_spec
 from setu_engine.planning.destination_plan import SchemaChanges, TableShape
+from setu_engine.providers.postgres import copying
 from setu_engine.providers.postgres import json as postgres_json
 from setu_engine.providers.postgres import shape as postgres_shape
 from setu_engine.providers.postgres import stage as postgres_stage
@@ -76,9 +76,6 @@ CANONICAL: dict[str, str] = {
 # Rows per heap page when the planner has no statistics yet (never analysed);
 # DISCOVER's estimate uses the same figure.
 FALLBACK_ROWS_PER_PAGE = 60
-# Chunks of an incremental read's COPY held ahead of the batch being loaded.
-COPY_QUEUE = 64
-
 DISCOVER = """
 SELECT c.relname, c.relkind,
        -- Never analysed (reltuples < 0): guess from the pages it fills.
@@ -166,14 +163,6 @@ def quote(name: str) -> str:
 def _number(value: Any) -> bool:
     # bool is an int to Python, but `true` is no port or timeout.
     return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _count(status: str) -> int:
-    """Rows of a command status such as 'COPY 12' or 'INSERT 0 12'."""
-    try:
-        return int(status.rsplit(" ", 1)[-1])
-    except ValueError:
-        return 0
 
 
 # What the transfer may ask of a PostgreSQL connector (docs/providers.md).
@@ -514,57 +503,22 @@ class PostgresConnector:
             raise postgres_error(exc, f"postgres: reading {stream.name}") from exc
 
     async def _json_out(self, query: str) -> CopyBatch:
-        chunks: list[bytes] = []
-
-        async def sink(chunk: bytes) -> None:
-            chunks.append(chunk)
-
-        status = await self._conn.copy_from_query(query, output=sink, format="text")
-        return CopyBatch(postgres_json.unescape(b"".join(chunks)), _count(status))
+        data, rows = await copying.copy_whole(self._conn, query, "text")
+        return CopyBatch(postgres_json.unescape(data), rows)
 
     async def _cursor_batches(self, query: str, batch_rows: int) -> AsyncIterator[Batch]:
         cursor = await self._conn.cursor(query)
         while batch := await cursor.fetch(batch_rows):
             yield [tuple(record) for record in batch]
 
-    async def _copy_split(self, query: str, batch_rows: int) -> AsyncIterator[CopyBatch]:
+    def _copy_split(self, query: str, batch_rows: int) -> AsyncIterator[CopyBatch]:
         """One binary COPY of `query`, in batches of `batch_rows` rows as it
-        arrives (setu_engine/staged/pgcopy_split.py); a bounded queue holds the COPY back
-        while the batches before are loaded."""
-        chunks: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=COPY_QUEUE)
-
-        async def sink(chunk: bytes) -> None:
-            await chunks.put(bytes(chunk))
-
-        async def pump() -> None:
-            try:
-                await self._conn.copy_from_query(query, output=sink, format="binary")
-            finally:
-                await chunks.put(None)
-
-        splitter = CopySplitter(batch_rows)
-        copying = asyncio.create_task(pump())
-        try:
-            while (chunk := await chunks.get()) is not None:
-                for batch in splitter.feed(chunk):
-                    yield batch
-            await copying  # raises what the COPY raised
-            if (last := splitter.finish()) is not None:
-                yield last
-        finally:
-            # Closed early (a cancel, a failed write): the COPY stops, and
-            # its outcome is consumed here, never left for the loop to log.
-            copying.cancel()
-            await asyncio.gather(copying, return_exceptions=True)
+        arrives (setu_engine/staged/pgcopy_split.py, copying.copy_split)."""
+        return copying.copy_split(self._conn, query, "binary", CopySplitter(batch_rows))
 
     async def _copy_out(self, query: str) -> CopyBatch:
-        chunks: list[bytes] = []
-
-        async def sink(chunk: bytes) -> None:
-            chunks.append(chunk)
-
-        status = await self._conn.copy_from_query(query, output=sink, format="binary")
-        return CopyBatch(b"".join(chunks), _count(status))
+        data, rows = await copying.copy_whole(self._conn, query, "binary")
+        return CopyBatch(data, rows)
 
     async def write(
         self,
@@ -874,7 +828,7 @@ class _Load:
         select = _typed(self.plan.select_sql(relation), self.plan.output)
         if not self.mode.needs_key:
             status = await self.conn.execute(f"INSERT INTO {self.target} ({self.names}) {select}")
-            return Written(_count(status), RowChanges(_count(status)))
+            return Written(copying.count(status), RowChanges(copying.count(status)))
         return await self._upsert(select)
 
     async def ready(self) -> dict[str, str]:
@@ -956,7 +910,7 @@ class _Load:
                 columns=[c.name for c in columns],
                 format="binary",
             )
-            copied = _count(status)
+            copied = copying.count(status)
             if copied != part.rows:
                 raise ProviderError(
                     f"a staged part holds {copied} rows where its manifest says {part.rows}"
@@ -994,7 +948,7 @@ class _Load:
                 f"DELETE FROM {self.target} t "
                 f"WHERE NOT EXISTS (SELECT 1 FROM _setu_out s WHERE {match})"
             )
-            deleted = _count(status)
+            deleted = copying.count(status)
         written: int = await self.conn.fetchval("SELECT count(*) FROM _setu_out")
         inserted = int(counts["inserted"])
         updated = int(counts["changed"]) - inserted

@@ -15,12 +15,12 @@ path refuses the value.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 import asyncpg
 
 from setu_engine.kinds import CopyBatch
+from setu_engine.providers.postgres import copying
 from setu_engine.values.types import Column
 
 # Set in the read's transaction: ISO dates (the order of day and month only
@@ -31,8 +31,6 @@ CSV_SETTINGS = (
     "SET LOCAL DateStyle = 'ISO'",
     "SET LOCAL extra_float_digits = 1",
 )
-# Chunks of a split COPY held while the batches before are written.
-_QUEUE = 64
 
 
 def _quote(name: str) -> str:
@@ -55,54 +53,16 @@ def copy_sql(columns: Sequence[Column], query: str) -> str:
     return f"SELECT {picks} FROM ({query}) AS t"
 
 
-def _count(status: str) -> int:
-    """Rows of a command status such as 'COPY 12'."""
-    try:
-        return int(status.rsplit(" ", 1)[-1])
-    except ValueError:
-        return 0
-
-
 async def copy_whole(conn: asyncpg.Connection, query: str) -> CopyBatch:
     """One CSV COPY of `query`, as one batch (a range of a table)."""
-    chunks: list[bytes] = []
-
-    async def sink(chunk: bytes) -> None:
-        chunks.append(chunk)
-
-    status = await conn.copy_from_query(query, output=sink, format="csv")
-    return CopyBatch(b"".join(chunks), _count(status))
+    data, rows = await copying.copy_whole(conn, query, "csv")
+    return CopyBatch(data, rows)
 
 
-async def split(conn: asyncpg.Connection, query: str, batch_rows: int) -> AsyncIterator[CopyBatch]:
+def split(conn: asyncpg.Connection, query: str, batch_rows: int) -> AsyncIterator[CopyBatch]:
     """One CSV COPY of `query`, in batches of about `batch_rows` records as
-    it arrives; a bounded queue holds the COPY back while the batches
-    before are loaded."""
-    chunks: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=_QUEUE)
-
-    async def sink(chunk: bytes) -> None:
-        await chunks.put(bytes(chunk))
-
-    async def pump() -> None:
-        try:
-            await conn.copy_from_query(query, output=sink, format="csv")
-        finally:
-            await chunks.put(None)
-
-    splitter = CsvSplitter(batch_rows)
-    copying = asyncio.create_task(pump())
-    try:
-        while (chunk := await chunks.get()) is not None:
-            for batch in splitter.feed(chunk):
-                yield batch
-        await copying  # raises what the COPY raised
-        if (last := splitter.finish()) is not None:
-            yield last
-    finally:
-        # Closed early (a cancel, a failed write): the COPY stops, and its
-        # outcome is consumed here, never left for the loop to log.
-        copying.cancel()
-        await asyncio.gather(copying, return_exceptions=True)
+    it arrives (copying.copy_split)."""
+    return copying.copy_split(conn, query, "csv", CsvSplitter(batch_rows))
 
 
 class CsvSplitter:

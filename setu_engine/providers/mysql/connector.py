@@ -45,6 +45,7 @@ from setu_engine.providers.mysql import infile
 from setu_engine.providers.mysql import types as mysql_types
 from setu_engine.providers.mysql.failures import DRIVER_ERRORS, mysql_error
 from setu_engine.providers.mysql.write import MysqlWrites, quote
+from setu_engine.providers.servers import check_server_fields, tls_context
 from setu_engine.staged.markers import MARKERS
 from setu_engine.staged.resumable import STAGE_PREFIX
 from setu_engine.support.closing import closing
@@ -54,7 +55,6 @@ from setu_engine.values.types import INTEGERS, Batch, Column, Stream
 from setu_engine.values.window import Since
 
 KEYS = frozenset({"host", "port", "database", "user", "password", "ssl", "connect_timeout"})
-SSL_MODES = ("disable", "prefer", "require", "verify-ca", "verify-full")
 DEFAULT_PORT = 3306
 
 SESSION = (
@@ -86,10 +86,6 @@ JSON_CHECKS = (
     "SELECT TABLE_NAME, CONSTRAINT_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
     "WHERE CONSTRAINT_SCHEMA = %s AND LEVEL = 'Column'"
 )
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 # What the transfer may ask of a MySQL connector (docs/providers.md).
@@ -146,21 +142,7 @@ class MysqlProvider:
                 raise ConfigError(
                     f"config.{field}: required, a non-empty string or a secret reference"
                 )
-        port = config.get("port", DEFAULT_PORT)
-        if not _number(port) or int(port) != port or not 0 < port < 65536:
-            raise ConfigError("config.port: an integer from 1 to 65535")
-        if "password" in config:
-            if not is_reference(config["password"]):
-                raise ConfigError(
-                    'config.password: must be a secret reference {"$secret": "NAME"}; '
-                    "plain credentials are never stored"
-                )
-            check_reference(config["password"], "config.password")
-        if config.get("ssl", "prefer") not in SSL_MODES:
-            raise ConfigError(f"config.ssl: one of {', '.join(SSL_MODES)}")
-        timeout = config.get("connect_timeout", 10)
-        if not _number(timeout) or not 0 < timeout <= 300:
-            raise ConfigError("config.connect_timeout: seconds, more than 0 and at most 300")
+        check_server_fields(config, DEFAULT_PORT)
 
     async def connect(
         self, config: dict[str, Any], egress: Egress | None = None, *, root: Path | None = None
@@ -182,7 +164,7 @@ class MysqlProvider:
         mode = config.get("ssl", "prefer")
         local_infile = infile.install_guard()
         timeout = float(config.get("connect_timeout", 10))
-        tls = None if socket_path else _tls(mode, host)
+        tls = None if socket_path else tls_context(mode, host)
         try:
             try:
                 conn = await _open(config, address, port, socket_path, tls, local_infile, timeout)
@@ -254,34 +236,6 @@ def _tls_failed(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
-
-
-class _NamedContext(ssl.SSLContext):
-    """An SSL context that presents and verifies `server_name` whatever
-    address the socket was opened to: asyncmy hands the address it
-    connected to (the vetted one) as the TLS server name."""
-
-    server_name: str = ""
-
-    def wrap_bio(self, *args: Any, **kwargs: Any) -> ssl.SSLObject:
-        kwargs["server_hostname"] = self.server_name or kwargs.get("server_hostname")
-        return super().wrap_bio(*args, **kwargs)
-
-
-def _tls(mode: str, server_name: str) -> ssl.SSLContext | None:
-    """The TLS context of an ssl mode, built here: no client keys or roots
-    from the process's environment."""
-    if mode == "disable":
-        return None
-    context = _NamedContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.server_name = server_name
-    if mode in ("prefer", "require"):
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    else:
-        context.load_default_certs()
-        context.check_hostname = mode == "verify-full"
-    return context
 
 
 def _expr(name: str, kind: str) -> str:

@@ -32,6 +32,7 @@ from setu_engine.providers.postgres import json as postgres_json
 from setu_engine.providers.postgres import shape as postgres_shape
 from setu_engine.providers.postgres import stage as postgres_stage
 from setu_engine.providers.postgres.failures import postgres_error
+from setu_engine.providers.servers import check_server_fields, tls_context
 from setu_engine.staged import pgcopy
 from setu_engine.staged.markers import KEEP_MARKERS, MARKERS, LoadMarker
 from setu_engine.staged.pgcopy_split import CopySplitter
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
 KEYS = frozenset(
     {"host", "port", "database", "user", "password", "schema", "ssl", "connect_timeout"}
 )
-SSL_MODES = ("disable", "prefer", "require", "verify-ca", "verify-full")
 # What a statement may raise: the server's errors, and a session that went
 # away under it (closed by a restart, reset); postgres_error classifies them.
 DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
@@ -160,11 +160,6 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _number(value: Any) -> bool:
-    # bool is an int to Python, but `true` is no port or timeout.
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 # What the transfer may ask of a PostgreSQL connector (docs/providers.md).
 CAPABILITIES = Capabilities(
     copy_out=True,
@@ -207,21 +202,7 @@ class PostgresProvider:
                 )
         if "schema" in config and (not isinstance(config["schema"], str) or not config["schema"]):
             raise ConfigError("config.schema: a non-empty string")
-        port = config.get("port", 5432)
-        if not _number(port) or int(port) != port or not 0 < port < 65536:
-            raise ConfigError("config.port: an integer from 1 to 65535")
-        if "password" in config:
-            if not is_reference(config["password"]):
-                raise ConfigError(
-                    'config.password: must be a secret reference {"$secret": "NAME"}; '
-                    "plain credentials are never stored"
-                )
-            check_reference(config["password"], "config.password")
-        if config.get("ssl", "prefer") not in SSL_MODES:
-            raise ConfigError(f"config.ssl: one of {', '.join(SSL_MODES)}")
-        timeout = config.get("connect_timeout", 10)
-        if not _number(timeout) or not 0 < timeout <= 300:
-            raise ConfigError("config.connect_timeout: seconds, more than 0 and at most 300")
+        check_server_fields(config, 5432)
 
     async def connect(
         self, config: dict[str, Any], egress: Egress | None = None, *, root: Path | None = None
@@ -279,31 +260,12 @@ class PostgresProvider:
         )
 
 
-class _NamedContext(ssl.SSLContext):
-    """An SSL context that presents and verifies `server_name` whatever
-    address the socket was opened to (the vetted address of that name)."""
-
-    server_name: str = ""
-
-    def wrap_bio(self, *args: Any, **kwargs: Any) -> ssl.SSLObject:
-        kwargs["server_hostname"] = self.server_name or kwargs.get("server_hostname")
-        return super().wrap_bio(*args, **kwargs)
-
-
 def _tls(mode: str, server_name: str) -> ssl.SSLContext | bool:
-    """The TLS context of an ssl mode, built here rather than by asyncpg,
-    which would read client keys and roots from the process's environment."""
-    if mode == "disable" or server_name.startswith("/"):
+    """The TLS context of an ssl mode; none over a Unix socket (asyncpg
+    takes False for none)."""
+    if server_name.startswith("/"):
         return False
-    context = _NamedContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.server_name = server_name
-    if mode in ("prefer", "require"):
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    else:
-        context.load_default_certs()
-        context.check_hostname = mode == "verify-full"
-    return context
+    return tls_context(mode, server_name) or False
 
 
 class PostgresConnector:

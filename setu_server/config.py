@@ -222,6 +222,14 @@ class Settings:
         default=10.0, metadata={"help": "how long in-flight calls may finish on shutdown"}
     )
     wait_cap_seconds: float = field(default=60.0, metadata={"help": "WaitJob's long-poll cap"})
+    processes: int = field(
+        default=0,
+        metadata={
+            "help": "setu-server processes sharing the gRPC port (SO_REUSEPORT), each with its "
+            "own watch hub, LISTEN session and pool of DB_POOL_SIZE (0: one per core; 1: this "
+            "process alone)"
+        },
+    )
     worker_processes: int = field(
         default=1,
         metadata={
@@ -315,6 +323,11 @@ class Settings:
     @property
     def metrics_refresh_seconds(self) -> float:
         return self.gauges.interval_seconds
+
+    @property
+    def process_count(self) -> int:
+        """How many server processes serve: PROCESSES, or one per core."""
+        return self.processes or os.cpu_count() or 1
 
     @property
     def embedded_pg_dir(self) -> Path:
@@ -443,6 +456,8 @@ def _problems(settings: Settings) -> Iterator[str]:
         bucket, _, rest = settings.blob_url[len("s3://") :].partition("/")
         if not bucket or rest.strip("/"):
             yield f"SETU_BLOB_URL wants s3://BUCKET, got {settings.blob_url!r}"
+    if settings.processes < 0:
+        yield f"SETU_PROCESSES counts server processes (0: one per core), not {settings.processes}"
     if settings.cloud_reach not in ("restricted", "local"):
         yield f"SETU_CLOUD_REACH is restricted or local, not {settings.cloud_reach!r}"
     # TLS settings that could only fail later.

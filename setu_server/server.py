@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import secrets
 import signal
 from collections.abc import AsyncIterator
@@ -114,6 +115,8 @@ GRPC_OPTIONS = (
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
     ("grpc.http2.max_ping_strikes", 0),
+    # One process per port unless --processes asks for several (reuse_port()):
+    # a second server started on a taken port fails rather than shares it.
     ("grpc.so_reuseport", 0),
     # Calls wait here until the server loop picks them up. gRPC's default of
     # 1000 waiting calls cancels the rest of a burst, such as every client
@@ -123,6 +126,16 @@ GRPC_OPTIONS = (
     # ...and let them wait long enough to be picked up (default 30 s).
     ("grpc.server_max_unrequested_time_in_server", 300),
 )
+
+
+# A test holds a WaitJob of a real server process here, subscribed and its
+# job read, by SETU_TEST_PAUSE=wait-read=<folder> (setu_engine/support/testpoints.py).
+WAIT_READ_POINT = "wait-read"
+
+
+def reuse_port(options: tuple[tuple[str, object], ...]) -> tuple[tuple[str, object], ...]:
+    """`options` for one of several processes sharing a port (--processes N)."""
+    return (*((k, v) for k, v in options if k != "grpc.so_reuseport"), ("grpc.so_reuseport", 1))
 
 
 @dataclass
@@ -341,19 +354,27 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
     return services
 
 
-async def start(settings: Settings, url: str, clock: Clock | None = None) -> Running:
-    """Migrate, then serve on settings.listen (port 0 picks a free one)."""
+async def start(
+    settings: Settings, url: str, clock: Clock | None = None, process: int | None = None
+) -> Running:
+    """Migrate, then serve on settings.listen (port 0 picks a free one).
+    `process`: this one's index among the N processes that share the port
+    (setu_server/processes.py), which every answer names; None: alone."""
     clock = clock or SystemClock()
     paging.use_key(settings.page_token_key)
     parts = await build_services(settings, url, clock)
     await parts.start()
+    if os.environ.get(testpoints.ENV, "").partition("=")[0] == WAIT_READ_POINT:
+        parts.jobs.hooks.after_read = lambda _: testpoints.reached(WAIT_READ_POINT)
     # What the cloud workers must refuse: this server's own database.
     own = own_database(
         url, await databases.own_settings(parts.pool), also=[settings.listen_database_url]
     )
     server = grpc.aio.server(
-        interceptors=[CallInterceptor(parts.auth, parts.metrics, parts.hub.closing)],
-        options=GRPC_OPTIONS,
+        interceptors=[
+            CallInterceptor(parts.auth, parts.metrics, parts.hub.closing, process=process)
+        ],
+        options=GRPC_OPTIONS if process is None else reuse_port(GRPC_OPTIONS),
     )
     admin_pb2_grpc.add_AdminServiceServicer_to_server(
         AdminServicer(parts.admin, parts.presence), server
@@ -441,11 +462,13 @@ def _bind(server: grpc.aio.Server, settings: Settings) -> int:
 
 
 @contextlib.asynccontextmanager
-async def serving(settings: Settings, clock: Clock | None = None) -> AsyncIterator[Running]:
+async def serving(
+    settings: Settings, clock: Clock | None = None, process: int | None = None
+) -> AsyncIterator[Running]:
     """The whole server for the length of a `with` block."""
     async with contextlib.AsyncExitStack() as stack:
         url = await database_url(settings, stack)
-        running = await start(settings, url, clock)
+        running = await start(settings, url, clock, process)
         try:
             yield running
         finally:
@@ -474,12 +497,12 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-async def serve_until_signalled(settings: Settings) -> None:
+async def serve_until_signalled(settings: Settings, process: int | None = None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with serving(settings) as running:
+    async with serving(settings, process=process) as running:
         tune_gc()
         print(f"setu-server listening on port {running.port}", flush=True)
         if running.http_url:

@@ -29,7 +29,12 @@ from setu_server.service.auth import Authenticator
 
 log = logging.getLogger("setu.rpc")
 
+Trailers = tuple[tuple[str, str], ...]
+
 REQUEST_ID_KEY = "x-request-id"
+# Which of a server's processes answered (`setu-server --processes N`): its
+# index, 0 to N-1; absent from a server that runs as one process.
+PROCESS_KEY = "x-setu-process"
 
 _principal: contextvars.ContextVar[Principal] = contextvars.ContextVar("principal")
 
@@ -68,8 +73,10 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
         authenticator: Authenticator,
         metrics: Metrics | None = None,
         closing: asyncio.Event | None = None,
+        process: int | None = None,
     ) -> None:
         self._auth = authenticator
+        self._served_by: Trailers = () if process is None else ((PROCESS_KEY, str(process)),)
         self._metrics = metrics or Metrics(process=False)
         # Set once this server has begun to shut down: from then on every
         # answer says so in its trailers (CLOSING_KEY).
@@ -101,7 +108,7 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
         role = SERVICE_ROLES.get(method.lstrip("/").split("/")[0])
         if role is None:
             return _public(handler)
-        call = _Call(self._auth, method, role, self._metrics, self._closing)
+        call = _Call(self._auth, method, role, self._metrics, self._closing, self._served_by)
         decode = _tolerant(handler.request_deserializer)
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
@@ -193,8 +200,10 @@ class _Call:
         role: Role,
         metrics: Metrics,
         closing: asyncio.Event,
+        served_by: Trailers = (),
     ) -> None:
         self.auth = auth
+        self.served_by = served_by
         self.method = method
         self.role = role
         self.metrics = metrics
@@ -241,14 +250,16 @@ class _Call:
         address of its target before its next long-poll rather than after
         a refusal (setu_client/replicas.py)."""
         if self.closing.is_set():
-            context.set_trailing_metadata(((REQUEST_ID_KEY, request_id.get()), (CLOSING_KEY, "1")))
+            context.set_trailing_metadata(
+                ((REQUEST_ID_KEY, request_id.get()), (CLOSING_KEY, "1"), *self.served_by)
+            )
 
     def _begin(self, context: Ctx) -> float:
         if self.parked is not None:
             self.parked.inc()
         rid = str(_header(context, REQUEST_ID_KEY) or uuid.uuid4().hex)[:64]
         request_id.set(rid)
-        context.set_trailing_metadata(((REQUEST_ID_KEY, rid),))
+        context.set_trailing_metadata(((REQUEST_ID_KEY, rid), *self.served_by))
         # Durations are measured on the host's monotonic clock, not domain time.
         return time.monotonic()
 
@@ -281,7 +292,7 @@ class _Call:
             rid = request_id.get()
             if self.closing.is_set():
                 trailers = (*trailers, (CLOSING_KEY, "1"))
-            await context.abort(code, message, ((REQUEST_ID_KEY, rid), *trailers))
+            await context.abort(code, message, ((REQUEST_ID_KEY, rid), *trailers, *self.served_by))
         elif isinstance(exc, Exception) and not _is_abort(exc):
             log.exception("unexpected error", extra=self._fields(started))
             self._count(grpc.StatusCode.INTERNAL, started)

@@ -34,6 +34,8 @@ TEMPLATE = "setu_test_template"
 # Servers the tests spawn (`setu dev`, setu-server) serve the monitor on a
 # free port: two at once would fight over the default 8080.
 os.environ.setdefault("SETU_HTTP_LISTEN", "127.0.0.1:0")
+# ...and as one process each (the default is one per core), unless a test asks.
+os.environ.setdefault("SETU_PROCESSES", "1")
 
 
 def with_database(url: str, name: str) -> str:

@@ -36,14 +36,19 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import asyncmy  # type: ignore[import-untyped,unused-ignore]
 from asyncmy.cursors import SSCursor  # type: ignore[import-untyped,unused-ignore]
 
 from setu_engine.capabilities import Capabilities, Values
-from setu_engine.errors import ConfigError, PermanentError
-from setu_engine.providers.mysql import infile
+from setu_engine.errors import ConfigError, PermanentError, ProviderError
+from setu_engine.providers.mysql import infile, wire
 from setu_engine.providers.mysql import types as mysql_types
-from setu_engine.providers.mysql.failures import DRIVER_ERRORS, mysql_error
+from setu_engine.providers.mysql.failures import (
+    DRIVER_ERRORS,
+    MALFORMED,
+    MalformedRow,
+    malformed_row,
+    mysql_error,
+)
 from setu_engine.providers.mysql.write import MysqlWrites, quote
 from setu_engine.providers.servers import check_server_fields, tls_context
 from setu_engine.staged.markers import MARKERS
@@ -186,6 +191,12 @@ class MysqlProvider:
         except DRIVER_ERRORS as exc:
             conn.close()
             raise mysql_error(exc, f"mysql: setting up the session at {where}") from exc
+        except ProviderError:
+            conn.close()
+            raise
+        except MALFORMED as exc:
+            conn.abandon()
+            raise malformed_row(exc, "(the session's setup)", ()) from exc
         return MysqlConnector(
             conn,
             database,
@@ -206,8 +217,11 @@ async def _open(
 ) -> Any:
     # Every setting is explicit: no option file, no ambient login. The
     # password goes as UTF-8 bytes (asyncmy would encode a str as latin-1).
+    # The session is wire.py's: a limit on one packet's size, and no
+    # password in clear text unless TLS verifies the server.
     password = config.get("password") or ""
-    connecting = asyncmy.connect(
+    plugins = wire.auth_plugins(str(config.get("ssl", "prefer")), socket=socket_path is not None)
+    connecting = wire.connect(
         host=address,
         port=port,
         unix_socket=socket_path,
@@ -224,6 +238,7 @@ async def _open(
         ssl=tls,
         connect_timeout=timeout,
         program_name="setu",
+        auth_plugin_map=plugins,
     )
     # connect_timeout bounds the TCP connect only; the handshake too.
     return await asyncio.wait_for(connecting, timeout=timeout + 5)
@@ -305,6 +320,10 @@ class MysqlConnector(MysqlWrites):
             await self.conn.rollback()
         except DRIVER_ERRORS as exc:
             raise mysql_error(exc, "mysql: discover failed") from exc
+        except ProviderError:
+            raise
+        except MALFORMED as exc:
+            raise self._malformed(exc, "(the catalog, at discover)", ()) from exc
         json_columns = {
             (str(table), str(name))
             for table, name, clause in checks
@@ -346,6 +365,15 @@ class MysqlConnector(MysqlWrites):
             )
         return streams
 
+    def _malformed(
+        self, exc: BaseException, stream: str, columns: Sequence[Column]
+    ) -> MalformedRow:
+        """A row the driver could not decode, classified. asyncmy's parser
+        stopped mid-buffer, so the session is out of step: abandoned, and
+        whatever the read's end runs on it meets a lost connection."""
+        self.conn.abandon()
+        return malformed_row(exc, stream, columns)
+
     @property
     def _mariadb(self) -> bool:
         return self.flavour == "mariadb"
@@ -380,6 +408,10 @@ class MysqlConnector(MysqlWrites):
             await self.conn.rollback()
         except DRIVER_ERRORS as exc:
             raise mysql_error(exc, f"mysql: reading {stream.name}") from exc
+        except ProviderError:
+            raise
+        except MALFORMED as exc:
+            raise self._malformed(exc, stream.name, stream.columns) from exc
         return convert(rows, 0)
 
     def _order(self, stream: Stream) -> str:
@@ -473,6 +505,10 @@ class MysqlConnector(MysqlWrites):
                     break
         except DRIVER_ERRORS as exc:
             raise mysql_error(exc, f"mysql: reading {stream.name}") from exc
+        except ProviderError:
+            raise
+        except MALFORMED as exc:
+            raise self._malformed(exc, stream.name, stream.columns) from exc
         finally:
             await asyncio.shield(self._end_read())
 
@@ -506,6 +542,10 @@ class MysqlConnector(MysqlWrites):
                 yield batch
         except DRIVER_ERRORS as exc:
             raise mysql_error(exc, f"mysql: reading {stream.name}") from exc
+        except ProviderError:
+            raise
+        except MALFORMED as exc:
+            raise self._malformed(exc, stream.name, stream.columns) from exc
         finally:
             await asyncio.shield(self._end_read(cursor))
 
@@ -533,10 +573,14 @@ class MysqlConnector(MysqlWrites):
                 f"SELECT CAST(max({col}) AS CHAR), count(*) FROM {relation} WHERE {where}"
             )
             await self.conn.rollback()
+            high, count = rows[0]
+            return (None if high is None else str(high)), int(count)
         except DRIVER_ERRORS as exc:
             raise mysql_error(exc, f"mysql: reading {stream.name}") from exc
-        high, count = rows[0]
-        return (None if high is None else str(high)), int(count)
+        except ProviderError:
+            raise
+        except (*MALFORMED, IndexError, TypeError) as exc:
+            raise self._malformed(exc, stream.name, ()) from exc
 
     def _window(self, since: Since, *, upper: bool = True) -> str:
         """The predicate of an incremental read; the bounds are literals of

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Sequence
 
 from asyncmy.errors import MySQLError  # type: ignore[import-untyped,unused-ignore]
 
 from setu_engine.errors import OutageError, PermanentError, ProviderError, TransientError
 from setu_engine.providers.failures import DUPLICATE_KEY, network_error, permanent
+from setu_engine.values.types import Column
 
 MYSQL_LOGIN = ("config.user", "config.password")
 # What a statement may raise: the server's errors, and a session that went
@@ -141,3 +143,47 @@ def _tls_refused(message: str) -> PermanentError:
 def append_duplicate(exc: BaseException) -> bool:
     """A duplicate key met by an append (1062, 1586): permanent, with the hint."""
     return code_of(exc) in (1062, 1586)
+
+
+# What asyncmy's row parser and its converters raise for a value no real
+# server sends (a hostile one may): text that is not UTF-8, a decimal or an
+# integer that does not parse. ValueFault and every ProviderError are
+# ValueErrors too: a handler catches ProviderError first and lets it pass.
+MALFORMED = (UnicodeError, ValueError, ArithmeticError)
+
+# The neutral types whose values asyncmy decodes as text, or parses as a
+# number or a time, so a column where each error class can arise.
+_DECODED = frozenset({"text", "json", "uuid"})
+_PARSED = frozenset(
+    {"smallint", "integer", "bigint", "real", "double", "numeric", "boolean"}
+    | {"date", "time", "timestamp", "timestamptz"}
+)
+
+
+class MalformedRow(PermanentError):
+    """A row the server sent that the driver cannot decode."""
+
+
+def malformed_row(exc: BaseException, stream: str, columns: Sequence[Column]) -> MalformedRow:
+    """A PermanentError for a row asyncmy could not decode, naming the
+    stream and the column when the error's class leaves only one (asyncmy's
+    parser does not say which field it was at)."""
+    if isinstance(exc, UnicodeError):
+        kinds, what = _DECODED, "text that is not UTF-8"
+    elif isinstance(exc, ArithmeticError):
+        kinds, what = frozenset({"numeric"}), "a decimal that does not parse"
+    else:
+        kinds, what = _PARSED, "a value that does not parse as its column's type"
+    names = [c.name for c in columns if c.type in kinds]
+    if len(names) == 1:
+        where = f", column {names[0]!r}"
+    elif names:
+        where = f", one of the columns {', '.join(repr(n) for n in names)}"
+    else:
+        where = ""
+    detail = str(exc)[:200]
+    return MalformedRow(
+        f"mysql: stream {stream!r}{where}: the server sent {what} "
+        f"({type(exc).__name__}: {detail}); the server's data or its protocol is broken: "
+        "fix or leave out the row, or check what answers at config.host"
+    )

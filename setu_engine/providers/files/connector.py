@@ -15,10 +15,11 @@ both write as an empty field.
 
 Writing builds the new file beside the old one (local) or on local disk
 (S3) and swaps it in at the end, so a failure leaves the old file as it was.
-Upsert and merge spill the written rows to a temporary SQLite database,
-keyed, to match them against the existing file in bounded memory
-(merge.py). Rows are encoded a batch at a time (encode.py: orjson for
-JSON Lines), with the spellings of docs/data-types.md.
+Upsert and merge join the written rows with the existing file by key
+(merge.py): the written keys in memory, their values on disk; only the
+keys of the old rows are decoded where they are replaced (keyed.py).
+Rows are encoded a batch at a time (encode.py: orjson for JSON Lines),
+with the spellings of docs/data-types.md.
 
 Value conversion and JSON Lines parsing live in codec.py, CSV reading in
 csv.py, Parquet in parquet.py (PostgreSQL's array text in arrays.py); the
@@ -58,6 +59,7 @@ from setu_engine.providers.files.encode import (
     line_encoder,
 )
 from setu_engine.providers.files.failures import file_error
+from setu_engine.providers.files.keyed import jsonl_keyed
 from setu_engine.providers.files.parquet_options import (
     ParquetOptions,
     require_pyarrow,
@@ -460,6 +462,21 @@ class FileConnector(Connector):
         records = files_csv.csv_records(chunks, options, source)
         return files_csv.csv_rows(records, options, source, columns, rewrite)
 
+    def _keyed(
+        self, ref: str, source: _Source, columns: Sequence[Column], positions: list[int]
+    ) -> AsyncGenerator[files_merge.Old, None] | AsyncGenerator[list[Row], None]:
+        """The old rows of a file being upserted or merged into, as the join
+        needs them: JSON Lines and Parquet decode only the keys of the rows
+        replaced (keyed.py, parquet.py); CSV rows come whole."""
+        if self.config.format == "parquet":
+            require_pyarrow()
+            from setu_engine.providers.files import parquet as files_parquet
+
+            return files_parquet.parquet_keyed(self.storage, ref, source, columns, positions)
+        if self.config.format == "jsonl":
+            return jsonl_keyed(self.storage.chunks(ref), source, columns, positions)
+        return self._rows(ref, source, columns, rewrite=True)
+
     async def write(
         self,
         stream: str,
@@ -593,7 +610,7 @@ class FileConnector(Connector):
             assert not isinstance(batches, _Lines)  # takes_json_lines refuses keys
             written = await files_merge.spill(batches, positions, self._lines(writer, columns))
             try:
-                old_rows = self._rows(ref, source, columns, rewrite=True) if exists else _nothing()
+                old_rows = self._keyed(ref, source, columns, positions) if exists else _nothing()
                 keep_old = mode is WriteMode.UPSERT
                 await files_merge.merge(writer.write, old_rows, written, positions, keep_old)
                 return written.count

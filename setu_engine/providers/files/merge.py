@@ -1,44 +1,44 @@
-"""Upsert and merge into a file in bounded memory.
+"""Upsert and merge into a file: a hash join of the written rows with the
+file's old rows, by key.
 
-The written rows are matched against the file's old rows by key. Holding
-them in a dict costs memory in proportion to the table (626 MiB for 336,776
-rows of 19 columns); here they spill to a temporary SQLite database instead,
-keyed by the key's bytes, so memory stays flat whatever the table size and
-SQLite's page cache (a few MiB) is all that is held.
+The written rows are the build side: each written row's value (its line
+already encoded by the file's encoder for a text format, `Lines`; the row
+pickled for Parquet) is appended to a temporary file, and only its key
+stays in memory, in a dict from the key's bytes to the place of the key's
+last written value. The old rows are the probe side, a batch at a time:
+each old row's key is looked up there, and the output is the old rows in
+place, each replaced by the written value of its key; then the written
+keys no old row took, in the order they first came.
 
-    written(seq INTEGER PRIMARY KEY, k UNIQUE, row, done)
+- Only the old rows' keys are decoded for the join (`Old`): an old row
+  that is replaced is never decoded whole, nor re-encoded; one that is
+  kept is decoded as a read would and encoded again (an old row the file
+  held reads back and encodes alike).
+- A written value is encoded once and written out as its bytes, never
+  decoded (a text format), or unpickled once (Parquet).
+- Several written rows of one key: the last wins, in its first row's
+  place. A key the old file holds twice: its first row is replaced, later
+  ones dropped.
 
-- `k`: the key values, pickled after normalising what compares equal but
-  pickles apart (Decimal('1.0') and Decimal('1.00')).
-- `seq`: the order a key was first written, so new keys land in the order
-  they came (the last row of a key wins, in its first key's place). Rows
-  are appended in this order; only the small key index is random access.
-- `row`: for a text format (JSON Lines, CSV), the row's line already
-  encoded by the file's encoder (`Lines`): the merge writes those bytes as
-  they are, so a written row is encoded once and never decoded; for
-  Parquet, the row pickled (only this process writes and reads it).
-- `done`: set when an old row of the key was replaced, so the new keys are
-  the rows not done.
-
-Memory: SQLite's page cache is capped at CACHE_KIB, small enough that a
-table of a few hundred thousand rows already fills it (so peak memory is
-the same at 200,000 rows and at 1,000,000: scripts/bench_copy.py prints
-both); the lookups of old keys stay fast through the OS's file cache.
+Memory: the written keys (a dict entry and the key's bytes: about 150
+bytes a row for an integer or short text key, so some 150 MiB per million
+written rows) and an 8-byte offset a row; the values stay on disk (read
+back through the OS's file cache), and the old file streams a batch at a
+time. scripts/bench_copy.py prints peak RSS at two sizes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import mmap
 import pickle
-import sqlite3
 import tempfile
+from array import array
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
     Awaitable,
     Callable,
-    Iterable,
     Iterator,
     Sequence,
 )
@@ -65,25 +65,28 @@ class Lines:
     write: Callable[[CopyBatch], Awaitable[None]]
 
 
-# Keys looked up per statement (SQLite's default limit on variables is 32766).
-LOOKUP_CHUNK = 500
-# Rows fetched per call when writing the new keys out.
-FETCH_ROWS = 10_000
-# Rows encoded and inserted per statement.
-PUT_ROWS = 10_000
+@dataclass(frozen=True)
+class Old:
+    """A batch of the old file's rows as the join needs them: each row's
+    key (key_bytes), and the whole rows of some of them, decoded (and
+    checked) as a read decodes them, asked for only for the rows kept."""
 
-_SCHEMA = """
-CREATE TABLE written (seq INTEGER PRIMARY KEY, k BLOB NOT NULL UNIQUE, row BLOB NOT NULL,
-                      done INTEGER NOT NULL DEFAULT 0);
-"""
-_PUT = """
-INSERT INTO written (seq, k, row) VALUES (?, ?, ?)
-ON CONFLICT (k) DO UPDATE SET row = excluded.row
-"""
-# SQLite's page cache (KiB): what the spill may hold in memory, whatever
-# the table's size. Larger buys little (lookups hit the OS's file cache)
-# and makes peak memory grow with the table until the cache is full.
-CACHE_KIB = 4 * 1024
+    keys: list[bytes]
+    rows: Callable[[list[int]], list[Row]]
+
+    @classmethod
+    def of(cls, rows: Sequence[Row], positions: list[int]) -> Old:
+        """Rows decoded already (CSV; a test's rows)."""
+        keys = [key_bytes(row, positions) for row in rows]
+        return cls(keys, lambda kept: [rows[i] for i in kept])
+
+
+# Rows encoded and appended per call (a batch's lines are never all held at once).
+PUT_ROWS = 10_000
+# Written values per batch when writing the new keys out.
+REST_ROWS = 10_000
+# A written key an old row has taken already.
+_TAKEN = -1
 
 
 def _normal(value: Any) -> Any:
@@ -98,9 +101,9 @@ _BIAS = 1 << 63
 
 
 def key_bytes(row: Row, positions: list[int]) -> bytes:
-    """The key's bytes. A single integer or text key (the usual kind) is
-    written so its bytes sort as its values do: keys that come in order
-    append to SQLite's index instead of landing at random pages of it."""
+    """The key's bytes: equal for values that compare equal (Decimal('1.0')
+    and Decimal('1.00'), -0.0 and 0.0). A single integer or text key (the
+    usual kind) is written in a few bytes, without pickling."""
     if len(positions) == 1:
         value = row[positions[0]]
         if type(value) is int and -_BIAS <= value < _BIAS:
@@ -118,82 +121,102 @@ def key_bytes(row: Row, positions: list[int]) -> bytes:
 
 
 class Spill:
-    """The written rows of one upsert or merge, on disk, by key."""
+    """The written rows of one upsert or merge: keys in memory, values on disk."""
 
     def __init__(self, folder: Path | None = None, lines: Lines | None = None) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="setu-merge-", dir=folder)
-        self._db = sqlite3.connect(Path(self._dir.name) / "written.db", check_same_thread=False)
-        self._db.executescript(
-            "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; "
-            f"PRAGMA cache_size = -{CACHE_KIB}; PRAGMA temp_store = FILE;" + _SCHEMA
-        )
-        self._seq = 0
+        self._file = (Path(self._dir.name) / "written.bin").open("w+b")
+        self._view: mmap.mmap | bytes | None = None
+        # key -> the seq of its last written value (_TAKEN once an old row
+        # took it); a dict keeps each key where it first came.
+        self._index: dict[bytes, int] = {}
+        # Where value seq ends in the file (it starts where seq - 1 ends).
+        self._ends = array("q")
+        self._size = 0
         self.count = 0
         self.thread: _OneThread | None = None
         self.lines = lines
 
     def close(self) -> None:
-        self._db.close()
+        if isinstance(self._view, mmap.mmap):
+            self._view.close()
+        self._file.close()
         self._dir.cleanup()
         if self.thread is not None:
             self.thread.shutdown()
 
     def put(self, rows: Batch, positions: list[int]) -> None:
-        # In slices, so a batch's encoded lines are never all held at once.
         for at in range(0, len(rows), PUT_ROWS):
             self._put(rows[at : at + PUT_ROWS], positions)
 
     def _put(self, rows: Batch, positions: list[int]) -> None:
-        start = self._seq
-        stored: Iterable[Any]
+        start = len(self._ends)
+        values: list[bytes]
         if self.lines is None:
-            stored = (pickle.dumps(row, protocol=5) for row in rows)
+            values = [pickle.dumps(row, protocol=5) for row in rows]
         else:
             try:
-                stored = self.lines.encode(rows)
+                values = self.lines.encode(rows)
             except ValueFault as fault:
                 raise fault.located(None, start) from fault
-        self._seq += len(rows)
+        keys = [key_bytes(row, positions) for row in rows]
+        index = self._index
+        ends = self._ends
+        size = self._size
+        for seq, (key, value) in enumerate(zip(keys, values, strict=True), start):
+            index[key] = seq
+            size += len(value)
+            ends.append(size)
+        self._file.write(b"".join(values))
+        self._size = size
         self.count += len(rows)
-        keys = (key_bytes(row, positions) for row in rows)
-        self._db.executemany(_PUT, zip(itertools.count(start), keys, stored))
 
-    def take(self, keys: list[bytes]) -> tuple[dict[bytes, Any], set[bytes]]:
-        """(the written rows (or lines) of those keys not taken yet, now
-        marked taken; every one of the keys that was written, taken before
-        or not)."""
-        found: dict[bytes, Any] = {}
-        loads = pickle.loads if self.lines is None else bytes
-        known: set[bytes] = set()
-        unique = list(dict.fromkeys(keys))
-        for start in range(0, len(unique), LOOKUP_CHUNK):
-            chunk = unique[start : start + LOOKUP_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            cursor = self._db.execute(
-                f"SELECT k, done, row FROM written WHERE k IN ({marks})", chunk
-            )
-            for key, done, row in cursor:
-                known.add(key)
-                if not done:
-                    found[key] = loads(row)
-        if found:
-            self._db.executemany("UPDATE written SET done = 1 WHERE k = ?", ((k,) for k in found))
-        return found, known
+    def sealed(self) -> None:
+        """Every value written: open them for reading."""
+        self._file.flush()
+        size = self._size
+        self._view = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+
+    def value(self, seq: int) -> Any:
+        """Written value seq: its encoded line, or (Parquet) its row."""
+        assert self._view is not None
+        start = self._ends[seq - 1] if seq else 0
+        raw = self._view[start : self._ends[seq]]
+        return raw if self.lines is not None else pickle.loads(raw)
+
+    def take(self, keys: list[bytes]) -> list[int | None]:
+        """For each old key: the seq of its written value, now taken; None
+        when none was written (keep the old row); _TAKEN when an earlier
+        old row took it (drop this one)."""
+        index = self._index
+        out: list[int | None] = []
+        for key in keys:
+            seq = index.get(key)
+            if seq is not None and seq != _TAKEN:
+                index[key] = _TAKEN
+            out.append(seq)
+        return out
 
     def rest(self) -> Iterator[Batch | CopyBatch]:
-        """The written rows no old row took, in the order their keys came
+        """The written values no old row took, in the order their keys came
         (batches of rows; or, with lines, of their lines)."""
-        cursor = self._db.execute("SELECT row FROM written WHERE done = 0 ORDER BY seq")
-        while chunk := cursor.fetchmany(FETCH_ROWS):
-            if self.lines is None:
-                yield [pickle.loads(row) for (row,) in chunk]
-            else:
-                yield CopyBatch(b"".join(row for (row,) in chunk), len(chunk))
+        chunk: list[Any] = []
+        for seq in self._index.values():
+            if seq == _TAKEN:
+                continue
+            chunk.append(self.value(seq))
+            if len(chunk) >= REST_ROWS:
+                yield self._batch(chunk)
+                chunk = []
+        if chunk:
+            yield self._batch(chunk)
+
+    def _batch(self, values: list[Any]) -> Batch | CopyBatch:
+        return values if self.lines is None else CopyBatch(b"".join(values), len(values))
 
 
 class _OneThread:
-    """Runs a spill's work on one thread of its own, so its SQLite
-    connection is only ever used from that thread."""
+    """Runs a spill's work on one thread of its own, one call at a time."""
 
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="setu-spill")
@@ -216,6 +239,7 @@ async def spill(
     try:
         async for batch in batches:
             await thread.run(spilled.put, batch, positions)
+        await thread.run(spilled.sealed)
     except BaseException:
         await thread.run(spilled.close)
         raise
@@ -224,58 +248,56 @@ async def spill(
 
 async def merge(
     write: Callable[[Batch], Awaitable[None]],
-    old: AsyncGenerator[list[Row], None],
+    old: AsyncGenerator[Old, None] | AsyncGenerator[list[Row], None],
     written: Spill,
     positions: list[int],
     keep_old: bool,
 ) -> None:
     """Old rows in place, each replaced by the written row of its key (and
-    dropped when there is none, unless keep_old); then the new keys."""
+    dropped when there is none, unless keep_old); then the new keys. The
+    old rows come as Old batches, or decoded rows."""
     run = written.thread.run if written.thread is not None else asyncio.to_thread
     lines = written.lines
     async with aclosing(old):
-        async for rows in old:
+        async for batch in old:
+            rows = batch if isinstance(batch, Old) else Old.of(batch, positions)
             if lines is None:
-                await write(await run(_replace, rows, written, positions, keep_old))
+                await write(await run(_replace, rows, written, keep_old))
             else:
-                await lines.write(await run(_replace_lines, rows, written, positions, keep_old))
+                await lines.write(await run(_replace_lines, rows, written, keep_old))
     rest = written.rest()
-    while (batch := await run(next, rest, None)) is not None:
-        if isinstance(batch, CopyBatch):
+    while (out := await run(next, rest, None)) is not None:
+        if isinstance(out, CopyBatch):
             assert lines is not None
-            await lines.write(batch)
+            await lines.write(out)
         else:
-            await write(batch)
+            await write(out)
 
 
-def _replace(rows: list[Row], written: Spill, positions: list[int], keep_old: bool) -> Batch:
-    return [row for row, _ in _replaced(rows, written, positions, keep_old)]
+def _joined(old: Old, written: Spill, keep_old: bool) -> tuple[list[int], list[Row]]:
+    """Each output item in order: a written value's seq, or -1 for the next
+    old row kept; and the old rows kept, decoded."""
+    plan: list[int] = []
+    kept: list[int] = []
+    for at, seq in enumerate(written.take(old.keys)):
+        if seq is None:
+            if keep_old:
+                plan.append(-1)
+                kept.append(at)
+        elif seq != _TAKEN:
+            plan.append(seq)
+    return plan, old.rows(kept) if kept else []
 
 
-def _replaced(
-    rows: list[Row], written: Spill, positions: list[int], keep_old: bool
-) -> Iterator[tuple[Any, bool]]:
-    """Each output item in order: (the written replacement, True) or (the
-    old row kept, False)."""
-    keys = [key_bytes(row, positions) for row in rows]
-    # A key the file holds twice: its first row is replaced, later ones dropped.
-    taken, seen = written.take(keys)
-    for key, row in zip(keys, rows, strict=True):
-        replacement = taken.pop(key, None)
-        if replacement is not None:
-            yield replacement, True
-        elif key not in seen and keep_old:
-            yield row, False
+def _replace(old: Old, written: Spill, keep_old: bool) -> Batch:
+    plan, kept = _joined(old, written, keep_old)
+    rows = iter(kept)
+    return [next(rows) if seq < 0 else written.value(seq) for seq in plan]
 
 
-def _replace_lines(
-    rows: list[Row], written: Spill, positions: list[int], keep_old: bool
-) -> CopyBatch:
-    """An old batch as lines: replacements as the spill holds them, old rows
-    kept re-encoded (an old row the file held reads back and encodes alike)."""
+def _replace_lines(old: Old, written: Spill, keep_old: bool) -> CopyBatch:
     assert written.lines is not None
-    out = list(_replaced(rows, written, positions, keep_old))
-    kept = [row for row, replaced in out if not replaced]
+    plan, kept = _joined(old, written, keep_old)
     encoded = iter(written.lines.encode(kept) if kept else ())
-    data = b"".join(item if replaced else next(encoded) for item, replaced in out)
-    return CopyBatch(data, len(out))
+    data = b"".join(next(encoded) if seq < 0 else written.value(seq) for seq in plan)
+    return CopyBatch(data, len(plan))

@@ -51,6 +51,7 @@ from setu_engine.errors import PermanentError, SqlTypeError, ValueFault
 from setu_engine.providers.files import arrays as pgarrays
 from setu_engine.providers.files.codec import _dropped, _Source, to_json
 from setu_engine.providers.files.failures import file_error
+from setu_engine.providers.files.merge import Old, key_bytes
 from setu_engine.providers.files.parquet_options import ParquetOptions
 from setu_engine.providers.files.s3_ranges import S3RangeFile
 from setu_engine.providers.files.storage import (
@@ -283,6 +284,46 @@ async def parquet_rows(
     """The file's rows as the given columns, a batch at a time. For a
     rewrite (the old rows of a file being written) a column the new rows
     lack is an error, and one the file lacks reads as NULL."""
+    async with contextlib.aclosing(_batches(storage, ref, source, columns, rewrite)) as batches:
+        async for batch, done in batches:
+            yield await asyncio.to_thread(_rows_of, batch, columns, source, done)
+
+
+async def parquet_keyed(
+    storage: _Storage, ref: str, source: _Source, columns: Sequence[Column], positions: list[int]
+) -> AsyncGenerator[Old, None]:
+    """The file's rows as an upsert's join needs them (merge.py's Old), a
+    batch at a time, as a rewrite reads them: each row's key from the key
+    columns alone; a batch whose rows are kept (some of them) is decoded
+    whole, as parquet_rows decodes it, so a bad value names its row."""
+    async with contextlib.aclosing(_batches(storage, ref, source, columns, True)) as batches:
+        async for batch, done in batches:
+            yield await asyncio.to_thread(_keyed, batch, columns, positions, source, done)
+
+
+def _keyed(
+    batch: pa.RecordBatch,
+    columns: Sequence[Column],
+    positions: list[int],
+    source: _Source,
+    before: int,
+) -> Old:
+    keyed = [columns[i] for i in positions]
+    rows = _rows_of(batch, keyed, source, before)
+    where = list(range(len(keyed)))
+    keys = [key_bytes(row, where) for row in rows]
+
+    def kept(at: list[int]) -> list[Row]:
+        whole = _rows_of(batch, columns, source, before)
+        return [whole[i] for i in at]
+
+    return Old(keys, kept)
+
+
+async def _batches(
+    storage: _Storage, ref: str, source: _Source, columns: Sequence[Column], rewrite: bool
+) -> AsyncGenerator[tuple[pa.RecordBatch, int], None]:
+    """The file's record batches of the given columns, each with the rows before it."""
     async with _opened(storage, ref) as handle:
         file = await asyncio.to_thread(_parquet_file, handle, source)
         names = file.schema_arrow.names
@@ -298,7 +339,7 @@ async def parquet_rows(
         batches = file.iter_batches(batch_size=READ_ROWS, columns=present, use_threads=False)
         done = 0
         while batch := await asyncio.to_thread(next, batches, None):
-            yield await asyncio.to_thread(_rows_of, batch, columns, source, done)
+            yield batch, done
             done += batch.num_rows
 
 

@@ -1,0 +1,105 @@
+"""The old rows of a JSON Lines file as an upsert's join needs them
+(merge.py's `Old`): each line's key, and whole rows only for the lines
+kept.
+
+A line is parsed with orjson, and only its key's fields are converted;
+the read's own parser (codec.py: the standard library's, floats as
+Decimal) takes over for a line orjson refuses (a byte-order mark, NaN, an
+integer past 64 bits, a lone surrogate), for a key holding a number that
+is not an integer (orjson would round it to a float), and for every line
+that is kept, which is decoded exactly as a read decodes it. A line that
+is replaced is checked as far as the join needs (a JSON object, with no
+field the written rows lack, a key of the key's types) and no further:
+its values are dropped unread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+from typing import Any
+
+import orjson
+
+from setu_engine.providers.files.codec import (
+    MISSING,
+    _decode,
+    _dropped,
+    _jsonl_cell,
+    _parse_object,
+    _Source,
+)
+from setu_engine.providers.files.merge import Old, key_bytes
+from setu_engine.values.types import Column, Row
+
+# What orjson decodes as the read's parser does (no float inside).
+_EXACT = (str, int, bool, type(None))
+
+
+async def jsonl_keyed(
+    chunks: AsyncGenerator[list[bytes], None],
+    source: _Source,
+    columns: Sequence[Column],
+    positions: list[int],
+) -> AsyncGenerator[Old, None]:
+    """The old file's lines, a chunk at a time, keyed (a rewrite's checks)."""
+    number = 0
+    async with aclosing(chunks):
+        async for lines in chunks:
+            yield await asyncio.to_thread(_keyed, lines, number, source, columns, positions)
+            number += len(lines)
+
+
+def _keyed(
+    lines: list[bytes],
+    before: int,
+    source: _Source,
+    columns: Sequence[Column],
+    positions: list[int],
+) -> Old:
+    wanted = {c.name for c in columns}
+    keyed = [columns[i] for i in positions]
+    names = [c.name for c in keyed]
+    where = list(range(len(keyed)))
+    keys: list[bytes] = []
+    held: list[tuple[int, bytes]] = []  # (line number, raw line) of each record
+    for number, raw in enumerate(lines, before + 1):
+        record = _fast(raw, names) if number > 1 else None
+        if record is None:
+            text = _decode(raw, number, source).strip()
+            if not text:
+                continue
+            record = _parse_object(text, source, number)
+        if not record.keys() <= wanted:
+            raise _dropped(source, sorted(record.keys() - wanted))
+        key = tuple(_jsonl_cell(record.get(c.name, MISSING), c, source, number) for c in keyed)
+        keys.append(key_bytes(key, where))
+        held.append((number, raw))
+
+    def rows(kept: list[int]) -> list[Row]:
+        out: list[Row] = []
+        for at in kept:
+            number, raw = held[at]
+            record = _parse_object(_decode(raw, number, source).strip(), source, number)
+            out.append(
+                tuple(_jsonl_cell(record.get(c.name, MISSING), c, source, number) for c in columns)
+            )
+        return out
+
+    return Old(keys, rows)
+
+
+def _fast(raw: bytes, names: list[str]) -> dict[str, Any] | None:
+    """The line's record by orjson, or None where the read's parser must
+    decide (or the line is blank)."""
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    for name in names:
+        if not isinstance(record.get(name), _EXACT):
+            return None
+    return record

@@ -13,21 +13,29 @@ import argparse
 import json
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from google.protobuf.message import Message
-
+import setu_client as sdk
 from setu_cli.command_set import CommandSet
-from setu_cli.session import AdminHandler, CliError, Session, server_options
-from setu_client import admin as apb
-from setu_client import message_to_dict
+from setu_cli.options import lazy_module, server_options
 
-AdminCall = Callable[[apb.AdminClient, argparse.Namespace], Awaitable[Message]]
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
+
+    from setu_cli import session as cli_session
+    from setu_cli.session import AdminHandler, Session
+    from setu_client import admin as apb
+
+    AdminCall = Callable[[apb.AdminClient, argparse.Namespace], Awaitable[Message]]
+else:
+    # Imported when a command runs: `setu --help` pays for neither.
+    cli_session = lazy_module("setu_cli.session")
+    apb = lazy_module("setu_client.admin")
 
 
 def _print(message: Message) -> None:
     # The field names of the .proto, as the client commands print them.
-    print(json.dumps(message_to_dict(message), indent=2))
+    print(json.dumps(sdk.message_to_dict(message), indent=2))
 
 
 async def _workspace_id(admin: apb.AdminClient, ref: str) -> str:
@@ -38,7 +46,9 @@ async def _workspace_id(admin: apb.AdminClient, ref: str) -> str:
         pass
     found = [w.id for w in await admin.list_workspaces() if w.name == ref]
     if not found:
-        raise CliError(f"no workspace named {ref!r} (setu admin workspace list shows them)")
+        raise cli_session.CliError(
+            f"no workspace named {ref!r} (setu admin workspace list shows them)"
+        )
     return found[0]
 
 

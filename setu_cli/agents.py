@@ -5,11 +5,14 @@ accepted), when it was last seen, and what it runs now."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from setu_cli.command_set import CommandSet
 from setu_cli.render import as_dict, emit, table, when
-from setu_cli.session import Session
-from setu_client import Agent, SetuClient
+
+if TYPE_CHECKING:
+    from setu_cli.session import Session
+    from setu_client import Agent, SetuClient
 
 
 def _running(agent: Agent) -> str:

@@ -17,21 +17,21 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+import setu_client as sdk
 from setu_cli.command_set import CommandSet
 from setu_cli.inputs import is_uuid, read_documents
+from setu_cli.options import EXIT_ERROR, lazy_module
 from setu_cli.render import enum_name
-from setu_cli.session import EXIT_ERROR, CliError, Session
-from setu_client import (
-    NotFound,
-    Placement,
-    SetuClient,
-    SetuError,
-    Unavailable,
-    WriteMode,
-    struct_to_dict,
-)
+
+if TYPE_CHECKING:
+    from setu_cli import session as cli_session
+    from setu_cli.session import Session
+    from setu_client import SetuClient
+else:
+    # Imported when a command runs, not to build the parser.
+    cli_session = lazy_module("setu_cli.session")
 
 _FILE_SUFFIXES = (".yaml", ".yml", ".json")
 _PLACEMENTS = ("cloud", "agent")
@@ -127,7 +127,7 @@ def files_of(path: str) -> list[str]:
     if path != "-" and folder.is_dir():
         found = sorted(str(p) for p in folder.iterdir() if p.suffix.lower() in _FILE_SUFFIXES)
         if not found:
-            raise CliError(f"{path}: no .yaml, .yml or .json files in this folder")
+            raise cli_session.CliError(f"{path}: no .yaml, .yml or .json files in this folder")
         return found
     return [path]
 
@@ -139,21 +139,21 @@ def parse(source: str, items: Sequence[dict[str, Any]]) -> list[Declared]:
         if "connections" in item or "pipelines" in item:
             unknown = sorted(set(item) - {"connections", "pipelines"})
             if unknown:
-                raise CliError(
+                raise cli_session.CliError(
                     f"{source}: document {n}: unknown key(s) {', '.join(map(str, unknown))}; "
                     "a document holds connections and pipelines"
                 )
             for kind in ("connection", "pipeline"):
                 entries = item.get(f"{kind}s") or []
                 if not isinstance(entries, list):
-                    raise CliError(f"{source}: {kind}s must be a list")
+                    raise cli_session.CliError(f"{source}: {kind}s must be a list")
                 declared += [_entry(source, kind, e, i) for i, e in enumerate(entries, 1)]
         elif "provider" in item:
             declared.append(_entry(source, "connection", item, n))
         elif "source" in item or "destination" in item:
             declared.append(_entry(source, "pipeline", item, n))
         else:
-            raise CliError(
+            raise cli_session.CliError(
                 f"{source}: entry {n} is neither a connection (provider) nor a pipeline "
                 "(source, destination), nor a document of connections and pipelines"
             )
@@ -163,7 +163,7 @@ def parse(source: str, items: Sequence[dict[str, Any]]) -> list[Declared]:
 def _entry(source: str, kind: Kind, item: Any, n: int) -> Declared:
     where = f"{source}: {kind} {n}"
     if not isinstance(item, dict):
-        raise CliError(f"{where}: expected an object")
+        raise cli_session.CliError(f"{where}: expected an object")
     if isinstance(item.get("name"), str) and item["name"]:
         where = f"{source}: {kind} {item['name']}"
     keys, required = (
@@ -175,12 +175,12 @@ def _entry(source: str, kind: Kind, item: Any, n: int) -> Declared:
         item = _unalias(where, item)
     unknown = sorted(set(item) - set(keys))
     if unknown:
-        raise CliError(
+        raise cli_session.CliError(
             f"{where}: unknown key(s) {', '.join(map(str, unknown))}; it takes {', '.join(keys)}"
         )
     missing = [k for k in required if not item.get(k)]
     if missing:
-        raise CliError(f"{where}: missing {', '.join(missing)}")
+        raise cli_session.CliError(f"{where}: missing {', '.join(missing)}")
     defaults = _CONNECTION_DEFAULTS if kind == "connection" else _PIPELINE_DEFAULTS
     fields = {k: item[k] for k in keys if k != "name" and k in item and item[k] is not None}
     fields = defaults | {k: str(v) if k in required else v for k, v in fields.items()}
@@ -193,7 +193,9 @@ def _unalias(where: str, item: dict[str, Any]) -> dict[str, Any]:
     for old, new in _CONNECTION_ALIASES.items():
         if old in item:
             if new in item:
-                raise CliError(f"{where}: {old} and {new} name the same thing; keep {new}")
+                raise cli_session.CliError(
+                    f"{where}: {old} and {new} name the same thing; keep {new}"
+                )
             item[new] = item.pop(old)
     return item
 
@@ -201,7 +203,7 @@ def _unalias(where: str, item: dict[str, Any]) -> dict[str, Any]:
 def _check_values(where: str, fields: dict[str, Any]) -> None:
     def expect(ok: bool, message: str) -> None:
         if not ok:
-            raise CliError(f"{where}: {message}")
+            raise cli_session.CliError(f"{where}: {message}")
 
     for key in ("config", "spec"):
         expect(isinstance(fields.get(key, {}), dict), f"{key} must be an object")
@@ -234,12 +236,14 @@ def read(source: str) -> list[dict[str, Any]]:
     try:
         documents = list(yaml.safe_load_all(Path(source).read_text()))
     except OSError as exc:
-        raise CliError(f"{source}: {exc.strerror or exc}") from exc
+        raise cli_session.CliError(f"{source}: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
-        raise CliError(f"{source}: not valid YAML: {' '.join(str(exc).split())}") from exc
+        raise cli_session.CliError(
+            f"{source}: not valid YAML: {' '.join(str(exc).split())}"
+        ) from exc
     items = [i for d in documents if d is not None for i in (d if isinstance(d, list) else [d])]
     if not items or not all(isinstance(i, dict) for i in items):
-        raise CliError(f"{source}: expected objects, or lists of objects")
+        raise cli_session.CliError(f"{source}: expected objects, or lists of objects")
     return items
 
 
@@ -249,7 +253,8 @@ def load(path: str) -> list[Declared]:
     seen: dict[tuple[str, str], Declared] = {}
     for d in declared:
         if (d.kind, d.name) in seen:
-            raise CliError(f"{d.where}: declared again (first at {seen[d.kind, d.name].where})")
+            first = seen[d.kind, d.name].where
+            raise cli_session.CliError(f"{d.where}: declared again (first at {first})")
         seen[d.kind, d.name] = d
     return declared
 
@@ -291,7 +296,7 @@ def plan(declared: Sequence[Declared], current: Sequence[Current]) -> list[Chang
                     if is_uuid(ref) and ref in names_by_id:
                         wanted[end] = names_by_id[ref]
                     elif ref not in declared_connections and ("connection", ref) not in existing:
-                        raise CliError(
+                        raise cli_session.CliError(
                             f"{d.where}: {end} {ref!r} is no connection of this workspace "
                             "or of the file"
                         )
@@ -352,12 +357,12 @@ class Agents:
         if len(ids) == 1:
             return ref
         if ids:
-            raise CliError(
+            raise cli_session.CliError(
                 f"{where}: agent {ref!r} is ambiguous: {len(ids)} agents have that name "
                 f"({', '.join(ids)}); name it by id"
             )
         known = ", ".join(sorted(set(self.names.values()))) or "none"
-        raise CliError(
+        raise cli_session.CliError(
             f"{where}: agent {ref!r} is no agent of this workspace (its agents: {known})"
         )
 
@@ -386,7 +391,7 @@ async def agent_id_of(client: SetuClient, what: str, item: Mapping[str, Any]) ->
     """The agent's id an entry names by `agent` or `agent_id`, a name or an
     id (`setu connections create` and `update`); None when it names none."""
     if "agent" in item and "agent_id" in item:
-        raise CliError(f"{what}: agent_id and agent name the same thing; keep agent")
+        raise cli_session.CliError(f"{what}: agent_id and agent name the same thing; keep agent")
     ref = item.get("agent") or item.get("agent_id")
     if not ref:
         return None
@@ -406,8 +411,8 @@ async def fetch(client: SetuClient, agents: Agents | None = None) -> list[Curren
     async for c in client.list_connections():
         fields: dict[str, Any] = {
             "provider": c.provider,
-            "config": struct_to_dict(c.config),
-            "placement": enum_name(Placement(c.placement)),
+            "config": sdk.struct_to_dict(c.config),
+            "placement": enum_name(sdk.Placement(c.placement)),
             "agent": agents.shown(c.agent_id),
         }
         found.append(Current("connection", c.name, c.id, fields))
@@ -417,8 +422,8 @@ async def fetch(client: SetuClient, agents: Agents | None = None) -> list[Curren
             "source": names.get(p.source_connection_id, p.source_connection_id),
             "destination": names.get(p.destination_connection_id, p.destination_connection_id),
             "streams": list(p.streams),
-            "spec": struct_to_dict(p.spec),
-            "write_mode": enum_name(WriteMode(p.write_mode)),
+            "spec": sdk.struct_to_dict(p.spec),
+            "write_mode": enum_name(sdk.WriteMode(p.write_mode)),
             "schedule": p.schedule,
             "paused": p.paused,
         }
@@ -534,9 +539,9 @@ async def validate(writer: Writer, changes: Sequence[Change]) -> list[Verdict]:
                 continue
         try:
             await writer.make(change, validate_only=True)
-        except Unavailable:
+        except sdk.Unavailable:
             raise
-        except SetuError as exc:
+        except sdk.SetuError as exc:
             verdicts.append(Verdict(change, refused=exc.message))
             if change.kind == "connection":
                 refused.add(change.name)
@@ -591,7 +596,7 @@ async def execute(writer: Writer, changes: Sequence[Change], args: argparse.Name
     for n, change in enumerate(pending):
         try:
             await writer.make(change)
-        except SetuError as exc:
+        except sdk.SetuError as exc:
             done = [_label(c) for c in pending[:n]]
             left = [_label(c) for c in pending[n:]]
             print(f"error: {change.where}: {exc.message}", file=sys.stderr)
@@ -658,7 +663,7 @@ async def delete_command(client: SetuClient, args: argparse.Namespace, _: Sessio
                         await client.delete_pipeline(found.id)
                     else:
                         await client.delete_connection(found.id)
-                except NotFound:
+                except sdk.NotFound:
                     found = None  # gone meanwhile: the outcome asked for
             lines.append(f"- {kind} {d.name}" if found else f"= {kind} {d.name} (not found)")
             results.append({"kind": kind, "name": d.name, "found": bool(found)})

@@ -12,15 +12,23 @@ update mask; the server checks the result as a whole.
 from __future__ import annotations
 
 import argparse
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+import setu_client as sdk
 from setu_cli.apply import agent_id_of
 from setu_cli.command_set import CommandSet
 from setu_cli.inputs import connection_ref, pipeline_ref, read_documents
+from setu_cli.options import EXIT_FAILED, lazy_module
 from setu_cli.render import as_dict, connection_block, emit, pipeline_block, table
-from setu_cli.session import EXIT_FAILED, CliError, Session
-from setu_client import SetuClient, struct_to_dict
-from setu_client.messages import CatalogStream
+
+if TYPE_CHECKING:
+    from setu_cli import session as cli_session
+    from setu_cli.session import Session
+    from setu_client import SetuClient, messages
+else:
+    # Imported when a command runs, not to build the parser.
+    cli_session = lazy_module("setu_cli.session")
+    messages = lazy_module("setu_client.messages")
 
 # agent and agent_id alike take an agent's name or id.
 _CONNECTION_FIELDS = ("name", "provider", "config", "placement", "agent", "agent_id")
@@ -43,11 +51,11 @@ def _assignment(text: str) -> tuple[list[str], Any]:
 
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
-        raise CliError(f"--set {text}: expected key=value")
+        raise cli_session.CliError(f"--set {text}: expected key=value")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise CliError(f"--set {text}: the value is not valid YAML: {exc}") from exc
+        raise cli_session.CliError(f"--set {text}: the value is not valid YAML: {exc}") from exc
     return key.strip().split("."), value
 
 
@@ -60,7 +68,9 @@ def changes_of(
     if args.file:
         documents = read_documents(args.file)
         if len(documents) != 1:
-            raise CliError(f"{args.file}: an update takes one object, not {len(documents)}")
+            raise cli_session.CliError(
+                f"{args.file}: an update takes one object, not {len(documents)}"
+            )
         changes.update(documents[0])
     for text in args.set:
         path, value = _assignment(text)
@@ -68,7 +78,9 @@ def changes_of(
             changes[path[0]] = value
             continue
         if path[0] not in _MAPPINGS:
-            raise CliError(f"--set {text}: only {' and '.join(_MAPPINGS)} take dotted keys")
+            raise cli_session.CliError(
+                f"--set {text}: only {' and '.join(_MAPPINGS)} take dotted keys"
+            )
         mapping = changes.setdefault(path[0], dict(current.get(path[0], {})))
         for part in path[1:-1]:
             inner = mapping.get(part)
@@ -77,11 +89,11 @@ def changes_of(
         mapping[path[-1]] = value
     unknown = sorted(set(changes) - set(allowed))
     if unknown:
-        raise CliError(
+        raise cli_session.CliError(
             f"unknown field(s) {', '.join(unknown)}; an update takes {', '.join(allowed)}"
         )
     if not changes:
-        raise CliError("nothing to change: give -f FILE and/or --set key=value")
+        raise cli_session.CliError("nothing to change: give -f FILE and/or --set key=value")
     return changes
 
 
@@ -91,14 +103,14 @@ def _changed(kind: str, name: str, ident: str, fields: list[str]) -> str:
 
 async def connections_update(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
     found = await connection_ref(client, args.name_or_id)
-    changes = changes_of(args, _CONNECTION_FIELDS, {"config": struct_to_dict(found.config)})
+    changes = changes_of(args, _CONNECTION_FIELDS, {"config": sdk.struct_to_dict(found.config)})
     if "agent" in changes or "agent_id" in changes:
         named: dict[str, Any] = {k: changes.pop(k) for k in ("agent", "agent_id") if k in changes}
         changes["agent_id"] = await agent_id_of(client, "agent", named) or ""
     try:
         updated = await client.update_connection(found.id, **changes)
     except ValueError as exc:  # the SDK's checks of enum-like fields
-        raise CliError(str(exc)) from exc
+        raise cli_session.CliError(str(exc)) from exc
     human = _changed("connection", updated.name, updated.id, list(changes))
     emit(args, as_dict(updated), f"{human}\n\n{connection_block(updated)}")
     return 0
@@ -106,7 +118,7 @@ async def connections_update(client: SetuClient, args: argparse.Namespace, _: Se
 
 async def pipelines_update(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
     found = await pipeline_ref(client, args.name_or_id)
-    changes = changes_of(args, tuple(_PIPELINE_FIELDS), {"spec": struct_to_dict(found.spec)})
+    changes = changes_of(args, tuple(_PIPELINE_FIELDS), {"spec": sdk.struct_to_dict(found.spec)})
     fields: dict[str, Any] = {}
     for key, value in changes.items():
         if key in ("source", "destination"):
@@ -114,12 +126,12 @@ async def pipelines_update(client: SetuClient, args: argparse.Namespace, _: Sess
         elif key == "streams" and (
             not isinstance(value, list) or not all(isinstance(s, str) for s in value)
         ):
-            raise CliError("streams must be a list of names")
+            raise cli_session.CliError("streams must be a list of names")
         fields[_PIPELINE_FIELDS[key]] = value
     try:
         updated = await client.update_pipeline(found.id, **fields)
     except ValueError as exc:
-        raise CliError(str(exc)) from exc
+        raise cli_session.CliError(str(exc)) from exc
     names = {} if args.json else {c.id: c.name async for c in client.list_connections()}
     human = _changed("pipeline", updated.name, updated.id, list(changes))
     emit(args, as_dict(updated), f"{human}\n\n{pipeline_block(updated, names)}")
@@ -175,7 +187,7 @@ def _on_agent(done: str, answer: _Ran) -> str:
 
 def _status(status: int) -> str:
     """CATALOG_STATUS_ACTIVE → active."""
-    enum = CatalogStream.DESCRIPTOR.fields_by_name["status"].enum_type
+    enum = messages.CatalogStream.DESCRIPTOR.fields_by_name["status"].enum_type
     assert enum is not None  # an enum field has its enum's descriptor
     name: str = enum.values_by_number[status].name
     return "-" if status == 0 else name.removeprefix("CATALOG_STATUS_").lower()
@@ -189,7 +201,7 @@ async def connections_preview(client: SetuClient, args: argparse.Namespace, _: S
     headers = [c.name for c in answer.columns]
     rows = []
     for row in answer.rows:
-        values = struct_to_dict(row)
+        values = sdk.struct_to_dict(row)
         rows.append(["null" if values.get(h) is None else str(values[h]) for h in headers])
     human = table(headers, rows) if headers else "no columns"
     human = human if rows else f"{human}\n(no rows)"

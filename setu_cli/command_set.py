@@ -7,9 +7,10 @@ by importing the other module."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from setu_cli.session import ClientHandler
+if TYPE_CHECKING:
+    from setu_cli.session import ClientHandler
 
 
 class Leaves:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from setu_cli.command_set import CommandSet
-from setu_cli.session import EXIT_ERROR
+from setu_cli.options import EXIT_ERROR
 
 HELP = "run a local server with dev credentials"
 

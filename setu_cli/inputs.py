@@ -7,11 +7,18 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from setu_cli.session import CliError
-from setu_client import NotFound, SetuClient
-from setu_client.messages import Connection, Pipeline
+import setu_client as sdk
+from setu_cli.options import lazy_module
+
+if TYPE_CHECKING:
+    from setu_cli import session as cli_session
+    from setu_client import SetuClient
+    from setu_client.messages import Connection, Pipeline
+else:
+    # Imported when a command runs, not to build the parser.
+    cli_session = lazy_module("setu_cli.session")
 
 T = TypeVar("T")
 
@@ -25,7 +32,7 @@ def read_documents(source: str) -> list[dict[str, Any]]:
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text()
     except OSError as exc:
-        raise CliError(f"{source}: {exc.strerror or exc}") from exc
+        raise cli_session.CliError(f"{source}: {exc.strerror or exc}") from exc
     import yaml  # here, not at the top: `setu run --wait` never reads YAML
 
     suffix = "" if source == "-" else Path(source).suffix.lower()
@@ -33,10 +40,11 @@ def read_documents(source: str) -> list[dict[str, Any]]:
     try:
         loaded = json.loads(text) if is_json else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise CliError(f"{source}: not valid {'JSON' if is_json else 'YAML'}: {exc}") from exc
+        what = "JSON" if is_json else "YAML"
+        raise cli_session.CliError(f"{source}: not valid {what}: {exc}") from exc
     items = loaded if isinstance(loaded, list) else [loaded]
     if not items or not all(isinstance(i, dict) for i in items):
-        raise CliError(f"{source}: expected an object or a list of objects")
+        raise cli_session.CliError(f"{source}: expected an object or a list of objects")
     return items
 
 
@@ -45,13 +53,13 @@ def check_fields(
 ) -> None:
     unknown = sorted(set(item) - set(required) - set(optional))
     if unknown:
-        raise CliError(
+        raise cli_session.CliError(
             f"{what}: unknown field(s) {', '.join(unknown)}; "
             f"it takes {', '.join([*required, *optional])}"
         )
     missing = [k for k in required if not item.get(k)]
     if missing:
-        raise CliError(f"{what}: missing {', '.join(missing)}")
+        raise cli_session.CliError(f"{what}: missing {', '.join(missing)}")
 
 
 # ---------------------------------------------------------------- names
@@ -74,7 +82,7 @@ async def _by_name_or_id(
     async for found in every:
         if found.name == ref:
             return found  # type: ignore[no-any-return]
-    raise NotFound(f"no {kind} named {ref!r}")
+    raise sdk.NotFound(f"no {kind} named {ref!r}")
 
 
 async def connection_ref(client: SetuClient, ref: str) -> Connection:

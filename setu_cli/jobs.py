@@ -4,13 +4,22 @@ and inspect jobs. Their exit codes say how the job ended (session.py)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import sys
+from typing import TYPE_CHECKING
 
+import setu_client as sdk
 from setu_cli.command_set import CommandSet
 from setu_cli.inputs import pipeline_ref
+from setu_cli.options import (
+    EXIT_CANCELLED,
+    EXIT_CODES_HELP,
+    EXIT_FAILED,
+    EXIT_STILL_RUNNING,
+    EXIT_SUCCEEDED,
+    lazy_module,
+)
 from setu_cli.render import (
     ProgressDisplay,
     as_dict,
@@ -24,34 +33,24 @@ from setu_cli.render import (
     table,
     when,
 )
-from setu_cli.session import (
-    EXIT_CANCELLED,
-    EXIT_CODES_HELP,
-    EXIT_FAILED,
-    EXIT_STILL_RUNNING,
-    EXIT_SUCCEEDED,
-    CliError,
-    Session,
-)
-from setu_client import (
-    FailedPrecondition,
-    Job,
-    JobEvent,
-    JobKind,
-    JobNotStarted,
-    JobState,
-    NotFound,
-    SetuClient,
-)
+
+if TYPE_CHECKING:
+    from setu_cli import session as cli_session
+    from setu_cli.session import Session
+    from setu_client import Job, JobEvent, SetuClient
+else:
+    # Imported when a command runs, not to build the parser.
+    cli_session = lazy_module("setu_cli.session")
 
 # ---------------------------------------------------------------- runs and jobs
 
 PAUSED_SAID = "pipeline is paused: schedules make no runs; this manual run goes ahead"
 
+# By the state's name: JobState is the SDK's, imported when a command runs.
 _EXIT_BY_STATE = {
-    JobState.SUCCEEDED: EXIT_SUCCEEDED,
-    JobState.FAILED: EXIT_FAILED,
-    JobState.CANCELLED: EXIT_CANCELLED,
+    "SUCCEEDED": EXIT_SUCCEEDED,
+    "FAILED": EXIT_FAILED,
+    "CANCELLED": EXIT_CANCELLED,
 }
 
 
@@ -61,7 +60,7 @@ async def _report_end(client: SetuClient, job: Job, args: argparse.Namespace) ->
     # A dry run moved nothing: its plan (in the block) is what it has to show.
     human = job_block(job) if job.plan else f"{job_block(job)}\n\n{outputs_table(outputs)}"
     emit(args, {"job": as_dict(job), "outputs": as_dict(outputs)}, human)
-    return _EXIT_BY_STATE.get(job.state, EXIT_STILL_RUNNING)
+    return _EXIT_BY_STATE.get(job.state.name, EXIT_STILL_RUNNING)
 
 
 async def _follow(
@@ -87,7 +86,9 @@ async def _follow(
 
 async def run(client: SetuClient, args: argparse.Namespace, session: Session) -> int:
     if args.wait and args.no_start:
-        raise CliError("--wait would wait for ever on a job left READY; drop one of them")
+        raise cli_session.CliError(
+            "--wait would wait for ever on a job left READY; drop one of them"
+        )
     pipeline = await pipeline_ref(client, args.pipeline)
     if pipeline.paused:
         # stderr: `JOB=$(setu run P)` still reads the id alone.
@@ -110,11 +111,11 @@ async def run(client: SetuClient, args: argparse.Namespace, session: Session) ->
 async def jobs_rerun(client: SetuClient, args: argparse.Namespace, session: Session) -> int:
     try:
         job = await client.rerun_job(args.id, start=not args.no_start)
-    except FailedPrecondition as error:
-        raise CliError(error.message) from None
+    except sdk.FailedPrecondition as error:
+        raise cli_session.CliError(error.message) from None
     if not args.json:
         print(f"job {job.id}: a rerun of job {args.id}", file=sys.stderr, flush=True)
-    with contextlib.suppress(NotFound):  # deleted since: its run says what became of it
+    with contextlib.suppress(sdk.NotFound):  # deleted since: its run says what became of it
         if (await client.get_pipeline(job.pipeline_id)).paused:
             print(PAUSED_SAID, file=sys.stderr, flush=True)  # a manual run, as `setu run` says
     if not args.wait:
@@ -143,8 +144,8 @@ async def jobs_wait(client: SetuClient, args: argparse.Namespace, session: Sessi
         await client.wait_for_job(args.id, timeout=args.timeout)
     except TimeoutError:
         timed_out = True
-    except JobNotStarted:
-        raise CliError(
+    except sdk.JobNotStarted:
+        raise cli_session.CliError(
             f"job {args.id} is READY and would never end: start it with `setu jobs start {args.id}`"
         ) from None
     session.watching = ""
@@ -190,6 +191,8 @@ async def _follow_events(client: SetuClient, args: argparse.Namespace, session: 
     with ListJobEvents' cursor whenever WatchJob says the job changed (and
     every FOLLOW_POLL_SECONDS); exits as the job ended. --json prints one
     JSON object a line."""
+    import asyncio  # here: the loop runs it, and building the parser needs none
+
     await client.get_job(args.id)  # reached (and known) before the watch rides outages
     session.watching = args.id
     changed = asyncio.Event()
@@ -224,7 +227,7 @@ async def _follow_events(client: SetuClient, args: argparse.Namespace, session: 
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
     session.watching = ""
-    return _EXIT_BY_STATE.get(ended[0].state, EXIT_STILL_RUNNING)
+    return _EXIT_BY_STATE.get(ended[0].state.name, EXIT_STILL_RUNNING)
 
 
 async def jobs_events(client: SetuClient, args: argparse.Namespace, session: Session) -> int:
@@ -255,10 +258,10 @@ async def jobs_outputs(client: SetuClient, args: argparse.Namespace, _: Session)
 
 async def jobs_list(client: SetuClient, args: argparse.Namespace, _: Session) -> int:
     pipeline_id = (await pipeline_ref(client, args.pipeline)).id if args.pipeline else ""
-    states = [JobState[s.upper()] for s in args.state]
+    states = [sdk.JobState[s.upper()] for s in args.state]
     # Runs unless asked: a connection's tests, previews and discovers are
     # jobs too, and would crowd the runs out of the list.
-    kinds = [] if "all" in args.kind else [JobKind[k.upper()] for k in args.kind or ["run"]]
+    kinds = [] if "all" in args.kind else [sdk.JobKind[k.upper()] for k in args.kind or ["run"]]
     found: list[Job] = []
     listing = client.list_jobs(
         states=states, kinds=kinds, pipeline_id=pipeline_id, page_size=min(args.limit, 500)

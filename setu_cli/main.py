@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from setu_cli import admin, agents, apply, changes, dev, jobs, objects, state
 from setu_cli.command_set import CommandSet
-from setu_cli.session import EXIT_CODES_HELP, run_command, server_options
+from setu_cli.options import EXIT_CODES_HELP, lazy_module, server_options
 from setu_client.version import add_version_flag
+
+if TYPE_CHECKING:
+    from setu_cli import session as cli_session
+else:
+    # Imported when a command runs, not to build the parser.
+    cli_session = lazy_module("setu_cli.session")
 
 SETU_HELP = """setu: the command line. `setu dev` runs a local server with dev credentials;
 `setu admin …` manages workspaces, API keys and agents on a running server;
@@ -70,14 +76,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(dev.run(rest, parser.error))
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    sys.exit(run_command(args))
+    sys.exit(cli_session.run_command(args))
 
 
 def client_main(argv: list[str] | None = None) -> None:
     """A client's commands alone: connections, pipelines, runs and jobs."""
     parser = _parser(CLIENT_HELP)
     add_client_commands(parser.add_subparsers(dest="command", required=True))
-    sys.exit(run_command(parser.parse_args(argv)))
+    sys.exit(cli_session.run_command(parser.parse_args(argv)))
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import setu_client as sdk
 from setu_cli.apply import agent_id_of
 from setu_cli.command_set import CommandSet
 from setu_cli.inputs import (
@@ -18,10 +19,17 @@ from setu_cli.inputs import (
     pipeline_ref,
     read_documents,
 )
+from setu_cli.options import lazy_module
 from setu_cli.render import as_dict, connection_block, emit, enum_name, pipeline_block, table, when
-from setu_cli.session import CliError, Session
-from setu_client import Placement, SetuClient, WriteMode
-from setu_client.messages import Connection, Pipeline
+
+if TYPE_CHECKING:
+    from setu_cli import session as cli_session
+    from setu_cli.session import Session
+    from setu_client import SetuClient
+    from setu_client.messages import Connection, Pipeline
+else:
+    # Imported when a command runs, not to build the parser.
+    cli_session = lazy_module("setu_cli.session")
 
 # ---------------------------------------------------------------- connections
 
@@ -41,7 +49,7 @@ async def _create_each(
             try:
                 answer = await create(item, what)
             except ValueError as exc:  # the SDK's checks of enum-like fields
-                raise CliError(f"{what}: {exc}") from exc
+                raise cli_session.CliError(f"{what}: {exc}") from exc
             made.append(as_dict(answer))
             if not args.json:
                 print(f"created {kind} {made[-1]['name']} ({made[-1]['id']})")
@@ -72,7 +80,7 @@ async def connections_list(client: SetuClient, args: argparse.Namespace, _: Sess
         (
             c.name,
             c.provider,
-            enum_name(Placement(c.placement)),
+            enum_name(sdk.Placement(c.placement)),
             c.id,
             when(c.created_at),
         )
@@ -106,7 +114,7 @@ async def pipelines_create(client: SetuClient, args: argparse.Namespace, _: Sess
         check_fields(item, what, ("name", "source", "destination"), _PIPELINE_OPTIONAL)
         streams = item.get("streams") or []
         if not isinstance(streams, list) or not all(isinstance(s, str) for s in streams):
-            raise CliError(f"{what}: streams must be a list of names")
+            raise cli_session.CliError(f"{what}: streams must be a list of names")
         source = await connection_ref(client, str(item["source"]))
         destination = await connection_ref(client, str(item["destination"]))
         return await client.create_pipeline(
@@ -131,7 +139,7 @@ async def pipelines_list(client: SetuClient, args: argparse.Namespace, _: Sessio
             p.name,
             names.get(p.source_connection_id, p.source_connection_id),
             names.get(p.destination_connection_id, p.destination_connection_id),
-            enum_name(WriteMode(p.write_mode)),
+            enum_name(sdk.WriteMode(p.write_mode)),
             p.schedule or "-",
             "paused" if p.paused else "",
             p.id,

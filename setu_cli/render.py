@@ -20,28 +20,16 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from google.protobuf import timestamp_pb2
-from google.protobuf.message import Message
+import setu_client as sdk
 
-from setu_client import (
-    DryRunPlan,
-    EventLevel,
-    Job,
-    JobKind,
-    JobOutputs,
-    JobState,
-    Phase,
-    Placement,
-    PlannedStream,
-    Progress,
-    SampleCheck,
-    WriteMode,
-    message_to_dict,
-    struct_to_dict,
-)
-from setu_client.messages import Connection, Pipeline
+if TYPE_CHECKING:
+    from google.protobuf import timestamp_pb2
+    from google.protobuf.message import Message
+
+    from setu_client import DryRunPlan, Job, JobOutputs, PlannedStream, Progress, SampleCheck
+    from setu_client.messages import Connection, Pipeline
 
 # ---------------------------------------------------------------- rendering
 
@@ -53,6 +41,9 @@ def enum_name(value: enum.Enum) -> str:
 
 def when(value: datetime | timestamp_pb2.Timestamp | None) -> str:
     """UTC to the second; "-" when unset."""
+    # protobuf here, as in as_dict: building the parser imports none of it.
+    from google.protobuf import timestamp_pb2
+
     if isinstance(value, timestamp_pb2.Timestamp):
         value = value.ToDatetime(tzinfo=UTC) if value.seconds or value.nanos else None
     if value is None:
@@ -78,13 +69,15 @@ def block(pairs: Iterable[tuple[str, str]]) -> str:
 
 # The JSON spelling of each enum: the wire's (JOB_STATE_SUCCEEDED), as the
 # proto JSON of connections and pipelines spells theirs.
-_WIRE_PREFIX: dict[type[enum.Enum], str] = {
-    JobState: "JOB_STATE_",
-    JobKind: "JOB_KIND_",
-    Phase: "PHASE_",
-    EventLevel: "EVENT_LEVEL_",
-    Placement: "PLACEMENT_",
-    WriteMode: "WRITE_MODE_",
+# By the enum's class name: the classes are the SDK's, imported when a
+# command runs rather than when the parser is built.
+_WIRE_PREFIX: dict[str, str] = {
+    "JobState": "JOB_STATE_",
+    "JobKind": "JOB_KIND_",
+    "Phase": "PHASE_",
+    "EventLevel": "EVENT_LEVEL_",
+    "Placement": "PLACEMENT_",
+    "WriteMode": "WRITE_MODE_",
 }
 
 
@@ -92,10 +85,12 @@ def as_dict(value: Message | Any) -> Any:
     """A message or an SDK value as JSON values. Numbers that are whole are
     ints: Struct fields (a connection's config) carry every number as a
     double on the wire."""
+    from google.protobuf.message import Message
+
     if isinstance(value, Message):
-        return message_to_dict(value)
+        return sdk.message_to_dict(value)
     if isinstance(value, enum.Enum):
-        return _WIRE_PREFIX[type(value)] + value.name
+        return _WIRE_PREFIX[type(value).__name__] + value.name
     if isinstance(value, datetime):
         return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -120,7 +115,7 @@ def moved_rows(job: Job) -> int:
     """Rows the current phase has moved: extracted while extracting; loaded
     plus filtered (the operator chain dropped them: done too) once loading."""
     p = job.progress
-    if job.phase in (Phase.LOAD, Phase.DIRECT):
+    if job.phase in (sdk.Phase.LOAD, sdk.Phase.DIRECT):
         return p.rows_loaded + p.rows_filtered
     return p.rows_extracted
 
@@ -227,7 +222,7 @@ def _drawn(
     p = job.progress
     count: Callable[[int], str] = compact if form.compact else "{:,}".format
     total = f"/{count(p.rows_total)}" if p.rows_total else ""
-    loading = job.phase in (Phase.LOAD, Phase.DIRECT)
+    loading = job.phase in (sdk.Phase.LOAD, sdk.Phase.DIRECT)
     parts = [f"{enum_name(job.state):<9}"]
     if form.phase:
         parts.append(f"{enum_name(job.phase):<7}")
@@ -258,13 +253,13 @@ def _drawn(
 class RateMeter:
     """Rows per second in the current phase, since its first snapshot."""
 
-    _phase: Phase | None = None
+    _phase: sdk.Phase | None = None
     _rows: int = 0
     _since: float = 0.0
 
     def rate(self, job: Job, now: float) -> float | None:
         rows = moved_rows(job)
-        if job.phase == Phase.UNSPECIFIED:
+        if job.phase == sdk.Phase.UNSPECIFIED:
             return None  # not moving rows yet
         if job.phase != self._phase:
             self._phase, self._rows, self._since = job.phase, rows, now
@@ -371,9 +366,9 @@ def connection_block(c: Connection) -> str:
             ("id", c.id),
             ("name", c.name),
             ("provider", c.provider),
-            ("placement", enum_name(Placement(c.placement))),
+            ("placement", enum_name(sdk.Placement(c.placement))),
             ("agent_id", c.agent_id or "-"),
-            ("config", _json(struct_to_dict(c.config))),
+            ("config", _json(sdk.struct_to_dict(c.config))),
             ("created_at", when(c.created_at)),
             ("updated_at", when(c.updated_at)),
         ]
@@ -389,10 +384,10 @@ def pipeline_block(p: Pipeline, names: dict[str, str]) -> str:
             ("source", names.get(p.source_connection_id, p.source_connection_id)),
             ("destination", names.get(p.destination_connection_id, p.destination_connection_id)),
             ("streams", ", ".join(p.streams) or "(all)"),
-            ("write_mode", enum_name(WriteMode(p.write_mode))),
+            ("write_mode", enum_name(sdk.WriteMode(p.write_mode))),
             ("schedule", p.schedule or "-"),
             ("paused", str(p.paused).lower()),
-            ("spec", _json(struct_to_dict(p.spec))),
+            ("spec", _json(sdk.struct_to_dict(p.spec))),
             ("next_run_at", when(p.next_run_at)),
             ("created_at", when(p.created_at)),
         ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from setu_cli.session import EXIT_ERROR
+from setu_cli.options import EXIT_ERROR
 
 
 def main(argv: list[str] | None = None) -> None:

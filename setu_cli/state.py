@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from setu_cli.command_set import CommandSet
 from setu_cli.inputs import pipeline_ref
 from setu_cli.render import as_dict, emit, table
-from setu_cli.session import Session
-from setu_client import SetuClient
+
+if TYPE_CHECKING:
+    from setu_cli.session import Session
+    from setu_client import SetuClient
 
 
 async def pipelines_state(client: SetuClient, args: argparse.Namespace, _: Session) -> int:

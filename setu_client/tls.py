@@ -18,9 +18,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import grpc
+if TYPE_CHECKING:
+    import grpc
 
 # Option (dest) -> environment variable; the flag is --dest with dashes.
 TLS_ENVIRONMENT: dict[str, str] = {
@@ -64,6 +65,10 @@ class TlsConfig:
         return cls(read(root_cert), read(client_cert), read(client_key))
 
     def credentials(self) -> grpc.ChannelCredentials:
+        # grpc here, not at the top: `setu --help` builds its TLS options
+        # from this module and never opens a channel.
+        import grpc
+
         return grpc.ssl_channel_credentials(
             root_certificates=self.root_cert,
             private_key=self.client_key,

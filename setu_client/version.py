@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from importlib import metadata
 from typing import Any, NoReturn
 
 # The distribution whose version every entry point reports; an install of
@@ -18,6 +17,9 @@ UNKNOWN = "0+unknown"  # run from a source tree that was never installed
 
 def package_version() -> str:
     """The installed version of Setu's distribution."""
+    # importlib.metadata here: every entry point's start pays for it otherwise.
+    from importlib import metadata
+
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import stat
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -36,6 +37,7 @@ from setu_engine.planning.destination_plan import SchemaChanges, TableShape
 from setu_engine.providers.base import Connector
 from setu_engine.providers.duckdb import catalog as duck_catalog
 from setu_engine.providers.duckdb import csv as duck_csv
+from setu_engine.providers.duckdb import exposure as duck_exposure
 from setu_engine.providers.duckdb import stage as duck_stage
 from setu_engine.providers.duckdb import types as duck_types
 from setu_engine.providers.duckdb import write as duck_write
@@ -96,40 +98,67 @@ class DuckdbProvider:
             )
         if create and not path.parent.is_dir():
             raise ConfigError(f"config.path: no folder {path.parent} to create {path.name} in")
-        if root is not None:
-            _no_linked_sidefile(path)
+        confined = root is not None
+        if confined:
+            _no_linked_files(path)
         conn = await _in_thread(None, _open, path, not create)
-        if root is not None and path.is_symlink():
-            # DuckDB cannot open with O_NOFOLLOW: a link swapped in since the
-            # path was resolved is caught here instead, before any use.
-            await _in_thread(None, conn.close)
-            raise ProviderError(f"duckdb: {path.name} became a link while it was opened")
-        if root is not None:
-            try:
-                _no_linked_sidefile(path)
-            except ConfigError:
-                await _in_thread(None, conn.close)
-                raise
-        return DuckdbConnector(path, conn, schema, writable=create)
+        if confined:
+            await _checked_after_open(path, conn)
+        return DuckdbConnector(path, conn, schema, writable=create, confined=confined)
 
 
 PROVIDER = DuckdbProvider()
 
 # Files DuckDB opens beside the database, by name and following links: its
-# write-ahead log (truncated and written on every write) and its spill folder.
-_SIDEFILES = (".wal", ".tmp")
+# write-ahead log (truncated and written on every write), the log's copies
+# during a checkpoint and a recovery, and its spill folder.
+_SIDEFILES = (".wal", ".wal.checkpoint", ".wal.recovery", ".tmp")
 
 
-def _no_linked_sidefile(path: Path) -> None:
-    """ConfigError when a file DuckDB writes beside `path` is a link: DuckDB
-    would write through it, to wherever it leads (another workspace's file)."""
+def _hard_linked(path: Path) -> bool:
+    """A file with another name too (a hard link): that name may be in
+    another workspace's folder, which the path checks cannot see."""
+    try:
+        found = path.lstat()
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(found.st_mode) and found.st_nlink > 1
+
+
+def _no_linked_files(path: Path) -> None:
+    """ConfigError when the database or a file DuckDB writes beside it is a
+    link: DuckDB would read or write through it, to wherever it leads
+    (another workspace's file). A symbolic link beside it, or a hard link
+    at either: a hard link passes every check of where a path leads."""
+    if _hard_linked(path):
+        raise ConfigError(
+            f"config.path: {path.name} has another name (a hard link), which may be another "
+            "workspace's file; a cloud connection takes a file of one name only: copy it"
+        )
     for suffix in _SIDEFILES:
         beside = path.with_name(path.name + suffix)
-        if beside.is_symlink():
+        if beside.is_symlink() or _hard_linked(beside):
             raise ConfigError(
                 f"config.path: {beside.name} beside the database is a link, which DuckDB "
                 f"would write through; remove it"
             )
+
+
+def _still_unlinked(path: Path) -> None:
+    if path.is_symlink():
+        raise ProviderError(f"duckdb: {path.name} became a link while it was opened")
+    _no_linked_files(path)
+
+
+async def _checked_after_open(path: Path, conn: duckdb.DuckDBPyConnection) -> None:
+    """The checks again once DuckDB holds the file (it cannot open with
+    O_NOFOLLOW): a link swapped in since the path was checked is caught
+    here, before any use; the connection is closed on a refusal."""
+    try:
+        _still_unlinked(path)
+    except (ProviderError, ConfigError):
+        await _in_thread(None, conn.close)
+        raise
 
 
 def _parse_config(config: dict[str, Any]) -> tuple[Path, bool, str]:
@@ -224,9 +253,18 @@ class DuckdbConnector:
     capabilities = CAPABILITIES
 
     def __init__(
-        self, path: Path, conn: duckdb.DuckDBPyConnection, schema: str, *, writable: bool
+        self,
+        path: Path,
+        conn: duckdb.DuckDBPyConnection,
+        schema: str,
+        *,
+        writable: bool,
+        confined: bool = False,
     ) -> None:
         self._path = path
+        # In the cloud: links refused at every open, views that show the
+        # runtime refused at every read (exposure.py).
+        self._confined = confined
         self._conn = conn
         self._schema = schema
         self._writable = writable
@@ -249,7 +287,11 @@ class DuckdbConnector:
         holding the lock."""
         if not self._writable:
             await _in_thread(None, self._conn.close)
+            if self._confined:
+                _no_linked_files(self._path)
             self._conn = await _in_thread(None, _open, self._path, False)
+            if self._confined:
+                await _checked_after_open(self._path, self._conn)
             self._writable = True
 
     async def test(self) -> str:
@@ -274,8 +316,15 @@ class DuckdbConnector:
         table = str(stream.locator.get("table", stream.name))
         return str(stream.locator.get("schema", self._schema)), table
 
+    async def _refuse_exposing(self, table: str) -> None:
+        if self._confined:
+            await self._run(
+                f"reading {table!r}", functools.partial(duck_exposure.refuse_exposing, table=table)
+            )
+
     async def _selecting(self, stream: Stream) -> tuple[str, list[duck_types.Found]]:
         schema, table = self._table_of(stream)
+        await self._refuse_exposing(table)
         names = [c.name for c in stream.columns]
         found = await self._run(
             f"reading {table!r}",
@@ -297,6 +346,7 @@ class DuckdbConnector:
         assert stream.since is not None, "only for an incremental read"
         schema, table = self._table_of(stream)
         since = stream.since
+        await self._refuse_exposing(table)
         cast = await self._run(
             f"reading {table!r}", lambda c: duck_catalog.cursor_cast(c, schema, table, since)
         )

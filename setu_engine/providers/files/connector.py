@@ -29,6 +29,7 @@ local and S3 storage in storage.py, ranged S3 reads in s3_ranges.py.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
@@ -59,7 +60,7 @@ from setu_engine.providers.files.encode import (
     line_encoder,
 )
 from setu_engine.providers.files.failures import file_error
-from setu_engine.providers.files.keyed import jsonl_keyed
+from setu_engine.providers.files.keyed import jsonl_keyed, line_keys
 from setu_engine.providers.files.parquet_options import (
     ParquetOptions,
     require_pyarrow,
@@ -496,9 +497,9 @@ class FileConnector(Connector):
         )
 
     def takes_json_lines(self, mode: WriteMode) -> bool:
-        """Whether write_json_lines can write under the mode: JSON Lines
-        appended or overwritten (an upsert matches rows by key)."""
-        return self.config.format == "jsonl" and not mode.needs_key
+        """Whether write_json_lines can write under the mode: any, into JSON
+        Lines (an upsert or merge keys each line by its key's fields)."""
+        return self.config.format == "jsonl"
 
     async def write_json_lines(
         self,
@@ -606,9 +607,19 @@ class FileConnector(Connector):
                         await writer.write(rows)
             if not mode.needs_key:
                 return await _write_all(writer, batches)
-            # The written rows spill to disk by key: memory stays flat.
-            assert not isinstance(batches, _Lines)  # takes_json_lines refuses keys
-            written = await files_merge.spill(batches, positions, self._lines(writer, columns))
+            # The written values spill to disk; their keys stay in memory.
+            lines = self._lines(writer, columns)
+            if isinstance(batches, _Lines):
+                assert lines is not None  # JSON Lines only
+                keys_of = functools.partial(
+                    line_keys, source=source, columns=columns, positions=positions
+                )
+                written = await files_merge.spill_lines(batches.parts, keys_of, lines)
+            else:
+                columnar = None
+                if not isinstance(writer, _Writer):
+                    columnar = functools.partial(files_parquet.ArrowSpill, writer)
+                written = await files_merge.spill(batches, positions, lines, columnar)
             try:
                 old_rows = self._keyed(ref, source, columns, positions) if exists else _nothing()
                 keep_old = mode is WriteMode.UPSERT

@@ -51,6 +51,16 @@ async def jsonl_keyed(
             number += len(lines)
 
 
+def line_keys(
+    lines: Sequence[bytes], source: _Source, columns: Sequence[Column], positions: list[int]
+) -> list[bytes]:
+    """The key of each of a batch of written lines (rendered already, one
+    record a line: write_json_lines), as the join matches them."""
+    keys: list[bytes] = []
+    _scan(lines, 1, source, columns, positions, keys, [])
+    return keys
+
+
 def _keyed(
     lines: list[bytes],
     before: int,
@@ -58,24 +68,9 @@ def _keyed(
     columns: Sequence[Column],
     positions: list[int],
 ) -> Old:
-    wanted = {c.name for c in columns}
-    keyed = [columns[i] for i in positions]
-    names = [c.name for c in keyed]
-    where = list(range(len(keyed)))
     keys: list[bytes] = []
     held: list[tuple[int, bytes]] = []  # (line number, raw line) of each record
-    for number, raw in enumerate(lines, before + 1):
-        record = _fast(raw, names) if number > 1 else None
-        if record is None:
-            text = _decode(raw, number, source).strip()
-            if not text:
-                continue
-            record = _parse_object(text, source, number)
-        if not record.keys() <= wanted:
-            raise _dropped(source, sorted(record.keys() - wanted))
-        key = tuple(_jsonl_cell(record.get(c.name, MISSING), c, source, number) for c in keyed)
-        keys.append(key_bytes(key, where))
-        held.append((number, raw))
+    _scan(lines, before + 1, source, columns, positions, keys, held)
 
     def rows(kept: list[int]) -> list[Row]:
         out: list[Row] = []
@@ -88,6 +83,34 @@ def _keyed(
         return out
 
     return Old(keys, rows)
+
+
+def _scan(
+    lines: Sequence[bytes],
+    first: int,
+    source: _Source,
+    columns: Sequence[Column],
+    positions: list[int],
+    keys: list[bytes],
+    held: list[tuple[int, bytes]],
+) -> None:
+    """Appends each record's key to keys, and (line number, line) to held."""
+    wanted = {c.name for c in columns}
+    keyed = [columns[i] for i in positions]
+    names = [c.name for c in keyed]
+    where = list(range(len(keyed)))
+    for number, raw in enumerate(lines, first):
+        record = _fast(raw, names) if number > 1 else None
+        if record is None:
+            text = _decode(raw, number, source).strip()
+            if not text:
+                continue
+            record = _parse_object(text, source, number)
+        if not record.keys() <= wanted:
+            raise _dropped(source, sorted(record.keys() - wanted))
+        key = tuple(_jsonl_cell(record.get(c.name, MISSING), c, source, number) for c in keyed)
+        keys.append(key_bytes(key, where))
+        held.append((number, raw))
 
 
 def _fast(raw: bytes, names: list[str]) -> dict[str, Any] | None:

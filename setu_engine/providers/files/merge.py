@@ -47,7 +47,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from setu_engine.errors import PermanentError, ValueFault
 from setu_engine.kinds import CopyBatch
@@ -63,6 +63,26 @@ class Lines:
 
     encode: Callable[[Sequence[Row]], list[bytes]]
     write: Callable[[CopyBatch], Awaitable[None]]
+
+
+class Columnar(Protocol):
+    """A columnar format's store of the written rows (Parquet: Arrow record
+    batches in a temporary file), which builds the output batches itself."""
+
+    def put(self, rows: Sequence[Row], start: int) -> None:
+        """Appends rows, the first of them written value `start`."""
+
+    def seal(self) -> None:
+        """Every row put: open them for reading."""
+
+    def joined(self, plan: list[int], kept: list[Row]) -> Any:
+        """An output batch: per plan item, written value seq, or (-1) the
+        next of the kept old rows."""
+
+    async def write(self, batch: Any) -> None:
+        """Writes an output batch to the file being built."""
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -123,7 +143,12 @@ def key_bytes(row: Row, positions: list[int]) -> bytes:
 class Spill:
     """The written rows of one upsert or merge: keys in memory, values on disk."""
 
-    def __init__(self, folder: Path | None = None, lines: Lines | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path | None = None,
+        lines: Lines | None = None,
+        columnar: Callable[[Path], Columnar] | None = None,
+    ) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="setu-merge-", dir=folder)
         self._file = (Path(self._dir.name) / "written.bin").open("w+b")
         self._view: mmap.mmap | bytes | None = None
@@ -136,8 +161,11 @@ class Spill:
         self.count = 0
         self.thread: _OneThread | None = None
         self.lines = lines
+        self.columnar = columnar(Path(self._dir.name)) if columnar is not None else None
 
     def close(self) -> None:
+        if self.columnar is not None:
+            self.columnar.close()
         if isinstance(self._view, mmap.mmap):
             self._view.close()
         self._file.close()
@@ -150,8 +178,15 @@ class Spill:
             self._put(rows[at : at + PUT_ROWS], positions)
 
     def _put(self, rows: Batch, positions: list[int]) -> None:
-        start = len(self._ends)
+        start = self.count
         values: list[bytes]
+        if self.columnar is not None:
+            self.columnar.put(rows, start)
+            index = self._index
+            for seq, row in enumerate(rows, start):
+                index[key_bytes(row, positions)] = seq
+            self.count += len(rows)
+            return
         if self.lines is None:
             values = [pickle.dumps(row, protocol=5) for row in rows]
         else:
@@ -159,7 +194,11 @@ class Spill:
                 values = self.lines.encode(rows)
             except ValueFault as fault:
                 raise fault.located(None, start) from fault
-        keys = [key_bytes(row, positions) for row in rows]
+        self.put_values([key_bytes(row, positions) for row in rows], values)
+
+    def put_values(self, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
+        """Values encoded already (lines, with their terminators), by key."""
+        start = self.count
         index = self._index
         ends = self._ends
         size = self._size
@@ -169,10 +208,12 @@ class Spill:
             ends.append(size)
         self._file.write(b"".join(values))
         self._size = size
-        self.count += len(rows)
+        self.count += len(values)
 
     def sealed(self) -> None:
         """Every value written: open them for reading."""
+        if self.columnar is not None:
+            self.columnar.seal()
         self._file.flush()
         size = self._size
         self._view = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
@@ -197,21 +238,23 @@ class Spill:
             out.append(seq)
         return out
 
-    def rest(self) -> Iterator[Batch | CopyBatch]:
+    def rest(self) -> Iterator[Any]:
         """The written values no old row took, in the order their keys came
-        (batches of rows; or, with lines, of their lines)."""
+        (batches of rows; with lines, of their lines; columnar: its batches)."""
         chunk: list[Any] = []
         for seq in self._index.values():
             if seq == _TAKEN:
                 continue
-            chunk.append(self.value(seq))
+            chunk.append(seq if self.columnar is not None else self.value(seq))
             if len(chunk) >= REST_ROWS:
                 yield self._batch(chunk)
                 chunk = []
         if chunk:
             yield self._batch(chunk)
 
-    def _batch(self, values: list[Any]) -> Batch | CopyBatch:
+    def _batch(self, values: list[Any]) -> Any:
+        if self.columnar is not None:
+            return self.columnar.joined(values, [])
         return values if self.lines is None else CopyBatch(b"".join(values), len(values))
 
 
@@ -229,16 +272,44 @@ class _OneThread:
 
 
 async def spill(
-    batches: AsyncIterator[Batch], positions: list[int], lines: Lines | None = None
+    batches: AsyncIterator[Batch],
+    positions: list[int],
+    lines: Lines | None = None,
+    columnar: Callable[[Path], Columnar] | None = None,
 ) -> Spill:
     """Every written batch, spilled by key (as encoded lines, given
-    `lines`); the caller closes the Spill."""
+    `lines`; into the columnar store that `columnar` makes in the spill's
+    folder, given that); the caller closes the Spill."""
     thread = _OneThread()
-    spilled = await thread.run(Spill, None, lines)
+    spilled = await thread.run(Spill, None, lines, columnar)
     spilled.thread = thread
     try:
         async for batch in batches:
             await thread.run(spilled.put, batch, positions)
+        await thread.run(spilled.sealed)
+    except BaseException:
+        await thread.run(spilled.close)
+        raise
+    return spilled
+
+
+async def spill_lines(
+    parts: AsyncIterator[CopyBatch], keys_of: Callable[[list[bytes]], list[bytes]], lines: Lines
+) -> Spill:
+    """Written rows that come as lines already (JSON Lines that PostgreSQL
+    rendered: one record a line), spilled as they are, keyed by keys_of."""
+    thread = _OneThread()
+    spilled = await thread.run(Spill, None, lines)
+    spilled.thread = thread
+
+    def put(part: CopyBatch) -> None:
+        # A JSON line holds no raw newline: each part is whole lines.
+        values = [line + b"\n" for line in part.data.split(b"\n")[:-1]]
+        spilled.put_values(keys_of(values), values)
+
+    try:
+        async for part in parts:
+            await thread.run(put, part)
         await thread.run(spilled.sealed)
     except BaseException:
         await thread.run(spilled.close)
@@ -258,16 +329,21 @@ async def merge(
     old rows come as Old batches, or decoded rows."""
     run = written.thread.run if written.thread is not None else asyncio.to_thread
     lines = written.lines
+    columnar = written.columnar
     async with aclosing(old):
         async for batch in old:
             rows = batch if isinstance(batch, Old) else Old.of(batch, positions)
-            if lines is None:
+            if columnar is not None:
+                await columnar.write(await run(_replace_columnar, rows, written, keep_old))
+            elif lines is None:
                 await write(await run(_replace, rows, written, keep_old))
             else:
                 await lines.write(await run(_replace_lines, rows, written, keep_old))
     rest = written.rest()
     while (out := await run(next, rest, None)) is not None:
-        if isinstance(out, CopyBatch):
+        if columnar is not None:
+            await columnar.write(out)
+        elif isinstance(out, CopyBatch):
             assert lines is not None
             await lines.write(out)
         else:
@@ -293,6 +369,12 @@ def _replace(old: Old, written: Spill, keep_old: bool) -> Batch:
     plan, kept = _joined(old, written, keep_old)
     rows = iter(kept)
     return [next(rows) if seq < 0 else written.value(seq) for seq in plan]
+
+
+def _replace_columnar(old: Old, written: Spill, keep_old: bool) -> Any:
+    assert written.columnar is not None
+    plan, kept = _joined(old, written, keep_old)
+    return written.columnar.joined(plan, kept)
 
 
 def _replace_lines(old: Old, written: Spill, keep_old: bool) -> CopyBatch:

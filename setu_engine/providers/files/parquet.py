@@ -485,13 +485,26 @@ class ParquetWriter:
             await asyncio.to_thread(self._write, rows)
 
     def _write(self, rows: Sequence[Row]) -> None:
+        self._append(self.batch_of(rows, self.rows))
+
+    def batch_of(self, rows: Sequence[Row], before: int) -> pa.RecordBatch:
+        """Rows as a record batch of the file's schema (a bad value names
+        its row, counted from `before`)."""
         arrays = [
-            _array(values, column, self.rows)
+            _array(values, column, before)
             for values, column in zip(zip(*rows, strict=True), self.columns, strict=True)
         ]
-        self.pending.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
-        self.rows += len(rows)
-        self.pending_rows += len(rows)
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    async def write_arrow(self, table: pa.Table) -> None:
+        """Rows that are a table of the file's schema already."""
+        if table.num_rows:
+            await asyncio.to_thread(self._append, table)
+
+    def _append(self, data: pa.RecordBatch | pa.Table) -> None:
+        self.pending.extend(data.to_batches() if isinstance(data, pa.Table) else [data])
+        self.rows += data.num_rows
+        self.pending_rows += data.num_rows
         self._flush(self.options.row_group_rows)
 
     def _flush(self, at_least: int) -> None:
@@ -578,3 +591,51 @@ def _first_unwritable(values: Sequence[Any], target: pa.DataType) -> tuple[int |
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             return index, value
     return None, None
+
+
+class ArrowSpill:
+    """An upsert's written rows as Arrow record batches in an IPC file of
+    the spill's folder (merge.py's Columnar): each written row converted
+    once, as the plain write converts it, and the output batches gathered
+    from it by `take` (memory-mapped: the rows stay on disk)."""
+
+    def __init__(self, writer: ParquetWriter, folder: Path) -> None:
+        self.writer = writer
+        self.path = folder / "written.arrow"
+        self._sink = pa.OSFile(str(self.path), "wb")
+        self._ipc = pa.ipc.new_file(self._sink, writer.schema)
+        self._table: pa.Table | None = None
+
+    def put(self, rows: Sequence[Row], start: int) -> None:
+        self._ipc.write_batch(self.writer.batch_of(rows, start))
+
+    def seal(self) -> None:
+        self._ipc.close()
+        self._sink.close()
+        self._table = pa.ipc.open_file(pa.memory_map(str(self.path))).read_all()
+
+    def joined(self, plan: list[int], kept: list[Row]) -> pa.Table:
+        assert self._table is not None
+        seqs = [seq for seq in plan if seq >= 0]
+        taken = self._table.take(pa.array(seqs, pa.int64()))
+        if not kept:
+            return taken
+        both = pa.concat_tables([taken, pa.Table.from_batches([self.writer.batch_of(kept, 0)])])
+        order: list[int] = []
+        new, old = 0, len(seqs)
+        for seq in plan:
+            if seq >= 0:
+                order.append(new)
+                new += 1
+            else:
+                order.append(old)
+                old += 1
+        return both.take(pa.array(order, pa.int64()))
+
+    async def write(self, batch: pa.Table) -> None:
+        await self.writer.write_arrow(batch)
+
+    def close(self) -> None:
+        self._table = None
+        if not self._sink.closed:
+            self._sink.close()

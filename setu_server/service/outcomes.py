@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
+from uuid import UUID
 
 from setu_client.errors import InvalidArgument
 from setu_engine.errors import ConfigError, ProviderError, SpecError
@@ -365,38 +366,59 @@ class TaskOutcomes:
         return await self.outcome(task.kind).succeeded(db, task, job, result)
 
     async def failed(self, db: Executor, task: Task) -> list[Job]:
-        job = await jobs.get_job_any(db, task.job_id)
-        if job is None or job.state.terminal:
+        return await self.failed_many(db, [task])
+
+    async def failed_many(self, db: Executor, failed: list[Task]) -> list[Job]:
+        """`failed` for many tasks at once (an agent deactivated: thousands),
+        set-based: a handful of statements whatever their number, never one
+        per job. A job is ended by its first task of the list (the others
+        find it ended, as one by one they would); each moved job still gets
+        its own event, version bump and notification (the transition
+        function's, once per job)."""
+        first: dict[UUID, Task] = {}
+        for task in failed:
+            first.setdefault(task.job_id, task)
+        if not first:
             return []
-        where = runtime_name(task.runtime)
-        if job.cancel_requested:
-            moved = await self._lifecycle.transition_many(
-                [task.job_id],
-                JobState.CANCELLED,
-                f"Cancelled: {where} stopped task {task.kind.value}",
-                db=db,
-                error_message=job.error_message or "cancelled by request",
-            )
-        else:
-            moved = await self._lifecycle.transition_many(
-                [task.job_id],
-                JobState.FAILED,
-                f"Task {task.kind.value} failed on {where}: {task.error_message}",
-                db=db,
-                level=EventLevel.ERROR,
-                error_message=f"runtime {task.kind.value}: {task.error_message}",
+        asked = await jobs.jobs_asked_to_cancel(db, list(first))
+        # One transition per (target state, event message, error): the jobs
+        # of a group share them. A few groups: kinds x causes, not jobs.
+        groups: dict[tuple[JobState, str, EventLevel, str | None], list[UUID]] = {}
+        for job_id, task in first.items():
+            where = runtime_name(task.runtime)
+            if job_id in asked:
+                # Null keeps the reason the cancel left waiting.
+                key = (
+                    JobState.CANCELLED,
+                    f"Cancelled: {where} stopped task {task.kind.value}",
+                    EventLevel.INFO,
+                    None if asked[job_id] else "cancelled by request",
+                )
+            else:
+                key = (
+                    JobState.FAILED,
+                    f"Task {task.kind.value} failed on {where}: {task.error_message}",
+                    EventLevel.ERROR,
+                    f"runtime {task.kind.value}: {task.error_message}",
+                )
+            groups.setdefault(key, []).append(job_id)
+        moved: list[Job] = []
+        for (to, message, level, error), ids in groups.items():
+            moved += await self._lifecycle.transition_many(
+                ids, to, message, db=db, level=level, error_message=error
             )
         if not moved:
             return moved
-        # The job has ended: its other stages (a sibling load) never start.
-        await tasks.cancel_pending_tasks(db, task.job_id, self._now())
-        if moved[0].state is JobState.CANCELLED:
-            await tasks.mark_task_cancelled(db, task.id)
-            # What a rolled-back load had counted never landed.
-            landed = sum(o.rows_loaded for o in await jobs.job_outputs(db, task.job_id) if o.loaded)
-            await runs.set_run_progress(
-                db, task.job_id, moved[0].rows_extracted, landed, self._now()
-            )
+        # The jobs have ended: their other stages (a sibling load) never start.
+        await tasks.cancel_pending_tasks_of_jobs(db, [j.id for j in moved], self._now())
+        cancelled = [j for j in moved if j.state is JobState.CANCELLED]
+        if cancelled:
+            await tasks.mark_tasks_cancelled(db, [first[j.id].id for j in cancelled])
+        for job in cancelled:
+            # What a rolled-back load had counted never landed. (Per job, but
+            # only for the jobs that were already stopping: a few at most.)
+            landed = sum(o.rows_loaded for o in await jobs.job_outputs(db, job.id) if o.loaded)
+            await runs.set_run_progress(db, job.id, job.rows_extracted, landed, self._now())
         return moved
 
 

@@ -208,6 +208,14 @@ async def transition_job(
     raise IllegalTransition(f"job {id} is {state}: it cannot become {to.value}")
 
 
+async def jobs_asked_to_cancel(db: Executor, ids: list[UUID]) -> dict[UUID, str | None]:
+    """Of the live jobs `ids`, those that asked to stop: id -> the reason
+    waiting in error_message. Never for callers (any workspace)."""
+    with translate_errors():
+        rows = await db.fetch(QUERIES.jobs_asked_to_cancel, ids)
+    return {r["id"]: r["error_message"] for r in rows}
+
+
 async def request_job_cancel(
     db: Executor, id: UUID, reason: str, now: datetime | None
 ) -> Job | None:

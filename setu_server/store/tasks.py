@@ -304,3 +304,16 @@ async def mark_task_cancelled(db: Executor, task_id: UUID) -> None:
 async def cancel_pending_tasks(db: Executor, job_id: UUID, now: datetime | None) -> None:
     with translate_errors():
         await db.execute(QUERIES.cancel_pending_tasks, job_id, now)
+
+
+async def mark_tasks_cancelled(db: Executor, task_ids: list[UUID]) -> None:
+    with translate_errors():
+        await db.execute(QUERIES.mark_tasks_cancelled, task_ids)
+
+
+async def cancel_pending_tasks_of_jobs(
+    db: Executor, job_ids: list[UUID], now: datetime | None
+) -> None:
+    """cancel_pending_tasks for every job of `job_ids`, in one statement."""
+    with translate_errors():
+        await db.execute(QUERIES.cancel_pending_tasks_of_jobs, job_ids, now)

@@ -18,6 +18,13 @@ SELECT * FROM job WHERE id = ANY($1::uuid[]);
 -- $1 id
 SELECT state FROM job WHERE id = $1;
 
+-- name: jobs_asked_to_cancel
+-- Of the jobs $1, those still live that asked to stop, each with the reason
+-- its cancel left waiting in error_message (a task's end then cancels it
+-- rather than fail it). $1 ids uuid[]
+SELECT id, error_message FROM job
+WHERE id = ANY($1::uuid[]) AND cancel_requested AND state IN ('ready', 'pending', 'running');
+
 -- name: transition_jobs
 -- The one statement that changes a job's state (docs/jobs-and-tasks.md),
 -- through the setu_transition_jobs function (migration 0002): moves every

@@ -20,6 +20,17 @@ UPDATE task SET state = 'cancelled', updated_at = coalesce($2, now()),
                 finished_at = coalesce($2, now())
 WHERE job_id = $1 AND state = 'pending';
 
+-- name: mark_tasks_cancelled
+-- mark_task_cancelled for a set of tasks, in one statement. $1 ids uuid[]
+UPDATE task SET state = 'cancelled' WHERE id = ANY($1::uuid[]) AND state = 'failed';
+
+-- name: cancel_pending_tasks_of_jobs
+-- cancel_pending_tasks for a set of jobs (their runs ended at once: an agent
+-- deactivated), in one statement. $1 job_ids uuid[], $2 now
+UPDATE task SET state = 'cancelled', updated_at = coalesce($2, now()),
+                finished_at = coalesce($2, now())
+WHERE job_id = ANY($1::uuid[]) AND state = 'pending';
+
 -- name: insert_task
 -- $1 id, $2 job_id, $3 workspace_id, $4 kind, $5 runtime ('cloud' or an agent id),
 -- $6 agent_id, $7 max_attempts, $8 payload, $9 now

@@ -56,7 +56,7 @@ from setu_server.rpc.pipelines import PipelineServicer
 from setu_server.service import paging
 from setu_server.service.admin import AdminService
 from setu_server.service.agents import AgentPresence, presence_window
-from setu_server.service.auth import Authenticator
+from setu_server.service.auth import AUTH_CHANNEL, Authenticator
 from setu_server.service.cloud_runs import CloudRuns
 from setu_server.service.connection_ops import ConnectionOps
 from setu_server.service.connections import ConnectionService
@@ -248,7 +248,12 @@ async def _open_database(settings: Settings, url: str) -> tuple[Database, Pooler
 
 
 def _notifications(
-    settings: Settings, url: str, pool: Database, pooler: Pooler, metrics: Metrics
+    settings: Settings,
+    url: str,
+    pool: Database,
+    pooler: Pooler,
+    metrics: Metrics,
+    auth: Authenticator,
 ) -> tuple[WatchHub, TaskSignals, ListenFallback, Listener]:
     """What notifications wake (the watch hub, the task signals), the LISTEN
     session that delivers them, and the fallback for while it does not."""
@@ -262,6 +267,7 @@ def _notifications(
 
     async def after_reconnect() -> None:
         signals.wake_all()  # a task may have arrived while nobody listened
+        auth.missed_announcements()  # ...and a revocation
         await hub.refresh_all()
 
     fallback = ListenFallback(hub, signals, settings.fallback)
@@ -274,6 +280,7 @@ def _notifications(
         {
             JOB_CHANNEL: metrics.counting(JOB_CHANNEL, hub.notified),
             TASK_CHANNEL: metrics.counting(TASK_CHANNEL, signals.notified),
+            AUTH_CHANNEL: metrics.counting(AUTH_CHANNEL, auth.revoked_elsewhere),
         },
         after_reconnect,
         ping_interval=settings.listen_probe_seconds,
@@ -299,9 +306,11 @@ async def build_services(settings: Settings, url: str, clock: Clock) -> Services
         admin_digest,
         settings.auth_cache_seconds,
         worker_token_digest=digest(worker_token),
+        # Revocations reach every process and replica (AUTH_CHANNEL).
+        announce=lambda payload: send_probe(pool, AUTH_CHANNEL, payload),
     )
     metrics = Metrics(clock)
-    hub, signals, fallback, listener = _notifications(settings, url, pool, pooler, metrics)
+    hub, signals, fallback, listener = _notifications(settings, url, pool, pooler, metrics, auth)
     lifecycle = JobLifecycle(pool, hub, clock, metrics)
     where = blob_settings(settings)
     blob = open_blob(where, S3Settings(where.endpoint_url, where.region or "us-east-1"))

@@ -217,6 +217,8 @@ class _Call:
             try:
                 await self._admit(request, context)
                 response = await behavior(request, context)
+                if self.auth.unsettled:  # this call revoked a credential
+                    await self.auth.settled()
             except BaseException as exc:
                 await self._fail(exc, context, started)
                 raise

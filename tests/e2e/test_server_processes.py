@@ -4,39 +4,63 @@ with its own watch hub and LISTEN session, supervised by one parent."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import grpc
 import psutil
+import pytest
 
-from setu_client._proto.setu.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
+from setu_client._proto.setu.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    common_pb2,
+    jobs_pb2,
+    jobs_pb2_grpc,
+)
 from setu_client.channel import open_channel
 from setu_server.rpc.interceptor import PROCESS_KEY
 from setu_server.server import WAIT_READ_POINT
-from tests.factories import Tenant, make_job, make_tenant
+from tests.factories import make_job, make_tenant
 from tests.pause import pause_point
-from tests.servers import server_process, wait_healthy
+from tests.servers import ADMIN_TOKEN, server_process, wait_healthy
 
 # New connections land on one process or the other as the kernel hashes
 # them; this many leave a miss of either at 2^-63.
 ATTEMPTS = 64
 
 
-async def _served_by(stub: jobs_pb2_grpc.JobOrchestrationServiceStub, job_id: str) -> str:
-    """Which process answered a call on this stub's connection."""
-    call = stub.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), timeout=30)
+Probe = Callable[[grpc.aio.Channel], Awaitable[str]]
+
+
+async def _trailer(call: Any) -> str:
+    """Which process answered `call`."""
     await call
-    trailers = dict(await call.trailing_metadata() or ())
-    return str(trailers[PROCESS_KEY])
+    return str(dict(await call.trailing_metadata() or ())[PROCESS_KEY])
+
+
+def _get_job(job_id: str) -> Probe:
+    async def probe(channel: grpc.aio.Channel) -> str:
+        stub = jobs_pb2_grpc.JobOrchestrationServiceStub(channel)
+        return await _trailer(stub.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), timeout=30))
+
+    return probe
+
+
+def _list_keys(workspace_id: str) -> Probe:
+    async def probe(channel: grpc.aio.Channel) -> str:
+        stub = admin_pb2_grpc.AdminServiceStub(channel)
+        request = admin_pb2.ListApiKeysRequest(workspace_id=workspace_id)
+        return await _trailer(stub.ListApiKeys(request, timeout=30))
+
+    return probe
 
 
 @asynccontextmanager
-async def pinned(
-    port: int, tenant: Tenant, job_id: str
-) -> AsyncIterator[dict[str, grpc.aio.Channel]]:
+async def pinned(port: int, token: str, probe: Probe) -> AsyncIterator[dict[str, grpc.aio.Channel]]:
     """A channel to each process, by its index: new connections (a channel
     of its own subchannel pool each) until both processes have one."""
     found: dict[str, grpc.aio.Channel] = {}
@@ -44,13 +68,10 @@ async def pinned(
         for _ in range(ATTEMPTS):
             channel = await stack.enter_async_context(
                 open_channel(
-                    f"127.0.0.1:{port}",
-                    tenant.api_key,
-                    options=[("grpc.use_local_subchannel_pool", 1)],
+                    f"127.0.0.1:{port}", token, options=[("grpc.use_local_subchannel_pool", 1)]
                 )
             )
-            index = await _served_by(jobs_pb2_grpc.JobOrchestrationServiceStub(channel), job_id)
-            found.setdefault(index, channel)
+            found.setdefault(await probe(channel), channel)
             if len(found) == 2:
                 break
         yield found
@@ -74,7 +95,7 @@ async def test_two_processes_serve_one_port_and_stop_together(
         await wait_healthy(port)
         servers = psutil.Process(parent.pid).children()
         assert len(servers) == 2
-        async with pinned(port, tenant, str(job.id)) as channels:
+        async with pinned(port, tenant.api_key, _get_job(str(job.id))) as channels:
             assert sorted(channels) == ["0", "1"]
         parent.terminate()
         assert await asyncio.to_thread(parent.wait, 30) == 0
@@ -99,7 +120,7 @@ async def test_a_wait_parked_on_one_process_wakes_on_a_cancel_through_the_other(
         )
         with server_process(env, tmp_path / "server.log") as (_, port):
             await wait_healthy(port)
-            async with pinned(port, tenant, str(job.id)) as channels:
+            async with pinned(port, tenant.api_key, _get_job(str(job.id))) as channels:
                 waiting_on = jobs_pb2_grpc.JobOrchestrationServiceStub(channels["0"])
                 cancelling_on = jobs_pb2_grpc.JobOrchestrationServiceStub(channels["1"])
                 wait = waiting_on.WaitJob(jobs_pb2.WaitJobRequest(job_id=str(job.id)), timeout=90)
@@ -114,6 +135,31 @@ async def test_a_wait_parked_on_one_process_wakes_on_a_cancel_through_the_other(
                 answer = await asyncio.wait_for(wait, 30)
                 assert dict(await wait.trailing_metadata() or ())[PROCESS_KEY] == "0"
     assert answer.state == common_pb2.JOB_STATE_CANCELLED
+
+
+async def test_a_key_revoked_through_one_process_is_refused_at_once_by_the_other(
+    database_url: str, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    tenant = await make_tenant(pool)
+    job = await make_job(pool, tenant.workspace_id)
+    # An hour: only the revocation's announcement can end the remembered key.
+    env = _env(database_url, SETU_AUTH_CACHE_SECONDS="3600")
+    with server_process(env, tmp_path / "server.log") as (_, port):
+        await wait_healthy(port)
+        workspace = str(tenant.workspace_id)
+        async with (
+            pinned(port, tenant.api_key, _get_job(str(job.id))) as client,
+            pinned(port, ADMIN_TOKEN, _list_keys(workspace)) as admin,
+        ):
+            stub = admin_pb2_grpc.AdminServiceStub(admin["1"])
+            keys = await stub.ListApiKeys(admin_pb2.ListApiKeysRequest(workspace_id=workspace))
+            await stub.RevokeApiKey(admin_pb2.RevokeApiKeyRequest(api_key_id=keys.api_keys[0].id))
+            for index in ("0", "1"):
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await _get_job(str(job.id))(client[index])
+                assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+                trailers = dict(refused.value.trailing_metadata() or ())
+                assert trailers[PROCESS_KEY] == index
 
 
 async def test_a_server_of_one_process_names_no_process(

@@ -30,7 +30,7 @@ transaction: TaskService publishes the moved jobs after commit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
@@ -61,6 +61,22 @@ from setu_tasks.results import (
 
 Now = Callable[[], datetime | None]
 R = TypeVar("R")
+
+
+class EndedTask(Protocol):
+    """What a failure's meaning reads of its task: a Task, or the narrow row
+    of a statement that failed thousands (store.tasks.EndedTask)."""
+
+    @property
+    def id(self) -> UUID: ...
+    @property
+    def job_id(self) -> UUID: ...
+    @property
+    def kind(self) -> TaskKind: ...
+    @property
+    def runtime(self) -> str: ...
+    @property
+    def error_message(self) -> str: ...
 
 
 class Outcome(Protocol):
@@ -368,14 +384,14 @@ class TaskOutcomes:
     async def failed(self, db: Executor, task: Task) -> list[Job]:
         return await self.failed_many(db, [task])
 
-    async def failed_many(self, db: Executor, failed: list[Task]) -> list[Job]:
+    async def failed_many(self, db: Executor, failed: Sequence[EndedTask]) -> list[Job]:
         """`failed` for many tasks at once (an agent deactivated: thousands),
         set-based: a handful of statements whatever their number, never one
         per job. A job is ended by its first task of the list (the others
         find it ended, as one by one they would); each moved job still gets
         its own event, version bump and notification (the transition
         function's, once per job)."""
-        first: dict[UUID, Task] = {}
+        first: dict[UUID, EndedTask] = {}
         for task in failed:
             first.setdefault(task.job_id, task)
         if not first:

@@ -4,7 +4,7 @@ task is one statement in store/queries/tasks.sql."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 import asyncpg
@@ -276,12 +276,22 @@ async def reap_expired_leases(
     return [task_of(r) for r in rows]
 
 
+class EndedTask(NamedTuple):
+    """What a job's outcome reads of a task that ended (a Task has it too)."""
+
+    id: UUID
+    job_id: UUID
+    kind: TaskKind
+    runtime: str
+    error_message: str
+
+
 async def fail_agent_tasks(
     db: Executor, runtime: str, error: str, now: datetime | None
-) -> list[Task]:
+) -> list[EndedTask]:
     with translate_errors():
         rows = await db.fetch(QUERIES.fail_agent_tasks, runtime, error, now)
-    return [task_of(r) for r in rows]
+    return [EndedTask(r[0], r[1], TaskKind(r[2]), r[3], r[4]) for r in rows]
 
 
 async def count_leased_tasks(db: Executor, job_id: UUID) -> int:

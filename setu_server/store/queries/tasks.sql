@@ -322,12 +322,13 @@ FROM reaped;
 
 -- name: fail_agent_tasks
 -- Every pending or leased task of a runtime, failed at once (its agent was
--- deactivated). $1 runtime, $2 error, $3 now
+-- deactivated). Only what their jobs' outcome reads comes back: thousands
+-- of rows, whose payloads nobody reads. $1 runtime, $2 error, $3 now
 UPDATE task
 SET state = 'failed', error_message = $2, lease_expires_at = NULL,
     finished_at = coalesce($3, now()), updated_at = coalesce($3, now())
 WHERE runtime = $1 AND state IN ('pending', 'leased')
-RETURNING *;
+RETURNING id, job_id, kind, runtime, error_message;
 
 -- name: release_task
 -- A leased task handed back without spending an attempt (ReleaseTask): its

@@ -72,6 +72,7 @@ class FakeServer:
     received: bytearray = field(default_factory=bytearray)
     sent_to_read: int = 0
     port: int = 0
+    flooded: asyncio.Event = field(default_factory=asyncio.Event)
 
     def packet(self, writer: asyncio.StreamWriter, seq: int, payload: bytes) -> None:
         writer.write(struct.pack("<I", len(payload))[:3] + bytes([seq]) + payload)
@@ -330,5 +331,50 @@ async def test_a_streamed_read_meeting_a_row_it_cannot_decode_fails_classified()
                     stream(Column("id", "bytes"), Column("bad", "text")), 100
                 ):
                     pass
+        finally:
+            await connector.close()
+
+
+# -- 1b. a server that sends while nobody reads
+
+FLOOD_ROWS = 400_000  # 400k rows of 200 bytes: 80 MB, ten times the high mark
+
+
+async def flood(server: FakeServer, writer: asyncio.StreamWriter) -> None:
+    seq = result_header(server, writer, column_packet("name", VAR_STRING, UTF8MB4))
+    payload = row_packet(b"x" * 200)
+    for number in range(FLOOD_ROWS):
+        server.packet(writer, seq & 0xFF, payload)
+        seq += 1
+        if number % 1000 == 0:
+            await writer.drain()
+    server.packet(writer, seq & 0xFF, eof_packet())
+    await writer.drain()
+    server.flooded.set()
+
+
+async def test_a_streamed_read_holds_a_bounded_amount_while_its_consumer_waits() -> None:
+    # The read's first batch is taken, then nothing reads: the session
+    # stops reading its socket at the high mark, and the server, held back
+    # by TCP, cannot finish sending (a session without flow control takes
+    # all 80 MB in, and the server finishes).
+    async with fake_server(flood) as fake:
+        connector: Any = await get_provider("mysql").connect(config(fake))
+        try:
+            reads = connector.read(stream(Column("name", "text")), 10)
+            first = await anext(reads)
+            assert first[0] == ("x" * 200,)
+            proto = connector.conn._proto
+            assert isinstance(proto, wire.BoundedProtocol)
+            paused = asyncio.ensure_future(proto.paused.wait())
+            flooded = asyncio.ensure_future(fake.flooded.wait())
+            done, _ = await asyncio.wait({paused, flooded}, return_when=asyncio.FIRST_COMPLETED)
+            flooded.cancel()
+            paused.cancel()
+            assert paused in done and not fake.flooded.is_set()
+            assert proto.length - proto.pos < 2 * wire.RECEIVE_HIGH
+            # Reading on takes every row: nothing was lost to the pauses.
+            count = len(first) + sum([len(batch) async for batch in reads])
+            assert count == FLOOD_ROWS
         finally:
             await connector.close()

@@ -14,6 +14,13 @@ server asks (asyncmy/connection.pyx):
   Packets below 16 MB and under the limit go to asyncmy's own reader
   unchanged, as does every row its bulk parser takes from the buffer
   (which parses complete packets under 16 MB only).
+- its receive side reads the socket as fast as data comes, whether or not
+  anything reads the rows: a streamed read whose consumer (a load) waits
+  holds everything the server sends meanwhile, a whole table or, from a
+  hostile server, without end. BoundedProtocol (installed in place of
+  asyncmy's protocol class) stops reading the socket once RECEIVE_HIGH
+  bytes wait unread, and reads on when the reader next wants bytes, so
+  TCP's own flow control holds the server back.
 - the `mysql_clear_password` and `dialog` (PAM) auth plugins are answered
   with the password in plain text, TLS or not. `auth_plugins()` maps both
   to a handler that refuses (ClearTextRefused) unless the session's TLS
@@ -28,7 +35,9 @@ a connection's config.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 from typing import Any
 
 import asyncmy.connection  # type: ignore[import-untyped,unused-ignore]
@@ -42,6 +51,10 @@ DEFAULT_MAX_PACKET_BYTES = 64 * 1024 * 1024
 # A wire packet's payload is at most 2**24 - 1 bytes; one of exactly that
 # size says another packet continues the payload.
 WIRE_MAX = 2**24 - 1
+# Unread bytes past which a session stops reading its socket (unless the
+# reader waits for a longer packet): a session holds at most about this
+# much besides the packet being read.
+RECEIVE_HIGH = 8 * 1024 * 1024
 # TLS modes that check who the server is: only then may a password go as is.
 VERIFIED = frozenset({"verify-ca", "verify-full"})
 
@@ -86,6 +99,58 @@ class ClearTextRefused(PermanentError):
             "to a server whose certificate checks out",
             fields=("config.ssl",),
         )
+
+
+class BoundedProtocol(asyncmy.connection._MySQLProtocol):  # type: ignore[misc,name-defined,unused-ignore]
+    """asyncmy's receive protocol, with flow control: reading pauses while
+    RECEIVE_HIGH bytes or more wait unread and no reader wants more."""
+
+    high = RECEIVE_HIGH
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self._need = 0
+        self._reading_paused = False
+        # Set while reading is paused (tests wait on it).
+        self.paused = asyncio.Event()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        super().buffer_updated(nbytes)
+        held = self.length - self.pos
+        if not self._reading_paused and held >= self.high and held >= self._need:
+            transport = self.transport
+            if transport is not None:
+                transport.pause_reading()
+                self._reading_paused = True
+                self.paused.set()
+
+    async def wait_for_data(self, need: int) -> None:
+        # Called only when fewer than `need` bytes are buffered: the reader
+        # wants more, so the socket is read again.
+        self._need = need
+        if self._reading_paused:
+            self._reading_paused = False
+            self.paused.clear()
+            if self.transport is not None:
+                self.transport.resume_reading()
+        try:
+            await super().wait_for_data(need)
+        finally:
+            self._need = 0
+
+
+_install_lock = threading.Lock()
+
+
+def install_protocol() -> bool:
+    """BoundedProtocol in place of asyncmy's protocol class (idempotent):
+    Connection.connect builds its protocol by the module's global name, so
+    the replacement takes effect; True when it did."""
+    module: Any = asyncmy.connection
+    with _install_lock:
+        if getattr(module, "_MySQLProtocol", None) is not BoundedProtocol:
+            setattr(module, "_MySQLProtocol", BoundedProtocol)  # noqa: B010 (a compiled module's global)
+        return getattr(module, "_MySQLProtocol", None) is BoundedProtocol
 
 
 class GuardedConnection(asyncmy.connection.Connection):
@@ -197,6 +262,7 @@ def auth_plugins(ssl_mode: str, *, socket: bool) -> dict[str, type]:
 async def connect(**kwargs: Any) -> Any:
     """asyncmy.connect with the guarded connection: the same keyword
     arguments, one GuardedConnection, connected."""
+    install_protocol()
     factory: Any = GuardedConnection
     conn = factory(**kwargs)
     await conn.connect()

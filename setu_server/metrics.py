@@ -23,7 +23,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 from uuid import UUID
 
 from prometheus_client import (
@@ -250,6 +250,11 @@ class Metrics:
         timing = self.long_poll_seconds if name in LONG_POLLS else self.grpc_seconds
         timing.labels(service, name).observe(seconds)
 
+    def method(self, method: str) -> MethodCounts:
+        """`handled` for one method, its labels resolved once (the interceptor
+        holds one per method: a call then costs two increments, no lookup)."""
+        return MethodCounts(self, method)
+
     def long_poll_cut(self, method: str) -> bool:
         """A call cancelled before it answered; counted (and True) when it
         was a long-poll, whose cuts say something is in between."""
@@ -403,6 +408,27 @@ class Metrics:
                 seen.add_metric(labels, agent.last_seen_at.timestamp())
         yield age
         yield seen
+
+
+class MethodCounts:
+    """One method's answered-calls counter (a child per status code, made on
+    its first use) and its timing histogram's child."""
+
+    __slots__ = ("_by_code", "_handled", "_name", "_service", "_timing")
+
+    def __init__(self, metrics: Metrics, method: str) -> None:
+        self._service, self._name = _split(method)
+        self._handled = metrics.grpc_handled
+        self._by_code: dict[str, Any] = {}
+        timing = metrics.long_poll_seconds if self._name in LONG_POLLS else metrics.grpc_seconds
+        self._timing = timing.labels(self._service, self._name)
+
+    def handled(self, code: str, seconds: float) -> None:
+        counter = self._by_code.get(code)
+        if counter is None:
+            counter = self._by_code[code] = self._handled.labels(self._service, self._name, code)
+        counter.inc()
+        self._timing.observe(seconds)
 
 
 def _split(method: str) -> tuple[str, str]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import secrets
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from uuid import UUID
@@ -210,12 +210,13 @@ class _Call:
         self.closing = closing
         # Long-polls count as parked while they are open; other calls pass.
         self.parked = metrics.parked_gauge(method)
+        self.counts = metrics.method(method)
 
     def unary(self, behavior: Callable[..., Awaitable[Message]]) -> Callable[..., Awaitable[Any]]:
         async def handle(request: Message, context: Ctx) -> Any:
-            started = self._begin(context)
+            started, authorization = self._begin(context)
             try:
-                await self._admit(request, context)
+                await self._admit(request, authorization)
                 response = await behavior(request, context)
                 if self.auth.unsettled:  # this call revoked a credential
                     await self.auth.settled()
@@ -232,9 +233,9 @@ class _Call:
 
     def stream(self, behavior: Callable[..., AsyncIterator[Message]]) -> Callable[..., Any]:
         async def handle(request: Message, context: Ctx) -> Any:
-            started = self._begin(context)
+            started, authorization = self._begin(context)
             try:
-                await self._admit(request, context)
+                await self._admit(request, authorization)
                 async for response in behavior(request, context):
                     yield response
             except BaseException as exc:
@@ -256,21 +257,32 @@ class _Call:
                 ((REQUEST_ID_KEY, request_id.get()), (CLOSING_KEY, "1"), *self.served_by)
             )
 
-    def _begin(self, context: Ctx) -> float:
+    def _begin(self, context: Ctx) -> tuple[float, str | None]:
+        """(when the call began, its authorization header): the call's request
+        id set, in its trailers too. One pass over the request's headers."""
         if self.parked is not None:
             self.parked.inc()
-        rid = str(_header(context, REQUEST_ID_KEY) or uuid.uuid4().hex)[:64]
+        rid: Any = None
+        authorization: Any = None
+        for name, value in context.invocation_metadata() or ():
+            # The first of each counts (grpc lowercases the names).
+            if name == "authorization":
+                if authorization is None:
+                    authorization = value
+            elif name == REQUEST_ID_KEY and rid is None:
+                rid = value
+        rid = str(rid)[:64] if rid else secrets.token_hex(16)
         request_id.set(rid)
         context.set_trailing_metadata(((REQUEST_ID_KEY, rid), *self.served_by))
         # Durations are measured on the host's monotonic clock, not domain time.
-        return time.monotonic()
+        return time.monotonic(), authorization
 
     def _unpark(self) -> None:
         if self.parked is not None:
             self.parked.dec()
 
-    async def _admit(self, request: Message | Undecodable, context: Ctx) -> None:
-        who = await self.auth.authenticate(_header(context, "authorization"), self.role)
+    async def _admit(self, request: Message | Undecodable, authorization: str | None) -> None:
+        who = await self.auth.authenticate(authorization, self.role)
         _principal.set(who)
         if isinstance(request, Undecodable):
             raise request.refusal()
@@ -325,22 +337,15 @@ class _Call:
         level: int = logging.INFO,
         message: str = "call",
     ) -> None:
-        fields = self._fields(started) | {"code": code.name}
-        if error:
-            fields["error"] = error
-        log.log(level, message, extra=fields)
+        if log.isEnabledFor(level):  # the fields cost more than the check
+            fields = self._fields(started) | {"code": code.name}
+            if error:
+                fields["error"] = error
+            log.log(level, message, extra=fields)
         self._count(code, started)
 
     def _count(self, code: grpc.StatusCode, started: float) -> None:
-        self.metrics.handled(self.method, code.name, time.monotonic() - started)
-
-
-def _header(context: Ctx, key: str) -> Any:
-    """The first value of a request header (grpc lowercases their names)."""
-    for name, value in context.invocation_metadata() or ():
-        if name == key:
-            return value
-    return None
+        self.counts.handled(code.name, time.monotonic() - started)
 
 
 def _is_abort(exc: BaseException) -> bool:

@@ -32,6 +32,8 @@ INHERITED = (
     *("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV"),
     # A test's pause point (setu_engine/support/testpoints.py): inert unless set.
     "SETU_TEST_PAUSE",
+    # The operator's limit on one MySQL packet (setu_engine/providers/mysql/wire.py).
+    "SETU_MYSQL_MAX_PACKET_BYTES",
 )
 # A worker that died this soon after starting waits before the next start,
 # doubling up to the cap, so a worker that cannot start does not spin.

@@ -378,3 +378,10 @@ async def test_a_streamed_read_holds_a_bounded_amount_while_its_consumer_waits()
             assert count == FLOOD_ROWS
         finally:
             await connector.close()
+
+
+def test_the_server_hands_the_limit_to_its_own_cloud_workers() -> None:
+    from setu_server.worker.supervisor import worker_environment
+
+    env = worker_environment({}, {wire.LIMIT_SETTING: "33554432", "PGPASSWORD": "x"})
+    assert env == {wire.LIMIT_SETTING: "33554432"}

@@ -7,7 +7,10 @@ Two floors that bound Setu's own figures:
     against a bare server in another, handler returning at once (a task's
     lease + complete is two such calls).
 
-    python scripts/bench_grpc_floor.py [--parked 20000] [--calls 20000]
+    python scripts/bench_grpc_floor.py [--parked 20000] [--calls 20000] [--processes 1]
+
+--processes N serves from N bare server processes sharing the port
+(SO_REUSEPORT), as `setu-server --processes N` does: the floor for it.
 """
 
 from __future__ import annotations
@@ -42,12 +45,28 @@ class Parking(health_pb2_grpc.HealthServicer):
         return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
 
 
-async def serve(port: int) -> None:
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+async def serve(port: int, shared: bool = False) -> None:
+    """A bare server; `shared`: one of several on the port."""
+    options = [*SERVER_OPTIONS, ("grpc.so_reuseport", 1 if shared else 0)]
+    server = grpc.aio.server(options=options)
     health_pb2_grpc.add_HealthServicer_to_server(Parking(), server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     await server.wait_for_termination()
+
+
+def start_floor(port: int, processes: int = 1) -> list[subprocess.Popen[bytes]]:
+    """`processes` bare servers on `port` (stop them with stop_floor)."""
+    command = [sys.executable, __file__, "--serve", str(port)]
+    if processes > 1:
+        command.append("--shared")
+    return [subprocess.Popen(command) for _ in range(processes)]
+
+
+def stop_floor(servers: list[subprocess.Popen[bytes]]) -> None:
+    for proc in servers:
+        proc.kill()
+        proc.wait()
 
 
 def _stubs(port: int, n: int = 4) -> list[health_pb2_grpc.HealthStub]:
@@ -102,20 +121,22 @@ def main() -> None:
     )
     parser.add_argument("--parked", type=int, default=20_000)
     parser.add_argument("--calls", type=int, default=20_000)
+    parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--shared", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        asyncio.run(serve(args.serve))
+        asyncio.run(serve(args.serve, args.shared))
         return
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = int(probe.getsockname()[1])
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
+    servers = start_floor(port, args.processes)
     try:
-        asyncio.run(measure(port, psutil.Process(proc.pid), args.parked, args.calls))
+        # Memory is read from the first server (with several, it holds its share).
+        asyncio.run(measure(port, psutil.Process(servers[0].pid), args.parked, args.calls))
     finally:
-        proc.kill()
-        proc.wait()
+        stop_floor(servers)
 
 
 if __name__ == "__main__":

@@ -21,13 +21,22 @@ queue, so they contend for the same rows). Prints:
   - double leases found (must be 0): a task id leased twice, or a job with
     two lease events.
 
-    python scripts/bench_lease.py [--rounds 300] [--tasks 4000]
+With --processes N the server runs as `setu-server --processes N` and the
+floor as N bare servers on one port (bench_grpc_floor.py --processes N);
+the callers then spread over 4 x N connections. --quick measures only the
+row of issue 27's table (eager, 16 lessees) and its floor; --profile FILE
+runs the server (one process) under cProfile and writes its stats there.
+The last line is the table's row (TABLE | ...).
+
+    python scripts/bench_lease.py [--rounds 300] [--tasks 4000] [--processes 1]
+        [--quick] [--profile FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import socket
 import statistics
@@ -42,6 +51,7 @@ from typing import Any
 
 import asyncpg
 import grpc
+import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,6 +73,13 @@ from setu_server.store import db, jobs, tasks  # noqa: E402
 from setu_server.store.migrate import migrate  # noqa: E402
 from setu_tasks.results import TestResult  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "scripts"))
+from bench_grpc_floor import start_floor, stop_floor  # noqa: E402
+
+# The embedded PostgreSQL's data folder, once started (for its CPU figures).
+EMBEDDED = ""
+TARGET = 0.70  # of (floor calls/s / round trips per task), eager, 16 lessees
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -83,6 +100,7 @@ class Bench:
         workspace_id: uuid.UUID,
         agent_id: uuid.UUID,
         token: str,
+        connections: int = 4,
     ) -> None:
         self.pool, self.port, self.ws, self.agent_id, self.token = (
             pool,
@@ -91,6 +109,7 @@ class Bench:
             agent_id,
             token,
         )
+        self.connections = connections
 
     async def add_tasks(self, n: int) -> list[uuid.UUID]:
         jobs = await self.add_jobs(n)
@@ -204,7 +223,7 @@ class Bench:
             open_channel(
                 f"127.0.0.1:{self.port}", self.token, options=[("grpc.channel_pool_index", i)]
             )
-            for i in range(min(lessees, 4))
+            for i in range(min(lessees, self.connections))
         ]
         stubs = [agents_pb2_grpc.AgentServiceStub(c) for c in channels]
         started = time.perf_counter()
@@ -353,16 +372,15 @@ async def _timed_workers(url: str, workers: int, work: Any, done: Any) -> float:
             await c.close()
 
 
-async def grpc_floor(calls: int) -> float:
+async def grpc_floor(calls: int, processes: int = 1) -> float:
     """bench_grpc_floor.py's throughput floor, measured now: empty unary
-    calls/s from 16 callers on 4 channels against its bare grpc.aio server."""
+    calls/s from 16 callers on 4 channels per server process against its
+    bare grpc.aio server(s)."""
     port = _free_port()
-    floor = subprocess.Popen(  # noqa: ASYNC220 - the floor's server, stopped below
-        [sys.executable, str(ROOT / "scripts" / "bench_grpc_floor.py"), "--serve", str(port)]
-    )
+    floor = start_floor(port, processes)
     channels = [
         grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.channel_pool_index", i)])
-        for i in range(4)
+        for i in range(4 * processes)
     ]
     try:
         stubs = [health_pb2_grpc.HealthStub(c) for c in channels]
@@ -382,8 +400,7 @@ async def grpc_floor(calls: int) -> float:
     finally:
         for c in channels:
             await c.close()
-        floor.kill()
-        floor.wait()
+        stop_floor(floor)
 
 
 async def _database() -> tuple[str, Any]:
@@ -394,11 +411,15 @@ async def _database() -> tuple[str, Any]:
         warnings.simplefilter("ignore")
         import pgserver
     folder = Path(tempfile.mkdtemp(prefix="setu-bench-")) / "pg"
+    global EMBEDDED
+    EMBEDDED = str(folder)
     server = pgserver.get_server(folder, cleanup_mode="delete")
     return server.get_uri("postgres"), server
 
 
-async def main(rounds: int, total: int) -> None:
+async def main(
+    rounds: int, total: int, processes: int, quick: bool, repeat: int, profile: str
+) -> None:
     url, embedded = await _database()
     conn = await db.connect(url)
     await migrate(conn)
@@ -413,68 +434,132 @@ async def main(rounds: int, total: int) -> None:
         "SETU_LISTEN": f"127.0.0.1:{port}",
         "SETU_LOG_LEVEL": "warning",
         "SETU_HTTP_LISTEN": "",  # no run monitor: port 8080 may be taken
+        "SETU_PROCESSES": str(processes),
     }
+    command = [sys.executable, "-m", "setu_server.main"]
+    if profile:
+        command[1:1] = ["-m", "cProfile", "-o", profile]
     server = subprocess.Popen(  # noqa: ASYNC220 - started once, before measuring
-        [sys.executable, "-m", "setu_server.main"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL
+        command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL
     )
+    shares: list[float] = []
     try:
-        bench = Bench(pool, port, workspace.id, agent.value.id, agent.secret)
+        bench = Bench(pool, port, workspace.id, agent.value.id, agent.secret, 4 * processes)
         await _wait_up(bench)
-        print(f"setu-server pid {server.pid}; PostgreSQL {'embedded' if embedded else url}")
-        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (shared machine)")
-        print(f"{'the SQL path alone, 16 lessees, no gRPC':<52} {'tasks/s':>9}")
-        bare = await bare_loop(pool, url, 16, total)
-        print(f"  {'bare FOR UPDATE SKIP LOCKED lease + complete':<50} {bare:9.0f}")
-        kept = await bare_loop(pool, url, 16, total, contract=True)
-        label = "the same, each with a job transition + NOTIFY"
-        print(f"  {label:<50} {kept:9.0f}  {kept / bare:.0%} of bare (the contract's own cost)")
-        for eager in (False, True):
-            sql = await bench.sql_path(url, 16, total, eager)
-            label = (
-                "TaskService: complete, eager lease (lease_next)"
-                if eager
-                else ("TaskService: lease, then complete")
-            )
-            print(f"  {label:<50} {sql:9.0f}  {sql / bare:.0%} of bare (target >= 50 %)")
-        floor = await grpc_floor(total * 2)
-        print(f"gRPC floor (bench_grpc_floor), 16 callers, empty unary: {floor:,.0f} calls/s")
         print(
-            f"{'lease -> complete over gRPC, one agent queue':<52} {'tasks/s':>9} "
-            f"{'calls/task':>10} {'double':>7}"
+            f"setu-server pid {server.pid}, {processes} process(es); PostgreSQL "
+            f"{'embedded' if embedded else url}"
         )
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (shared machine)")
+        if not quick:
+            await _sql_path(bench, pool, url, total)
         doubles = 0
-        for eager in (False, True):
-            for lessees in (1, 4, 16):
-                rate, trips, double = await bench.throughput(
-                    lessees, total if lessees > 1 else total // 4, eager
-                )
-                doubles += double
-                way = "eager (lease_next)" if eager else "LeaseTask + CompleteTask"
-                label = f"{way}, {lessees} lessees"
-                share = ""
-                if lessees == 16:
-                    ceiling = floor / trips
-                    share = f"  {rate / ceiling:.0%} of floor/{trips:.2f} = {ceiling:.0f}/s"
-                    share += " (target >= 70 %)" if eager else ""
-                print(f"  {label:<50} {rate:9.0f} {trips:10.2f} {double:7d}{share}")
-        print(f"double leases in all: {doubles} (must be 0)")
-        print(f"{'pickup latency (insert commit -> lessee holds it)':<52} {'p50':>9} {'p99':>9}")
-        for naive in (False, True):
-            n = rounds if not naive else max(20, rounds // 10)
-            seconds = await bench.pickup(n, naive)
-            ms = [s * 1000 for s in seconds]
-            label = (
-                "naive: LeaseTask(wait=0), sleep 1 s when empty"
-                if naive
-                else ("LeaseTask long-poll (wakes on NOTIFY)")
+        for round_ in range(repeat):
+            floor = await grpc_floor(total * 2, processes)
+            print(
+                f"gRPC floor (bench_grpc_floor, {processes} process(es)), 16 callers, "
+                f"empty unary: {floor:,.0f} calls/s"
             )
-            print(f"  {label:<50} {statistics.median(ms):7.2f}ms {_pct(ms, 0.99):7.2f}ms  (n={n})")
+            print(
+                f"{'lease -> complete over gRPC, one agent queue':<52} {'tasks/s':>9} "
+                f"{'calls/task':>10} {'double':>7}"
+            )
+            for eager in (True,) if quick or round_ else (False, True):
+                for lessees in (16,) if quick or round_ else (1, 4, 16):
+                    before = _cpu(server.pid)
+                    rate, trips, double = await bench.throughput(
+                        lessees, total if lessees > 1 else total // 4, eager
+                    )
+                    after = _cpu(server.pid)
+                    doubles += double
+                    way = "eager (lease_next)" if eager else "LeaseTask + CompleteTask"
+                    label = f"{way}, {lessees} lessees"
+                    share = ""
+                    if lessees == 16:
+                        ceiling = floor / trips
+                        share = f"  {rate / ceiling:.0%} of floor/{trips:.2f} = {ceiling:.0f}/s"
+                        share += " (target >= 70 %)" if eager else ""
+                        if eager:
+                            shares.append(rate / ceiling)
+                    print(f"  {label:<50} {rate:9.0f} {trips:10.2f} {double:7d}{share}")
+                    if eager and lessees == 16:
+                        tasks_done = total
+                        spent = "  ".join(
+                            f"{who} {(after[who] - before[who]) / tasks_done * 1e3:.2f}"
+                            for who in after
+                            if who in before
+                        )
+                        print(f"    CPU ms per task: {spent}")
+        print(f"double leases in all: {doubles} (must be 0)")
+        if not quick:
+            await _pickup(bench, rounds)
     finally:
         server.terminate()
-        server.wait(30)
+        server.wait(60)
         await pool.close()
         if embedded is not None:
             embedded.cleanup()
+    share = statistics.median(shares)
+    print(
+        f"TABLE | lease→complete over gRPC, 16 lessees, eager, {processes} process(es) | "
+        f"gRPC floor ÷ round trips ({processes} floor process(es)) | "
+        f"median of {len(shares)} round(s) | {share:.0%} | ≥ {TARGET:.0%} | "
+        f"{'met' if share >= TARGET else 'missed'}"
+    )
+
+
+def _cpu(server_pid: int) -> dict[str, float]:
+    """CPU seconds used so far by the server (all its processes, cloud
+    workers included), PostgreSQL (every postgres process) and this one."""
+
+    def tree(proc: psutil.Process) -> float:
+        total = 0.0
+        for p in [proc, *proc.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system
+        return total
+
+    spent = {"server": tree(psutil.Process(server_pid))}
+    # The embedded PostgreSQL's postmaster and its backends (other PostgreSQL
+    # servers on a shared machine are not ours).
+    for p in psutil.process_iter(["name", "cmdline"]):
+        if EMBEDDED and p.info["name"] == "postgres" and EMBEDDED in " ".join(p.info["cmdline"]):
+            spent["postgres"] = tree(p)
+    me = psutil.Process().cpu_times()
+    spent["lessees (this process)"] = me.user + me.system
+    return spent
+
+
+async def _sql_path(bench: Bench, pool: asyncpg.Pool, url: str, total: int) -> None:
+    print(f"{'the SQL path alone, 16 lessees, no gRPC':<52} {'tasks/s':>9}")
+    bare = await bare_loop(pool, url, 16, total)
+    print(f"  {'bare FOR UPDATE SKIP LOCKED lease + complete':<50} {bare:9.0f}")
+    kept = await bare_loop(pool, url, 16, total, contract=True)
+    label = "the same, each with a job transition + NOTIFY"
+    print(f"  {label:<50} {kept:9.0f}  {kept / bare:.0%} of bare (the contract's own cost)")
+    for eager in (False, True):
+        sql = await bench.sql_path(url, 16, total, eager)
+        label = (
+            "TaskService: complete, eager lease (lease_next)"
+            if eager
+            else ("TaskService: lease, then complete")
+        )
+        print(f"  {label:<50} {sql:9.0f}  {sql / bare:.0%} of bare (target >= 50 %)")
+
+
+async def _pickup(bench: Bench, rounds: int) -> None:
+    print(f"{'pickup latency (insert commit -> lessee holds it)':<52} {'p50':>9} {'p99':>9}")
+    for naive in (False, True):
+        n = rounds if not naive else max(20, rounds // 10)
+        seconds = await bench.pickup(n, naive)
+        ms = [s * 1000 for s in seconds]
+        label = (
+            "naive: LeaseTask(wait=0), sleep 1 s when empty"
+            if naive
+            else ("LeaseTask long-poll (wakes on NOTIFY)")
+        )
+        print(f"  {label:<50} {statistics.median(ms):7.2f}ms {_pct(ms, 0.99):7.2f}ms  (n={n})")
 
 
 async def _wait_up(bench: Bench) -> None:
@@ -494,5 +579,13 @@ if __name__ == "__main__":
     )
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--tasks", type=int, default=4000)
+    parser.add_argument("--processes", type=int, default=1, help="setu-server --processes")
+    parser.add_argument("--quick", action="store_true", help="only the table's row")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of the table's row")
+    parser.add_argument("--profile", default="", help="cProfile the server into this file")
     args = parser.parse_args()
-    asyncio.run(main(args.rounds, args.tasks))
+    if args.profile and args.processes != 1:
+        parser.error("--profile profiles one server process: --processes 1")
+    asyncio.run(
+        main(args.rounds, args.tasks, args.processes, args.quick, args.repeat, args.profile)
+    )

@@ -143,6 +143,14 @@ class ServerClosing(Unavailable):
     reason = "server_closing"
 
 
+class DatabaseUnavailable(Unavailable):
+    """The server is up but its own database does not answer (down, or
+    restarting): retry soon, it answers again the moment the database does.
+    Runtimes keep their backoff short while they hear this."""
+
+    reason = "database_unavailable"
+
+
 class ClientClosed(Cancelled):
     """The SDK client was closed while the call was in flight."""
 
@@ -169,6 +177,7 @@ ERRORS: tuple[type[SetuError], ...] = (
     LeaseLost,
     AgentOffline,
     ServerClosing,
+    DatabaseUnavailable,
     ClientClosed,
 )
 

@@ -11,7 +11,9 @@ reporting how it ended.
   may hold it now, so nothing is reported.
 - A requested cancel is passed to the handler, which stops at its next batch.
 - Transient errors (server down, network) back off exponentially with jitter,
-  capped, and forever; the backoff resets after each good answer. Any other
+  capped, and forever; the backoff resets after each good answer. While the
+  server answers that its own database is unreachable, the pauses stay
+  short (DATABASE_PAUSE_SECONDS), so work resumes as it returns. Any other
   error backs off too, logged with its traceback: no error ends a slot, and
   `live_slots` counts the slots at work.
 - A drain is not a failure: stop() leases nothing more (a task leased
@@ -57,6 +59,7 @@ from setu_agent.runtime.task import (
 from setu_client.diagnose import Outage
 from setu_client.errors import (
     Cancelled,
+    DatabaseUnavailable,
     DeadlineExceeded,
     LeaseLost,
     ResourceExhausted,
@@ -79,6 +82,10 @@ PROGRESS_SECONDS = 2.0
 # given up to its lease's expiry. Short: a supervisor's kill deadline (say,
 # Kubernetes' terminationGracePeriodSeconds) should cover both graces.
 REPORT_GRACE_SECONDS = 10.0
+# The longest pause between attempts while the server answers that its
+# database is unreachable (DatabaseUnavailable): a run submitted as the
+# database returns starts within about this much.
+DATABASE_PAUSE_SECONDS = 1.0
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -108,10 +115,27 @@ def backoff(
 
     return AsyncRetrying(
         retry=retry,
-        wait=wait_random_exponential(multiplier=0.5, max=max_seconds),
+        wait=_pause(max_seconds),
         before_sleep=lambda state: _log_backoff(who, state, heard),
         reraise=True,
     )
+
+
+def _pause(max_seconds: float) -> Callable[[RetryCallState], float]:
+    """Exponential with full jitter up to `max_seconds`; while the server
+    says its own database is what fails, never above DATABASE_PAUSE_SECONDS:
+    that outage ends the moment the database answers, and a runtime sleeping
+    out a long backoff then would leave runs waiting for nothing."""
+    grow = wait_random_exponential(multiplier=0.5, max=max_seconds)
+
+    def pause(state: RetryCallState) -> float:
+        seconds = float(grow(state))
+        error = state.outcome.exception() if state.outcome else None
+        if isinstance(error, DatabaseUnavailable):
+            return min(seconds, DATABASE_PAUSE_SECONDS)
+        return seconds
+
+    return pause
 
 
 def unreached(error: BaseException, outage: Outage) -> bool:

@@ -9,7 +9,13 @@ from typing import Any, TypeAlias
 
 import asyncpg
 
-from setu_client.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
+from setu_client.errors import (
+    AlreadyExists,
+    DatabaseUnavailable,
+    FailedPrecondition,
+    InvalidArgument,
+    Unavailable,
+)
 
 # The store's handles on the database. Services hold a Database and pass it,
 # or a Connection from `transaction()`, to store functions; only store/ knows
@@ -114,11 +120,15 @@ def translate_errors() -> Iterator[None]:
             "the database rolled this back under contention (deadlock or "
             "serialization failure); try again"
         ) from exc
+    # Said apart from other UNAVAILABLEs (the setu-error-reason trailer), so
+    # runtimes retry within a second or two and resume as the database returns.
     except (asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError, OSError) as exc:
-        raise Unavailable("the database is unreachable; try again shortly") from exc
+        raise DatabaseUnavailable("the database is unreachable; try again shortly") from exc
     except asyncpg.InterfaceError as exc:
         if "closed" in str(exc) or "connection" in str(exc):
-            raise Unavailable("the database connection was lost; try again shortly") from exc
+            raise DatabaseUnavailable(
+                "the database connection was lost; try again shortly"
+            ) from exc
         raise
 
 

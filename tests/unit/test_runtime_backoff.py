@@ -10,10 +10,11 @@ import itertools
 import random
 from typing import Any
 
+import grpc
 import pytest
 
-from setu_agent.runtime.loop import Runtime, backoff
-from setu_client.errors import Unavailable
+from setu_agent.runtime.loop import DATABASE_PAUSE_SECONDS, Runtime, backoff
+from setu_client.errors import DatabaseUnavailable, Unavailable, from_status, status_of
 from setu_tasks.results import TaskResult
 from setu_tasks.specs import LeasedTask
 
@@ -119,3 +120,36 @@ async def test_by_default_the_agents_check_in_backs_off_up_to_30_seconds(
                 raise Unavailable("server unreachable")
     gaps = [round(b - a, 6) for a, b in itertools.pairwise(calls)]
     assert gaps == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+
+
+@pytest.mark.looptime
+async def test_while_the_servers_database_is_down_the_pauses_stay_within_a_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The server is up, its database is not (a 30 s outage): a backoff grown
+    # to 30 s would leave a run submitted as the database returns waiting for
+    # the rest of it. Each pause stays within DATABASE_PAUSE_SECONDS; when the
+    # server itself is unreachable again, the backoff grows as before.
+    monkeypatch.setattr(random, "uniform", lambda low, high: high)
+    database_down = DatabaseUnavailable("the database is unreachable; try again shortly")
+    down = Unavailable("server unreachable")
+    source = Source(*[database_down] * 40, None, down, down, down)
+    runtime = Runtime(source, {}, name="test", concurrency=1)
+    running = asyncio.create_task(runtime.run())
+    await source.spent.wait()
+    await runtime.stop(grace_seconds=0)
+    await running
+
+    gaps = [round(b - a, 6) for a, b in itertools.pairwise(source.calls)]
+    outage, after = gaps[:40], gaps[40:]
+    assert outage[:2] == [FIRST, DATABASE_PAUSE_SECONDS]
+    assert max(outage) == DATABASE_PAUSE_SECONDS, "never longer, however long the outage"
+    assert after == [0.0, FIRST, 2 * FIRST, 4 * FIRST]
+
+
+def test_a_database_outage_crosses_the_wire_as_its_own_reason() -> None:
+    # The server's store raises it (setu_server/store/db.py); the runtime
+    # sees it again only if the trailer brings the class back.
+    code, details, trailers = status_of(DatabaseUnavailable("the database is unreachable"))
+    back = from_status(code, details, dict(trailers))
+    assert type(back) is DatabaseUnavailable and code is grpc.StatusCode.UNAVAILABLE

@@ -278,10 +278,25 @@ class _Lines:
     parts: AsyncIterator[CopyBatch]
 
 
+@dataclass(frozen=True)
+class _Csv:
+    """Rows that come as CSV in the hand-off dialect (write_csv): Parquet."""
+
+    parts: AsyncIterator[CopyBatch]
+
+
 async def _write_all(
-    writer: _Writer | files_parquet.ParquetWriter, batches: AsyncIterator[Batch] | _Lines
+    writer: _Writer | files_parquet.ParquetWriter,
+    batches: AsyncIterator[Batch] | _Lines | _Csv,
+    where: str,
 ) -> int:
     count = 0
+    if isinstance(batches, _Csv):
+        assert not isinstance(writer, _Writer)
+        async for table in _csv_tables(writer, batches, where):
+            await writer.write_arrow(table)
+            count += table.num_rows
+        return count
     if isinstance(batches, _Lines):
         assert isinstance(writer, _Writer)
         async for lines in batches.parts:
@@ -294,12 +309,43 @@ async def _write_all(
     return count
 
 
+async def _csv_tables(
+    writer: files_parquet.ParquetWriter, csv: _Csv, where: str
+) -> AsyncIterator[Any]:
+    """Each CSV part as an Arrow table of the Parquet file's schema."""
+    from setu_engine.providers.files import parquet_csv
+
+    before = 0
+    async for part in csv.parts:
+        table = await asyncio.to_thread(
+            parquet_csv.table_of, part.data, writer.schema, writer.columns, where, before
+        )
+        before += table.num_rows
+        yield table
+
+
+async def _csv_rows(
+    writer: files_parquet.ParquetWriter, csv: _Csv, source: _Source
+) -> AsyncIterator[Batch]:
+    """Each CSV part as rows, read back as a Parquet file's are (an upsert's written rows)."""
+    from setu_engine.providers.files import parquet as files_parquet
+
+    before = 0
+    async for table in _csv_tables(writer, csv, source.where):
+        yield await asyncio.to_thread(
+            files_parquet.table_rows, table, writer.columns, source, before
+        )
+        before += table.num_rows
+
+
 # ---------------------------------------------------------------- connector
 
 
 # What the transfer may ask of a file connector (docs/providers.md).
 CAPABILITIES = Capabilities(
     json_lines_in=True,
+    # Parquet only, for the columns parquet_csv.py reads exactly (takes_csv).
+    csv_in=True,
     counts_rows=True,
     increments="object",
     # A file is rewritten whole: its write answers rows, not RowChanges, and
@@ -522,11 +568,41 @@ class FileConnector(Connector):
             stream, columns, _Lines(parts), mode, key, schema=schema, marker=marker
         )
 
+    def takes_csv(self, columns: Sequence[Column]) -> bool:
+        """Whether write_csv can write these columns: into Parquet, each of
+        a type Arrow's CSV reader lands exactly (parquet_csv.py)."""
+        if self.config.format != "parquet":
+            return False
+        require_pyarrow()
+        from setu_engine.providers.files import parquet as files_parquet
+        from setu_engine.providers.files import parquet_csv
+
+        return parquet_csv.takes(files_parquet.arrow_schema(columns), columns)
+
+    async def write_csv(
+        self,
+        stream: str,
+        columns: Sequence[Column],
+        parts: AsyncIterator[CopyBatch],
+        mode: WriteMode,
+        key: Sequence[str],
+        *,
+        schema: str | None = None,
+        marker: LoadMarker | None = None,
+        changes: SchemaChanges | None = None,
+    ) -> int:
+        """Writes rows that come as CSV in the hand-off dialect, as write does."""
+        if not self.takes_csv(columns):
+            raise ProviderError(f"CSV cannot be written as {self.config.format}")
+        return await self._write_stream(
+            stream, columns, _Csv(parts), mode, key, schema=schema, marker=marker
+        )
+
     async def _write_stream(
         self,
         stream: str,
         columns: Sequence[Column],
-        batches: AsyncIterator[Batch] | _Lines,
+        batches: AsyncIterator[Batch] | _Lines | _Csv,
         mode: WriteMode,
         key: Sequence[str],
         *,
@@ -582,7 +658,7 @@ class FileConnector(Connector):
         temp: Path,
         source: _Source,
         columns: Sequence[Column],
-        batches: AsyncIterator[Batch] | _Lines,
+        batches: AsyncIterator[Batch] | _Lines | _Csv,
         mode: WriteMode,
         positions: list[int],
         key: Sequence[str],
@@ -606,7 +682,7 @@ class FileConnector(Connector):
                     async for rows in old:
                         await writer.write(rows)
             if not mode.needs_key:
-                return await _write_all(writer, batches)
+                return await _write_all(writer, batches, source.where)
             # The written values spill to disk; their keys stay in memory.
             lines = self._lines(writer, columns)
             if isinstance(batches, _Lines):
@@ -619,6 +695,9 @@ class FileConnector(Connector):
                 columnar = None
                 if not isinstance(writer, _Writer):
                     columnar = functools.partial(files_parquet.ArrowSpill, writer)
+                if isinstance(batches, _Csv):
+                    assert not isinstance(writer, _Writer)  # Parquet only
+                    batches = _csv_rows(writer, batches, source)
                 written = await files_merge.spill(batches, positions, lines, columnar)
             try:
                 old_rows = self._keyed(ref, source, columns, positions) if exists else _nothing()

@@ -343,6 +343,16 @@ async def _batches(
             done += batch.num_rows
 
 
+def table_rows(
+    table: pa.Table, columns: Sequence[Column], source: _Source, before: int
+) -> list[Row]:
+    """A table of the file's schema as rows, as a read of the file gives them."""
+    rows: list[Row] = []
+    for batch in table.to_batches():
+        rows.extend(_rows_of(batch, columns, source, before + len(rows)))
+    return rows
+
+
 def _rows_of(
     batch: pa.RecordBatch, columns: Sequence[Column], source: _Source, before: int
 ) -> list[Row]:

@@ -62,8 +62,8 @@ def row_packet(*values: bytes) -> bytes:
 
 @dataclass
 class FakeServer:
-    """One fake MySQL server: `auth` is "ok" or "clear" (an auth switch
-    to mysql_clear_password); `answer` writes the response to the read's
+    """One fake MySQL server: `auth` is "ok", "clear" or "dialog" (an
+    auth switch to mysql_clear_password or dialog); `answer` writes the response to the read's
     query (any query naming `db`.`t`); `received` holds every byte any
     client sent."""
 
@@ -100,8 +100,14 @@ class FakeServer:
         try:
             self.packet(writer, 0, self.handshake())
             await self.read_packet(reader)  # the handshake response
-            if self.auth == "clear":
-                self.packet(writer, 2, b"\xfemysql_clear_password\x00")
+            if self.auth != "ok":
+                # An auth switch to a plugin that takes the password as is
+                # (dialog's data: a flag byte, then the prompt).
+                switch = {
+                    "clear": b"mysql_clear_password\x00",
+                    "dialog": b"dialog\x00\x04Password: ",
+                }
+                self.packet(writer, 2, b"\xfe" + switch[self.auth])
                 await self.read_packet(reader)  # what a client that complies sends
                 self.packet(writer, 4, b"\xff" + struct.pack("<H", 1045) + b"#28000denied")
                 await writer.drain()
@@ -262,9 +268,11 @@ async def never_read(server: FakeServer, writer: asyncio.StreamWriter) -> None:
     raise AssertionError("no query after a refused login")
 
 
-@pytest.mark.parametrize("ssl", ["disable", "prefer"])
-async def test_a_request_for_the_clear_text_password_is_refused(ssl: str) -> None:
-    async with fake_server(never_read, auth="clear") as fake:
+@pytest.mark.parametrize(
+    ("ssl", "plugin"), [("disable", "clear"), ("prefer", "clear"), ("disable", "dialog")]
+)
+async def test_a_request_for_the_clear_text_password_is_refused(ssl: str, plugin: str) -> None:
+    async with fake_server(never_read, auth=plugin) as fake:
         with pytest.raises(wire.ClearTextRefused) as caught:
             await get_provider("mysql").connect(config(fake, ssl=ssl))
     assert isinstance(caught.value, PermanentError)

@@ -1,7 +1,7 @@
 """The `mysql` provider (MySQL 8 and MariaDB 10.11+): the connector
-(asyncmy; connector.py), its type mapping (types.py), its write side
-(write.py, infile.py) and its error rules (failures.py). The registry reads
-`PROVIDER` from here.
+(asyncmy; connector.py, its session guarded against a hostile server by
+wire.py), its type mapping (types.py), its write side (write.py, infile.py)
+and its error rules (failures.py). The registry reads `PROVIDER` from here.
 
 Its driver is the `mysql` extra's (asyncmy): a runtime installed without it
 meets a ConfigError naming the extra, not an ImportError."""

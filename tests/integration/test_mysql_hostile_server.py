@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from setu_engine.errors import PermanentError
+from setu_engine.errors import ConfigError, PermanentError
 from setu_engine.providers import get_provider
 from setu_engine.providers.mysql import wire
 from setu_engine.providers.mysql.failures import MalformedRow
@@ -257,7 +257,7 @@ def test_the_limit_is_the_runtimes_setting(raw: str, expected: int) -> None:
 
 @pytest.mark.parametrize("raw", ["64MB", "1000"])
 def test_a_limit_setting_that_is_not_a_size_is_refused(raw: str) -> None:
-    with pytest.raises(ValueError, match=wire.LIMIT_SETTING):
+    with pytest.raises(ConfigError, match=wire.LIMIT_SETTING):
         wire._limit_from({wire.LIMIT_SETTING: raw})
 
 

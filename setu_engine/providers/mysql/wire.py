@@ -44,7 +44,7 @@ import asyncmy.connection  # type: ignore[import-untyped,unused-ignore]
 from asyncmy import errors  # type: ignore[import-untyped,unused-ignore]
 from asyncmy.protocol import MysqlPacket  # type: ignore[import-untyped,unused-ignore]
 
-from setu_engine.errors import PermanentError
+from setu_engine.errors import ConfigError, PermanentError
 
 LIMIT_SETTING = "SETU_MYSQL_MAX_PACKET_BYTES"
 DEFAULT_MAX_PACKET_BYTES = 64 * 1024 * 1024
@@ -60,15 +60,20 @@ VERIFIED = frozenset({"verify-ca", "verify-full"})
 
 
 def _limit_from(environ: Any) -> int:
+    """The limit the runtime's environment sets. A value that is not one is
+    a ConfigError naming the setting, met by every mysql connection (the
+    provider's import fails), not a limit silently replaced."""
     raw = str(environ.get(LIMIT_SETTING, "") or "").strip()
     if not raw:
         return DEFAULT_MAX_PACKET_BYTES
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"{LIMIT_SETTING}: {raw!r} is not a number of bytes") from None
+        raise ConfigError(
+            f"{LIMIT_SETTING}: {raw!r} is not a number of bytes (the runtime's setting)"
+        ) from None
     if value < 1024 * 1024:
-        raise ValueError(f"{LIMIT_SETTING}: {value} is below 1 MiB (1048576)")
+        raise ConfigError(f"{LIMIT_SETTING}: {value} is below 1 MiB (1048576)")
     return value
 
 

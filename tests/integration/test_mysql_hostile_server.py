@@ -393,3 +393,12 @@ def test_the_server_hands_the_limit_to_its_own_cloud_workers() -> None:
 
     env = worker_environment({}, {wire.LIMIT_SETTING: "33554432", "PGPASSWORD": "x"})
     assert env == {wire.LIMIT_SETTING: "33554432"}
+
+
+async def test_a_packet_too_short_for_its_fields_is_a_permanent_error() -> None:
+    async def short_error(server: FakeServer, writer: asyncio.StreamWriter) -> None:
+        server.packet(writer, 1, b"\xff")  # an ERR packet without its code
+
+    async with fake_server(short_error) as fake:
+        with pytest.raises(MalformedRow, match="stream 't': the server sent a packet too short"):
+            await preview(fake, stream(Column("name", "text")))

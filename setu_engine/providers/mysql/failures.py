@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import struct
 from collections.abc import Sequence
 
 from asyncmy.errors import MySQLError  # type: ignore[import-untyped,unused-ignore]
@@ -147,9 +148,10 @@ def append_duplicate(exc: BaseException) -> bool:
 
 # What asyncmy's row parser and its converters raise for a value no real
 # server sends (a hostile one may): text that is not UTF-8, a decimal or an
-# integer that does not parse. ValueFault and every ProviderError are
-# ValueErrors too: a handler catches ProviderError first and lets it pass.
-MALFORMED = (UnicodeError, ValueError, ArithmeticError)
+# integer that does not parse, a packet too short for its fields (an ERR
+# packet of one byte). ValueFault and every ConfigError are ValueErrors
+# too: a handler catches ProviderError first and lets it pass.
+MALFORMED = (UnicodeError, ValueError, ArithmeticError, struct.error, IndexError)
 
 # The neutral types whose values asyncmy decodes as text, or parses as a
 # number or a time, so a column where each error class can arise.
@@ -168,7 +170,9 @@ def malformed_row(exc: BaseException, stream: str, columns: Sequence[Column]) ->
     """A PermanentError for a row asyncmy could not decode, naming the
     stream and the column when the error's class leaves only one (asyncmy's
     parser does not say which field it was at)."""
-    if isinstance(exc, UnicodeError):
+    if isinstance(exc, struct.error | IndexError):
+        kinds, what = frozenset[str](), "a packet too short for its fields"
+    elif isinstance(exc, UnicodeError):
         kinds, what = _DECODED, "text that is not UTF-8"
     elif isinstance(exc, ArithmeticError):
         kinds, what = frozenset({"numeric"}), "a decimal that does not parse"

@@ -73,7 +73,7 @@ async def test_the_join_replaces_keeps_and_appends_by_key(
         written = await files.write("t", COLUMNS, batches(*WRITTEN), mode, ["id"])
         assert int(written) == 5
         stream = transfer.select_streams(await files.discover(), ["t"])[0]
-        stream = replace(stream, columns=COLUMNS)
+        stream = replace(stream, columns=tuple(COLUMNS))
         back = [row async for batch in files.read(stream, 3) for row in batch]
     finally:
         await files.close()

@@ -69,6 +69,7 @@ class FakeServer:
 
     answer: Callable[[FakeServer, asyncio.StreamWriter], Awaitable[None]]
     auth: str = "ok"
+    greeting: bytes | None = None  # in place of the v10 handshake
     received: bytearray = field(default_factory=bytearray)
     sent_to_read: int = 0
     port: int = 0
@@ -98,7 +99,7 @@ class FakeServer:
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            self.packet(writer, 0, self.handshake())
+            self.packet(writer, 0, self.greeting or self.handshake())
             await self.read_packet(reader)  # the handshake response
             if self.auth != "ok":
                 # An auth switch to a plugin that takes the password as is
@@ -139,9 +140,11 @@ class FakeServer:
 
 @asynccontextmanager
 async def fake_server(
-    answer: Callable[[FakeServer, asyncio.StreamWriter], Awaitable[None]], auth: str = "ok"
+    answer: Callable[[FakeServer, asyncio.StreamWriter], Awaitable[None]],
+    auth: str = "ok",
+    greeting: bytes | None = None,
 ) -> AsyncIterator[FakeServer]:
-    fake = FakeServer(answer, auth)
+    fake = FakeServer(answer, auth, greeting)
     server = await asyncio.start_server(fake.serve, "127.0.0.1", 0)
     fake.port = server.sockets[0].getsockname()[1]
     try:
@@ -402,3 +405,15 @@ async def test_a_packet_too_short_for_its_fields_is_a_permanent_error() -> None:
     async with fake_server(short_error) as fake:
         with pytest.raises(MalformedRow, match="stream 't': the server sent a packet too short"):
             await preview(fake, stream(Column("name", "text")))
+
+
+@pytest.mark.parametrize(
+    "greeting",
+    [b"\x0a", b"\x0a8.0\x00\x01\x00\x00\x00abcdefgh\x00\xff", b"\x0a\xff\xfe\x00" + bytes(40)],
+    ids=["one-byte", "cut-in-capabilities", "version-not-a-number"],
+)
+async def test_a_greeting_that_does_not_parse_fails_the_connect_classified(greeting: bytes) -> None:
+    async with fake_server(never_read, greeting=greeting) as fake:
+        with pytest.raises(PermanentError, match="handshake does not parse") as caught:
+            await get_provider("mysql").connect(config(fake))
+    assert caught.value.fields == ("config.host", "config.port")

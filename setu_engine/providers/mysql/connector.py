@@ -181,6 +181,16 @@ class MysqlProvider:
                 conn = await _open(config, address, port, socket_path, None, local_infile, timeout)
         except DRIVER_ERRORS as exc:
             raise mysql_error(exc, f"mysql: cannot connect to {where}", connecting=True) from exc
+        except (ProviderError, ConfigError):
+            raise
+        except MALFORMED as exc:
+            # A greeting asyncmy cannot parse: what answers is no MySQL server.
+            raise PermanentError(
+                f"mysql: cannot connect to {where}: the server's handshake does not parse "
+                f"({type(exc).__name__}: {str(exc)[:200]}); check that config.host and "
+                "config.port name a MySQL or MariaDB server",
+                fields=("config.host", "config.port"),
+            ) from exc
         try:
             async with conn.cursor() as cursor:
                 for statement in SESSION:

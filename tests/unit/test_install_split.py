@@ -89,12 +89,14 @@ EXTRA_MODULES: Mapping[str, str] = {
     # pyarrow: imported where a Parquet file is read or written, after
     # parquet_options.require_pyarrow().
     "setu_engine.providers.files.parquet": "parquet",
+    "setu_engine.providers.files.parquet_csv": "parquet",
     # duckdb and pyarrow: the duckdb provider's modules, which its package
     # imports behind an ImportError guard that names the extra.
     "setu_engine.providers.duckdb.arrays": "duckdb",
     "setu_engine.providers.duckdb.catalog": "duckdb",
     "setu_engine.providers.duckdb.connector": "duckdb",
     "setu_engine.providers.duckdb.csv": "duckdb",
+    "setu_engine.providers.duckdb.exposure": "duckdb",
     "setu_engine.providers.duckdb.failures": "duckdb",
     "setu_engine.providers.duckdb.stage": "duckdb",
     "setu_engine.providers.duckdb.types": "duckdb",
@@ -104,6 +106,7 @@ EXTRA_MODULES: Mapping[str, str] = {
     "setu_engine.providers.mysql.failures": "mysql",
     "setu_engine.providers.mysql.infile": "mysql",
     "setu_engine.providers.mysql.types": "mysql",
+    "setu_engine.providers.mysql.wire": "mysql",
     "setu_engine.providers.mysql.write": "mysql",
 }
 

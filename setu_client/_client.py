@@ -359,7 +359,7 @@ class SetuClient:
             while True:
                 window = self.long_polls.window()
                 sent = loop.time()
-                index = next(self._next_long)
+                index = self._pick_long()
                 channel = self._long[index]
                 try:
                     answer, closing = await self._wait_once(index, job_id, window)
@@ -416,6 +416,20 @@ class SetuClient:
             raise
         return answer, _closing(await call.trailing_metadata())
 
+    def _pick_long(self) -> int:
+        """The long-poll channel for the next call: the next in turn, unless
+        it is still failing to connect while another is connected. After an
+        outage each channel reconnects on its own backoff; a call sent to
+        one still waiting fails at once, and would report the server gone
+        again just after another channel found it back."""
+        index = next(self._next_long)
+        if self._long[index].get_state() is not grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            return index
+        for other, channel in enumerate(self._long):
+            if channel.get_state() is grpc.ChannelConnectivity.READY:
+                return other
+        return index
+
     def _shed(self, index: int, used: grpc.aio.Channel) -> bool:
         """Move long-poll channel `index` off a replica that said it is
         closing, to the target's next address; False when the target has no
@@ -456,7 +470,7 @@ class SetuClient:
             if self._closed:
                 raise ClientClosed("the client is closed")
             window = self.long_polls.window()
-            index = next(self._next_long)
+            index = self._pick_long()
             channel = self._long[index]
             stream = self._long_stubs[index].WatchJob(
                 jobs_pb2.WatchJobRequest(job_id=job_id, from_version=seen), timeout=window

@@ -4,9 +4,8 @@ this, not session.py, so the parser is built without grpc, protobuf, the
 stubs or asyncio; session.py, which runs the parsed command over the SDK, is
 imported only once a command runs (`lazy_module`).
 
-session.py holds the same constants and `server_options` for the callers
-that import them from there; tests/unit/test_cli_start.py pins the two
-alike.
+session.py names the same constants and `server_options` (imported from
+here) for the command modules that reach them through it.
 """
 
 from __future__ import annotations

@@ -15,28 +15,27 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+# The exit codes and the server options are the parser's (options.py, which
+# `setu --help` imports without this module); they are named here too, for
+# the command modules that reach them through their session.
+from setu_cli.options import (  # noqa: F401
+    EXIT_CANCELLED,
+    EXIT_CODES_HELP,
+    EXIT_ERROR,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_STILL_RUNNING,
+    EXIT_SUCCEEDED,
+    Credential,
+    server_options,
+)
 from setu_client import RetryPolicy, SetuClient, SetuError
 from setu_client.admin import AdminClient
 from setu_client.diagnose import cause_of
 from setu_client.replicas import Replicas
-from setu_client.tls import TlsConfig, add_tls_options, tls_defaults, tls_from_options
-
-EXIT_SUCCEEDED = 0
-EXIT_FAILED = 1
-EXIT_ERROR = 2
-EXIT_CANCELLED = 3
-EXIT_STILL_RUNNING = 4
-EXIT_INTERRUPTED = 130
-
-EXIT_CODES_HELP = """exit codes:
-  0  the job succeeded
-  1  the job failed (connections test: the test ran and failed)
-  2  the command itself failed (bad input, refused call, server unreachable)
-  3  the job was cancelled
-  4  (jobs wait --timeout) timed out: the job had not ended in time, and carries on
-  130  interrupted (Ctrl-C): the job keeps running; `setu jobs cancel ID` stops it"""
+from setu_client.tls import TlsConfig, tls_defaults, tls_from_options
 
 # A person at a prompt waits less than a program: 5 s of retries where the
 # SDK's short calls default to 15 s. The waiters (jobs wait, watch, run
@@ -45,10 +44,6 @@ EXIT_CODES_HELP = """exit codes:
 # for its long-poll budget (5 min), saying when the server went away and
 # when it is back (ServerWatch). Ctrl-C is the other way out.
 CLI_RETRY = RetryPolicy(initial_seconds=0.1, max_seconds=2.0, budget_seconds=5.0)
-
-# Which credential a command signs its calls with: a tenant's API key (the
-# client commands) or the operator's admin token (`setu admin`).
-Credential = Literal["api_key", "admin_token"]
 
 
 class CliError(Exception):
@@ -95,36 +90,6 @@ def _say(line: str) -> None:
 
 
 # ---------------------------------------------------------------- options
-
-_CREDENTIAL_HELP: dict[Credential, tuple[str, str]] = {
-    "api_key": ("--api-key", "required (env SETU_API_KEY)"),
-    "admin_token": ("--admin-token", "(env SETU_ADMIN_TOKEN)"),
-}
-
-
-def server_options(credential: Credential = "api_key") -> argparse.ArgumentParser:
-    """The server options (and, for the client commands, --json), for every
-    level of the command line (`setu --json jobs get ID`, `setu jobs get ID
-    --json`, `setu admin --server S workspace list`). Their defaults are
-    SUPPRESS, so a level that does not see one leaves what another level
-    parsed; `fill_defaults` fills in the rest."""
-    common = argparse.ArgumentParser(add_help=False)
-    group = common.add_argument_group("server options")
-    hidden = argparse.SUPPRESS
-    group.add_argument(
-        "--server",
-        default=hidden,
-        help="host:port of setu-server (env SETU_SERVER; default 127.0.0.1:50051)",
-    )
-    flag, help = _CREDENTIAL_HELP[credential]
-    group.add_argument(flag, default=hidden, help=help)
-    add_tls_options(group, from_environment=False)
-    if credential == "api_key":
-        group.add_argument(
-            "--json", action="store_true", default=hidden, help="print one JSON document"
-        )
-    return common
-
 
 DEFAULT_SERVER = "127.0.0.1:50051"
 

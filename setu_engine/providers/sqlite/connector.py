@@ -31,7 +31,7 @@ from setu_engine.providers.base import Connector
 from setu_engine.providers.sqlite import shape as sqlite_shape
 from setu_engine.providers.sqlite import stage as sqlite_stage
 from setu_engine.providers.sqlite.failures import sqlite_error
-from setu_engine.providers.sqlite.values import DECLARED, neutral_of, row_reader, row_writer
+from setu_engine.providers.sqlite.values import DECLARED, batch_reader, neutral_of, row_writer
 from setu_engine.staged.markers import KEEP_MARKERS, MARKERS, LoadMarker
 from setu_engine.staged.resumable import STAGE_PREFIX
 from setu_engine.support.egress import Egress
@@ -184,11 +184,11 @@ class SqliteConnector:
 
     async def preview(self, stream: Stream, limit: int) -> Batch:
         table = _table_of(stream)
-        convert = row_reader(table, stream.columns, self._zone or UTC)
+        convert = batch_reader(table, stream.columns, self._zone or UTC)
         sql = f"{_select(table, stream.columns)} LIMIT ?"
         what = f"reading {table!r}"
         rows = await self._run(what, lambda conn: conn.execute(sql, (limit,)).fetchall())
-        return [convert(row) for row in rows]
+        return convert(rows)
 
     async def cursor_high(self, stream: Stream) -> tuple[str | None, int]:
         """The highest cursor value an incremental read would reach, and how
@@ -204,7 +204,7 @@ class SqliteConnector:
 
     async def read(self, stream: Stream, batch_rows: int) -> AsyncIterator[Batch]:
         table = _table_of(stream)
-        convert = row_reader(table, stream.columns, self._zone or UTC)
+        convert = batch_reader(table, stream.columns, self._zone or UTC)
         sql, args = _select(table, stream.columns), tuple[str, ...]()
         if stream.since is not None:
             # In cursor order, so an index on the cursor serves the read.
@@ -218,7 +218,7 @@ class SqliteConnector:
                 if not rows:
                     return
                 self.rows_read += len(rows)
-                yield [convert(row) for row in rows]
+                yield convert(rows)
         finally:
             await self._run(what, lambda _: cursor.close())
 
@@ -247,7 +247,7 @@ class SqliteConnector:
         self, stream: Stream, batch_rows: int, after: str | None
     ) -> AsyncIterator[tuple[Batch, str]]:
         table = _table_of(stream)
-        convert = row_reader(table, stream.columns, self._zone or UTC)
+        convert = batch_reader(table, stream.columns, self._zone or UTC)
         names = ", ".join(quote(c.name) for c in stream.columns)
         # In rowid order (the table's own order: no sort), from after `after`.
         sql = f"SELECT {ROWID}, {names} FROM {quote(table)} WHERE {ROWID} > ? ORDER BY {ROWID}"
@@ -260,7 +260,7 @@ class SqliteConnector:
                 if not rows:
                     return
                 self.rows_read += len(rows)
-                yield [convert(row[1:]) for row in rows], str(rows[-1][0])
+                yield convert(rows, skip=1), str(rows[-1][0])
         finally:
             await self._run(what, lambda _: cursor.close())
 

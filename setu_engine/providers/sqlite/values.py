@@ -18,6 +18,7 @@ from typing import Any
 from uuid import UUID
 
 from setu_engine.errors import ProviderError, ValueFault
+from setu_engine.providers.sqlite import columnar
 from setu_engine.values.special import INFINITIES, JSON_NULL, Infinite, shortest_real
 from setu_engine.values.types import Column, Row
 
@@ -257,26 +258,36 @@ _WRITERS: dict[str, Convert] = {
 }
 
 
-def _converter(
-    table: str, columns: Sequence[Column], table_of: dict[str, Convert], verb: str
-) -> Callable[[Sequence[Any]], Row]:
-    convs = [table_of.get(c.type) for c in columns]
-    pairs = [(i, f) for i, f in enumerate(convs) if f is not None]
-    done = 0  # rows converted: a bad value names its row in the table's order
+class _Converter:
+    """One row at a time, each value through its column's converter; counts
+    the rows it converted, so a bad value names its row in the table's order."""
 
-    def convert(row: Sequence[Any]) -> Row:
-        nonlocal done
+    def __init__(
+        self, table: str, columns: Sequence[Column], table_of: dict[str, Convert], verb: str
+    ) -> None:
+        self.table, self.columns, self.verb = table, columns, verb
+        self.convs = [table_of.get(c.type) for c in columns]
+        self.pairs = [(i, f) for i, f in enumerate(self.convs) if f is not None]
+        self.done = 0
+
+    def __call__(self, row: Sequence[Any]) -> Row:
         values = list(row)
         try:
-            for i, f in pairs:
+            for i, f in self.pairs:
                 if values[i] is not None:
                     values[i] = f(values[i])
         except (ValueError, TypeError, ArithmeticError, AttributeError) as exc:
-            raise _value_error(table, columns, convs, row, verb, done + 1) from exc
-        done += 1
+            raise _value_error(
+                self.table, self.columns, self.convs, row, self.verb, self.done + 1
+            ) from exc
+        self.done += 1
         return tuple(values)
 
-    return convert
+
+def _converter(
+    table: str, columns: Sequence[Column], table_of: dict[str, Convert], verb: str
+) -> Callable[[Sequence[Any]], Row]:
+    return _Converter(table, columns, table_of, verb)
 
 
 def _value_error(
@@ -309,10 +320,20 @@ def row_reader(
 ) -> Callable[[Sequence[Any]], Row]:
     """Converts a row as sqlite3 returns it into neutral values; a
     timestamptz without an offset is in `zone`."""
-    readers = _READERS
-    if zone is not UTC:
-        readers = {**_READERS, "timestamptz": functools.partial(_r_timestamptz, zone=zone)}
-    return _converter(table, columns, readers, "read")
+    return _converter(table, columns, _readers(zone), "read")
+
+
+def _readers(zone: tzinfo) -> dict[str, Convert]:
+    if zone is UTC:
+        return _READERS
+    return {**_READERS, "timestamptz": functools.partial(_r_timestamptz, zone=zone)}
+
+
+def batch_reader(table: str, columns: Sequence[Column], zone: tzinfo = UTC) -> columnar.BatchReader:
+    """Converts a batch of rows as sqlite3 returns them into neutral values,
+    column by column (columnar.py): the same values, and the same error for
+    a bad one, as row_reader's row by row, at a fraction of the Python work."""
+    return columnar.BatchReader(_Converter(table, columns, _readers(zone), "read"), zone)
 
 
 def row_writer(table: str, columns: Sequence[Column]) -> Callable[[Sequence[Any]], Row]:

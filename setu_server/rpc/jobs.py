@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from setu_client._proto.setu.v1 import jobs_pb2 as pb
 from setu_client._proto.setu.v1 import jobs_pb2_grpc
 from setu_server.config import Settings
+from setu_server.models import Job
 from setu_server.rpc import convert
 from setu_server.rpc.convert import uid
 from setu_server.rpc.interceptor import caller_workspace
@@ -18,6 +19,16 @@ from setu_tasks.codec.common import changes_message
 # Answer this long before the caller's deadline, so a long-poll ends in OK
 # rather than DEADLINE_EXCEEDED (docs/jobs-and-tasks.md, WaitJob).
 DEADLINE_MARGIN_SECONDS = 1.0
+
+
+def wait_answer(job: Job) -> pb.WaitJobResponse:
+    return pb.WaitJobResponse(
+        job_id=str(job.id),
+        state=convert.JOB_STATES[job.state],
+        error_message=job.error_message,
+        version=job.version,
+        terminal=job.state.terminal,
+    )
 
 
 class JobServicer(jobs_pb2_grpc.JobOrchestrationServiceServicer):
@@ -47,13 +58,8 @@ class JobServicer(jobs_pb2_grpc.JobOrchestrationServiceServicer):
         if remaining is not None:
             max_wait = min(max_wait, remaining - DEADLINE_MARGIN_SECONDS)
         job = await self._jobs.wait(caller_workspace(), uid(request.job_id), max_wait)
-        return pb.WaitJobResponse(
-            job_id=str(job.id),
-            state=convert.JOB_STATES[job.state],
-            error_message=job.error_message,
-            version=job.version,
-            terminal=job.state.terminal,
-        )
+        # Every waiter of a version gets this one message (read-only from here).
+        return self._jobs.answer(job, wait_answer)
 
     async def WatchJob(
         self, request: pb.WatchJobRequest, context: Ctx

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, TypeVar
 from uuid import UUID
 
 from setu_client.clock import Clock
@@ -23,9 +23,11 @@ from setu_server.models import (
 )
 from setu_server.service import naming, paging
 from setu_server.service.lifecycle import JobLifecycle
-from setu_server.service.watch import CLOCK_SLACK, WatchHub
+from setu_server.service.watch import CLOCK_SLACK, Answers, Watch, WatchHub
 from setu_server.store import jobs, tasks
 from setu_server.store.db import Database, Executor, transaction
+
+T = TypeVar("T")
 
 SHUTTING_DOWN = "this server is shutting down: try again shortly"
 
@@ -58,6 +60,7 @@ class JobService:
         # Points inside WaitJob and WatchJob where tests force an
         # interleaving or learn that a call is parked (the job id).
         self.hooks: Hooks[UUID] = Hooks("after_subscribe", "after_read", "watching")
+        self.answers = Answers()
 
     async def get(self, workspace_id: UUID, job_id: UUID) -> Job:
         """The job as people read it: its agents named (service/naming.py)."""
@@ -88,7 +91,7 @@ class JobService:
             watch.offer(job)
             await self.hooks.after_read(job_id)
             if job.state.terminal:
-                return await self._named(job)
+                return await self._named_once(watch, job)
             loop = asyncio.get_running_loop()
             deadline = loop.time() + max(max_wait, 0.0)
             latest = watch.latest or job
@@ -97,7 +100,20 @@ class JobService:
                 if remaining < CLOCK_SLACK:
                     break
                 latest = await watch.newer_than(latest.version, remaining, self._hub.closing)
-            return await self._named(latest)
+            return await self._named_once(watch, latest)
+
+    async def _named_once(self, watch: Watch, job: Job) -> Job:
+        """`job` named, once for all the waiters of its watch answered with
+        its version: a storm answers every waiter of a job at once."""
+        named = watch.named(job.version)
+        if named is None:
+            named = watch.keep_named(await self._named(job))
+        return named
+
+    def answer(self, job: Job, build: Callable[[Job], T]) -> T:
+        """`build(job)`, once for every waiter answered with this same `job`
+        (`wait` hands them one object per version): see `Answers`."""
+        return self.answers.of(job, build)
 
     async def watch(
         self, workspace_id: UUID, job_id: UUID, from_version: int, max_wait: float | None = None

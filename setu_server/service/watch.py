@@ -29,13 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 from uuid import UUID
 
 from setu_server.metrics import Metrics
@@ -76,6 +75,10 @@ LEAST_CHUNK = 10
 # Notifications applied per turn, at most (about 20 us each: the JSON, the
 # snapshot, the offer; asyncpg hands over some 450 per 256 KiB read).
 NOTICE_CHUNK = 250
+
+# Answers held by `Answers`: the waiters of one version are answered within
+# a few turns of each other, so a few dozen would do.
+ANSWERS_HELD = 256
 
 # A wait this close to its deadline is over: loop clocks are not infinitely
 # fine (a fast-forwarded one moves in microseconds), and a timer for 1e-14 s
@@ -176,7 +179,7 @@ class Watch:
     one future per parked waiter and one timer for its deadline: a parked
     wait holds little more than grpc's own call (scripts/bench_park.py)."""
 
-    __slots__ = ("_hub", "_waiters", "job_id", "latest", "subscribers")
+    __slots__ = ("_hub", "_named", "_waiters", "job_id", "latest", "subscribers")
 
     def __init__(self, job_id: UUID, hub: WatchHub) -> None:
         self.job_id = job_id
@@ -184,6 +187,9 @@ class Watch:
         self.subscribers = 0
         self._waiters: list[asyncio.Future[None]] = []
         self._hub = hub
+        # The latest snapshot as answers show it (`named`), once a waiter
+        # has been answered with it; None while waiters park.
+        self._named: Job | None = None
 
     def __enter__(self) -> Watch:
         self.subscribers += 1
@@ -203,7 +209,24 @@ class Watch:
         """Take `job` if it is newer than what we hold, and wake the waiters."""
         if self.latest is None or job.version > self.latest.version:
             self.latest = job
+            self._named = None
             self.wake()
+
+    def named(self, version: int) -> Job | None:
+        """The snapshot of `version` as an earlier waiter was answered with
+        it (`keep_named`), if that is still the one held."""
+        named = self._named
+        return named if named is not None and named.version == version else None
+
+    def keep_named(self, named: Job) -> Job:
+        """Keep `named` for the other waiters answered with its version: they
+        are woken together, so every one gets this same object, and so the
+        same answer (JobService.answer). Kept only while nobody parks, so a
+        parked watch holds one snapshot, not two."""
+        self._hub.named += 1
+        if named.version == self.version:
+            self._named = named
+        return named
 
     def wake(self) -> None:
         """Hand the waiters to the hub, which resolves them a chunk a turn
@@ -221,6 +244,7 @@ class Watch:
             if deadline is not None and deadline - loop.time() < CLOCK_SLACK:
                 break
             waiter: asyncio.Future[None] = loop.create_future()
+            self._named = None
             self._waiters.append(waiter)
             timer = None if deadline is None else loop.call_at(deadline, _resolve, waiter)
             try:
@@ -232,6 +256,39 @@ class Watch:
                     self._waiters.remove(waiter)
         assert self.latest is not None, "a watch is read before anyone waits on it"
         return self.latest
+
+
+class Answers:
+    """What answers built from a job snapshot, once for every waiter handed
+    that same snapshot object: the waiters of one version are woken
+    together and get one named Job (`Watch.keep_named`), so a storm builds
+    one response per version, not one per waiter. The answer must not be
+    changed once built (grpc.aio only serializes what a handler returns, so
+    one message can answer many calls).
+
+    Recent snapshots only (`size`), by identity (each entry holds its
+    snapshot, so the id cannot be reused meanwhile): a version's waiters are
+    answered one after another, in the same turns."""
+
+    __slots__ = ("_held", "built", "size")
+
+    def __init__(self, size: int = ANSWERS_HELD) -> None:
+        self._held: dict[tuple[int, object], tuple[Job, object]] = {}
+        self.size = size
+        # Answers built (tests, observability).
+        self.built = 0
+
+    def of(self, job: Job, build: Callable[[Job], T]) -> T:
+        key = (id(job), build)
+        held = self._held.get(key)
+        if held is not None and held[0] is job:
+            return cast(T, held[1])
+        answer = build(job)
+        self.built += 1
+        if len(self._held) >= self.size:
+            del self._held[next(iter(self._held))]  # the oldest
+        self._held[key] = (job, answer)
+        return answer
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:
@@ -268,6 +325,9 @@ class WatchHub:
         self.fetched = 0
         self.rechecks = 0
         self.applied = 0
+        # Snapshots named for an answer (once per version and watch, however
+        # many of its waiters are answered with it).
+        self.named = 0
 
     # -- subscribers
 
@@ -398,7 +458,7 @@ def _applied(job: Job, version: int, state: str, snapshot: dict[str, Any]) -> Jo
     """`job` as a notification's snapshot says it is now (what a transition
     or a progress write may change; the rest of a job never changes)."""
     phase = snapshot["phase"]
-    return dataclasses.replace(
+    return _replaced(
         job,
         version=version,
         state=JobState(state),
@@ -420,6 +480,20 @@ def _applied(job: Job, version: int, state: str, snapshot: dict[str, Any]) -> Jo
         started_at=_time(snapshot["started_at"]),
         finished_at=_time(snapshot["finished_at"]),
     )
+
+
+def _replaced(job: Job, **changes: Any) -> Job:
+    """`dataclasses.replace(job, **changes)` for the storm's path: a Job has
+    no __post_init__ and no init-only fields, so a copy of its fields with
+    `changes` over them is the same Job. `replace` goes through the
+    generated __init__ (40 fields, each set with object.__setattr__, the
+    class being frozen): 75 us a snapshot on a loaded 2-core machine against
+    8 us, and a storm applies one per job (scripts/bench_park.py)."""
+    new = object.__new__(Job)
+    fields = new.__dict__
+    fields.update(job.__dict__)
+    fields.update(changes)
+    return new
 
 
 def _time(value: object) -> datetime | None:

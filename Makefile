@@ -8,7 +8,7 @@ RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 ENSURE_VENV := PYTHON=$(PYTHON) VENV=$(VENV) scripts/ensure_venv.sh
 
-.PHONY: install install-dev run test lint proto bench dist clean
+.PHONY: install install-dev run test lint proto bench bench-table dist clean
 
 $(RUN_STAMP): pyproject.toml
 	$(ENSURE_VENV) server
@@ -41,8 +41,30 @@ lint: $(DEV_STAMP)
 proto: $(DEV_STAMP)
 	$(PY) scripts/gen_protos.py
 
+## bench: every scripts/bench_*.py (or BENCH_SCRIPTS), output kept in BENCH_LOG,
+## then every TABLE line of it as one table (issue 27's); fails if any bench did
+BENCH_SCRIPTS ?= $(wildcard scripts/bench_*.py)
+BENCH_LOG ?= .setu/bench.log
+# The table from BENCH_LOG's TABLE lines. Inlined, not `$(MAKE) bench-table`:
+# make runs a recipe line that names $(MAKE) even under `make -n`.
+BENCH_TABLE = echo; echo "== the table (every TABLE line of $(BENCH_LOG))"; \
+	echo "| measure | floor in the same run | Setu | ratio | target | |"; \
+	echo "|---|---|---|---|---|---|"; \
+	sed -n 's/^TABLE \(|.*\)$$/\1 |/p' $(BENCH_LOG)
 bench: $(DEV_STAMP)
-	@set -e; for script in scripts/bench_*.py; do echo "== $$script"; $(PY) $$script; done
+	@mkdir -p $(dir $(BENCH_LOG)); : > $(BENCH_LOG); rm -f $(BENCH_LOG).failed; \
+	for script in $(BENCH_SCRIPTS); do \
+		echo "== $$script" | tee -a $(BENCH_LOG); \
+		{ $(PY) $$script 2>&1 || echo "$$script" >> $(BENCH_LOG).failed; } | tee -a $(BENCH_LOG); \
+	done; \
+	$(BENCH_TABLE); \
+	if [ -s $(BENCH_LOG).failed ]; then \
+		echo "failed: $$(tr '\n' ' ' < $(BENCH_LOG).failed)(output in $(BENCH_LOG))"; exit 1; \
+	fi
+
+## bench-table: the table of the last `make bench` again, from BENCH_LOG
+bench-table:
+	@$(BENCH_TABLE)
 
 ## dist: the wheel an agent host installs (README, "Installing an agent")
 dist: $(RUN_STAMP)

@@ -1,7 +1,8 @@
 """Parked WaitJobs next to the bare grpc floor, in one run: memory per park
 and how late the server's event loop runs while they park and are released.
 
-    python scripts/bench_park.py [--parked 10000] [--profile] [--recheck-seconds 30]
+    python scripts/bench_park.py [--parked 20000] [--rounds 1] [--profile]
+        [--cprofile FILE] [--recheck-seconds 30]
 
 - floor: the bare grpc.aio server of `bench_grpc_floor.py` (its handler only
   awaits an event; this script with --serve-floor, with Setu's startup GC
@@ -26,6 +27,10 @@ and how late the server's event loop runs while they park and are released.
   the safety net for lost notifications) inside the parking window, and the
   bench prints how long it took and how many rows came back; the periodic
   ones (every --recheck-seconds, SETU_WATCH_RECHECK_SECONDS) are counted too.
+- --cprofile FILE: cProfile of the server's loop thread from the statement
+  to the last answer (pstats format), to see what each answer costs.
+- the last lines are issue 27's TABLE rows (the release against its
+  statement, the loop's lag through the storm), medians of --rounds rounds.
 - --profile: the server also runs tracemalloc, and prints the lines that
   allocated most between idle and parked (tracemalloc itself costs memory
   and time, so the RSS figures of a profiled run are not the targets').
@@ -42,6 +47,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import gc
 import json
 import os
@@ -73,6 +79,10 @@ MIB = 1024 * 1024
 CHANNELS = 4
 PROBE_PERIOD = 0.010
 WAIT_CAP_SECONDS = 3600
+TIMES = "\u00d7"  # the table's multiplication sign
+# Issue 27: the last answer <= 2 x the statement; the lag p99.9 <= 50 ms.
+RELEASE_TARGET = 2.0
+LAG_TARGET_MS = 50.0
 
 
 def free_port() -> int:
@@ -228,7 +238,7 @@ async def answer(
     probing.cancel()
 
 
-async def serve(profile: bool) -> None:
+async def serve(profile: bool, cprofile: str) -> None:
     from setu_server.config import Settings
     from setu_server.server import serving, tune_gc
 
@@ -244,6 +254,7 @@ async def serve(profile: bool) -> None:
         hub = running.hub
         forced: dict[str, Any] = {}
         passes: list[asyncio.Task[None]] = []  # held, so none is collected mid-pass
+        storm = cProfile.Profile()  # the loop's thread, from the statement to the last answer
 
         async def recheck() -> None:
             """One pass, with what it cost the loop: its thread's CPU time
@@ -272,6 +283,11 @@ async def serve(profile: bool) -> None:
                 passes.append(asyncio.get_running_loop().create_task(recheck()))
             elif line == "rechecked":
                 return {"passes": hub.rechecks, "forced": forced or None}
+            elif line == "storm" and cprofile:
+                storm.enable()
+            elif line == "stormed" and cprofile:
+                storm.disable()
+                storm.dump_stats(cprofile)
             if line == "snapshot" and profile:
                 gc.collect()
                 baseline = tracemalloc.take_snapshot()
@@ -394,7 +410,12 @@ async def floor(parked: int) -> dict[str, Any]:
 
 
 async def setu(
-    url: str, parked: int, profile: bool, recheck_seconds: float, report: list[str]
+    url: str,
+    parked: int,
+    profile: bool,
+    recheck_seconds: float,
+    report: list[str],
+    cprofile: str = "",
 ) -> dict[str, Any]:
     from setu_client.clock import SystemClock
     from setu_server.models import JobState
@@ -424,8 +445,12 @@ async def setu(
         "SETU_WORKER_PROCESSES": "0",
         "SETU_HTTP_LISTEN": "",
         "SETU_WATCH_RECHECK_SECONDS": str(recheck_seconds),
+        # One process: the figures are one event loop's (setu-server's
+        # default is one process per core, SETU_PROCESSES=0).
+        "SETU_PROCESSES": "1",
     }
-    child = Child(["--serve", *(["--profile"] if profile else [])], env)
+    flags = ["--serve", *(["--profile"] if profile else [])]
+    child = Child([*flags, *(["--cprofile", cprofile] if cprofile else [])], env)
     idle = Child(["--serve-idle"])
     chans = channels(port)
     try:
@@ -463,6 +488,8 @@ async def setu(
             top = (await child.ask("diff"))["top"]
             report.append(f"tracemalloc, top lines grown from idle to {parked:,} parked:")
             report += ["  " + line for line in top]
+        if cprofile:
+            await child.ask("storm")
         started = time.monotonic()
         await jobs.transition_jobs(pool, ids, JobState.SUCCEEDED, now=None, message="done")
         statement = time.monotonic() - started
@@ -476,6 +503,9 @@ async def setu(
         last = time.monotonic() - started
         lags["release_lag"] = await child.ask("lag")
         lags["idle_release_lag"] = await idle.ask("lag")
+        if cprofile:
+            await child.ask("stormed")
+            report.append(f"cProfile of the server's loop thread through the storm: {cprofile}")
         bad = [a for a in answers if isinstance(a, BaseException) or not a.terminal]
         return {
             "base": base,
@@ -539,12 +569,53 @@ def lag_line(what: str, lag: dict[str, Any], idle: dict[str, Any] | None = None)
 
 
 async def measure(args: argparse.Namespace) -> None:
+    """--rounds rounds, floor and Setu alternated; each round's figures, then
+    the issue-27 TABLE rows from the medians."""
     n = args.parked
-    report: list[str] = []
+    rounds: list[tuple[dict[str, Any], dict[str, Any]]] = []
     with contextlib.ExitStack() as stack:
         url = database(stack)
-        bare = await floor(n)
-        ours = await setu(url, n, args.profile, args.recheck_seconds, report)
+        for i in range(args.rounds):
+            report: list[str] = []
+            bare = await floor(n)
+            ours = await setu(url, n, args.profile, args.recheck_seconds, report, args.cprofile)
+            rounds.append((bare, ours))
+            if args.rounds > 1:
+                print(f"-- round {i + 1} of {args.rounds}")
+            print_round(args, bare, ours, report)
+    print_table(n, rounds)
+
+
+def print_table(n: int, rounds: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """The issue-27 rows: the release against its statement (bare grpc.aio's
+    own answer time beside it), and the loop's lag through the storm."""
+    median = statistics.median
+    statement = median(ours["statement"] for _, ours in rounds)
+    last = median(ours["last"] for _, ours in rounds)
+    ratio = median(ours["last"] / ours["statement"] for _, ours in rounds)
+    grpc_alone = median(bare["release"] for bare, _ in rounds)
+    lag = median(ours["release_lag"]["p999"] for _, ours in rounds)
+    idle = median(ours["idle_release_lag"]["p999"] for _, ours in rounds)
+    own = median(ours["release_lag"]["own_p999"] for _, ours in rounds)
+    of = f"median of {len(rounds)} round(s), load {os.getloadavg()[0]:.2f}"
+    print(
+        f"TABLE | release {n:,} parked waits in one statement (bench_park.py) | the statement "
+        f"{statement:.2f} s; bare grpc.aio answers {n:,} in {grpc_alone:.2f} s | last answer "
+        f"{last:.2f} s after the statement began ({of}) | {ratio:.2f} {TIMES} | "
+        f"≤ {RELEASE_TARGET:g} {TIMES} | {'met' if ratio <= RELEASE_TARGET else 'missed'}"
+    )
+    print(
+        f"TABLE | event-loop lag from the statement's return to the last answer | an idle "
+        f"process's timer p99.9 {idle:.1f} ms | p99.9 {lag:.1f} ms (the loop's own CPU at most "
+        f"{own:.1f} ms; {of}) | {lag / LAG_TARGET_MS:.2f} {TIMES} the target | "
+        f"p99.9 ≤ {LAG_TARGET_MS:g} ms | {'met' if lag <= LAG_TARGET_MS else 'missed'}"
+    )
+
+
+def print_round(
+    args: argparse.Namespace, bare: dict[str, Any], ours: dict[str, Any], report: list[str]
+) -> None:
+    n = args.parked
     own = (ours["per"] - bare["per"]) / KIB
     grown_ratio = (ours["held"] - ours["base"]) / (bare["held"] - bare["base"])
     print(f"parked calls: {n:,}; {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
@@ -610,8 +681,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--parked", type=int, default=10_000)
+    parser.add_argument("--parked", type=int, default=20_000)
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="floor and setu alternated; TABLE rows of the medians"
+    )
     parser.add_argument("--profile", action="store_true", help="tracemalloc in the server")
+    parser.add_argument(
+        "--cprofile",
+        default="",
+        metavar="FILE",
+        help="cProfile the server's loop from the statement to the last answer, into FILE",
+    )
     parser.add_argument(
         "--recheck-seconds",
         type=float,
@@ -623,7 +703,7 @@ def main() -> None:
     parser.add_argument("--serve-idle", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        asyncio.run(serve(args.profile))
+        asyncio.run(serve(args.profile, args.cprofile))
         return
     if args.serve_floor:
         sys.path.insert(0, str(ROOT / "scripts"))

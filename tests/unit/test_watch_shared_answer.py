@@ -1,15 +1,24 @@
 """A storm's answers are built once per job version: the waiters of one
 version get one named snapshot (`Watch.keep_named`) and one answer built
-from it (`Answers`), not one each."""
+from it (`Answers`), not one each; and the collector stays out of the storm
+(`StormCollector`)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 from dataclasses import replace
 
 from setu_server.models import Job, JobState
-from setu_server.service.watch import Answers, WatchHub, _applied
+from setu_server.service.watch import (
+    GC_HOLD_SECONDS,
+    STORM_GC,
+    Answers,
+    Drain,
+    WatchHub,
+    _applied,
+)
 from tests.factories import detached_job, no_jobs
 
 
@@ -94,3 +103,38 @@ def test_a_notice_applied_to_a_snapshot_is_what_dataclasses_replace_makes() -> N
     )
     assert applied == expected and applied.version == 5 and applied.state is JobState.FAILED
     assert job.version == 1 and job.error_message == ""  # the held snapshot is untouched
+
+
+async def test_the_collector_is_off_while_a_storm_drains_and_on_once_it_is_drained() -> None:
+    enabled: list[bool] = []
+    drained = asyncio.Event()
+
+    def handle(item: int) -> None:
+        enabled.append(gc.isenabled())
+        if item == 34:
+            drained.set()
+
+    drain: Drain[int] = Drain(handle, 10, least=10)
+    drain.extend(range(35))
+    await drained.wait()
+    # On for the first turn (no backlog yet), off for the turns after one
+    # that left a backlog, on again once the last turn emptied the queue.
+    assert enabled == [True] * 10 + [False] * 25
+    assert gc.isenabled() and not STORM_GC.disabled
+
+
+async def test_the_collector_held_off_no_longer_than_its_bound_nor_turned_on_by_us() -> None:
+    loop = asyncio.get_running_loop()
+    holder = object()
+    STORM_GC.hold(holder, loop.time())
+    assert not gc.isenabled()
+    STORM_GC.hold(holder, loop.time() + GC_HOLD_SECONDS + 1)
+    assert gc.isenabled()
+    STORM_GC.release(holder)
+    gc.disable()
+    try:  # a collector someone else turned off stays off
+        STORM_GC.hold(holder, loop.time())
+        STORM_GC.release(holder)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import secrets
@@ -85,6 +86,8 @@ async def supervise(settings: Settings, argv: list[str]) -> int:
             )
             for child in children
         ]
+        for keeper in keepers:
+            keeper.add_done_callback(functools.partial(_keeper_ended, failed))
         try:
             return await _serve(children, port, stop, failed)
         finally:
@@ -155,11 +158,26 @@ async def _keep(
             delay = RESTART_DELAY_SECONDS
         log.warning(
             "server process ended; restarting it",
-            extra={"process": child.index, "pid": proc.pid, "code": code, "delay_seconds": delay},
+            extra={
+                "process_index": child.index,
+                "pid": proc.pid,
+                "code": code,
+                "delay_seconds": delay,
+            },
         )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), delay)
         delay = min(delay * 2, MAX_RESTART_DELAY_SECONDS)
+
+
+def _keeper_ended(failed: asyncio.Future[int], keeper: asyncio.Task[None]) -> None:
+    """A keeper that fails stops the server rather than leave its child dead
+    and the port served by fewer processes than asked for."""
+    if keeper.cancelled() or keeper.exception() is None:
+        return
+    log.error("server process supervision failed", exc_info=keeper.exception())
+    if not failed.done():
+        failed.set_result(1)
 
 
 async def _relay(stdout: asyncio.StreamReader, child: _Child) -> None:
@@ -168,6 +186,14 @@ async def _relay(stdout: asyncio.StreamReader, child: _Child) -> None:
     async for raw in stdout:
         line = raw.decode(errors="replace")
         if line.startswith(READY_LINE):
+            if child.served.is_set():
+                log.info(
+                    "server process serving again",
+                    extra={
+                        "process_index": child.index,
+                        "pid": child.proc.pid if child.proc else None,
+                    },
+                )
             child.served.set()
             continue
         sys.stdout.write(line)
@@ -186,7 +212,7 @@ async def _stop_all(
         for child in children:
             if child.proc is not None and child.proc.returncode is None:
                 log.warning(
-                    "server process did not stop; killing it", extra={"process": child.index}
+                    "server process did not stop; killing it", extra={"process_index": child.index}
                 )
                 with contextlib.suppress(ProcessLookupError):
                     child.proc.kill()

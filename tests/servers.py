@@ -295,9 +295,15 @@ async def line_with(
     """The next line of `proc`'s stderr that holds `text` (every line read
     on the way is added to `seen`)."""
     assert proc.stderr is not None
-    while line := (await proc.stderr.readline()).decode():
+    return await line_of(proc.stderr, text, seen)
+
+
+async def line_of(stream: asyncio.StreamReader, text: str, seen: list[str] | None = None) -> str:
+    """The next line of `stream` that holds `text` (every line read on the
+    way is added to `seen`)."""
+    while line := (await stream.readline()).decode():
         if seen is not None:
             seen.append(line)
         if text in line:
             return line
-    raise AssertionError(f"the process exited without saying {text!r}")
+    raise AssertionError(f"the process ended without saying {text!r}; it said {seen}")

@@ -19,19 +19,9 @@ import pytest
 from setu_server.models import JobState
 from setu_server.store import jobs
 from tests.factories import make_job, make_tenant
-from tests.servers import ADMIN_TOKEN, ROOT, free_port, wait_healthy
+from tests.servers import ADMIN_TOKEN, ROOT, free_port, line_of, wait_healthy
 
 GET_JOB = '"method": "/setu.v1.JobOrchestrationService/GetJob"'
-
-
-async def line_with(stream: asyncio.StreamReader, text: str, seen: list[str]) -> str:
-    """The next line of `stream` that holds `text`; every line read on the
-    way is added to `seen`."""
-    while line := (await stream.readline()).decode():
-        seen.append(line)
-        if text in line:
-            return line
-    raise AssertionError(f"the process ended without saying {text!r}; it said {seen}")
 
 
 @contextlib.asynccontextmanager
@@ -97,16 +87,16 @@ async def test_a_waiter_rides_a_server_restart_and_says_so(
         assert cli.stderr is not None and cli.stdout is not None
         try:
             # The CLI reached the server (its GetJob came first); its wait follows.
-            await asyncio.wait_for(line_with(first.stdout, GET_JOB, []), 60)
+            await asyncio.wait_for(line_of(first.stdout, GET_JOB, []), 60)
             first.send_signal(signal.SIGTERM)
-            went = await asyncio.wait_for(line_with(cli.stderr, "went away", said), 60)
+            went = await asyncio.wait_for(line_of(cli.stderr, "went away", said), 60)
             assert await first.wait() == 0
         except BaseException:
             cli.kill()
             raise
 
     async with setu_server(database_url, port, tmp_path / "second.log"):
-        back = await asyncio.wait_for(line_with(cli.stderr, "is back", said), 60)
+        back = await asyncio.wait_for(line_of(cli.stderr, "is back", said), 60)
         await jobs.transition_job(pool, job.id, JobState.SUCCEEDED, now=None, message="done")
         out, rest = await asyncio.wait_for(cli.communicate(), 60)
 

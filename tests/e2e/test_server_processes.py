@@ -4,6 +4,8 @@ with its own watch hub and LISTEN session, supervised by one parent."""
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -26,7 +28,7 @@ from setu_server.rpc.interceptor import PROCESS_KEY
 from setu_server.server import WAIT_READ_POINT
 from tests.factories import make_job, make_tenant
 from tests.pause import pause_point
-from tests.servers import ADMIN_TOKEN, server_process, wait_healthy
+from tests.servers import ADMIN_TOKEN, free_port, line_of, server_process, wait_healthy
 
 # New connections land on one process or the other as the kernel hashes
 # them; this many leave a miss of either at 2^-63.
@@ -176,3 +178,45 @@ async def test_a_server_of_one_process_names_no_process(
             call = stub.GetJob(jobs_pb2.GetJobRequest(job_id=str(job.id)), timeout=30)
             await call
             assert PROCESS_KEY not in dict(await call.trailing_metadata() or ())
+
+
+async def test_a_process_that_dies_after_serving_is_started_again(
+    database_url: str, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    tenant = await make_tenant(pool)
+    job = await make_job(pool, tenant.workspace_id)
+    port = free_port()
+    env = (
+        os.environ
+        | _env(database_url)
+        | {"SETU_LISTEN": f"127.0.0.1:{port}", "SETU_HTTP_LISTEN": "127.0.0.1:0"}
+    )
+    parent = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "setu_server.main",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    assert parent.stdout is not None
+    said: list[str] = []
+    try:
+        await asyncio.wait_for(line_of(parent.stdout, "setu-server processes: 2", said), 60)
+        (second,) = [
+            child
+            for child in psutil.Process(parent.pid).children()
+            if "--process-index 1 " in " ".join(child.cmdline()) + " "
+        ]
+        second.kill()
+        await asyncio.wait_for(line_of(parent.stdout, "restarting it", said), 60)
+        again = await asyncio.wait_for(line_of(parent.stdout, "serving again", said), 60)
+        assert '"process_index": 1' in again
+        async with pinned(port, tenant.api_key, _get_job(str(job.id))) as channels:
+            assert sorted(channels) == ["0", "1"], "both serve the port again"
+    except TimeoutError:
+        raise AssertionError(f"setu-server said {said}") from None
+    finally:
+        parent.terminate()
+        await asyncio.wait_for(parent.communicate(), 60)
+    assert parent.returncode == 0, said

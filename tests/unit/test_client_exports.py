@@ -16,6 +16,7 @@ PUBLIC = [
     "Cancelled",
     "ClientClosed",
     "Clock",
+    "DatabaseUnavailable",
     "DeadlineExceeded",
     "DryRunPlan",
     "EventLevel",
@@ -101,3 +102,11 @@ def test_admin_surface_lists_what_it_exports() -> None:
     exported = set(setu_client.admin.__all__)
     assert {"AdminServiceStub", "CreateWorkspaceRequest", "Workspace"} <= exported
     assert all(hasattr(setu_client.admin, name) for name in exported)
+
+
+def test_a_database_outage_is_caught_by_its_public_name_apart_from_other_unavailables() -> None:
+    import setu_client.errors
+
+    assert setu_client.DatabaseUnavailable is setu_client.errors.DatabaseUnavailable
+    assert issubclass(setu_client.DatabaseUnavailable, setu_client.Unavailable)
+    assert setu_client.DatabaseUnavailable.reason == "database_unavailable"

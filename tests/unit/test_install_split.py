@@ -90,6 +90,7 @@ EXTRA_MODULES: Mapping[str, str] = {
     # parquet_options.require_pyarrow().
     "setu_engine.providers.files.parquet": "parquet",
     "setu_engine.providers.files.parquet_csv": "parquet",
+    "setu_engine.providers.files.arrow_join": "parquet",
     # duckdb and pyarrow: the duckdb provider's modules, which its package
     # imports behind an ImportError guard that names the extra.
     "setu_engine.providers.duckdb.arrays": "duckdb",

@@ -29,6 +29,7 @@ local and S3 storage in storage.py, ranged S3 reads in s3_ranges.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -322,6 +323,24 @@ async def _csv_tables(
         )
         before += table.num_rows
         yield table
+
+
+def _arrow_joinable(columns: Sequence[Column], positions: list[int], schema: Any) -> bool:
+    from setu_engine.providers.files import arrow_join  # pyarrow: the parquet extra
+
+    return arrow_join.joinable(columns, positions, schema)
+
+
+async def _arrow_batches(
+    writer: files_parquet.ParquetWriter, batches: AsyncIterator[Batch]
+) -> AsyncIterator[Any]:
+    """Written rows as record batches of the Parquet file's schema, each
+    converted once, as the plain write converts it."""
+    before = 0
+    async for batch in batches:
+        if batch:
+            yield await asyncio.to_thread(writer.batch_of, batch, before)
+            before += len(batch)
 
 
 async def _csv_rows(
@@ -683,6 +702,13 @@ class FileConnector(Connector):
                         await writer.write(rows)
             if not mode.needs_key:
                 return await _write_all(writer, batches, source.where)
+            keep_old = mode is WriteMode.UPSERT
+            if not isinstance(writer, _Writer) and _arrow_joinable(
+                columns, positions, writer.schema
+            ):
+                return await self._joined(
+                    writer, ref, source, columns, batches, positions, exists, keep_old
+                )
             # The written values spill to disk; their keys stay in memory.
             lines = self._lines(writer, columns)
             if isinstance(batches, _Lines):
@@ -701,13 +727,53 @@ class FileConnector(Connector):
                 written = await files_merge.spill(batches, positions, lines, columnar)
             try:
                 old_rows = self._keyed(ref, source, columns, positions) if exists else _nothing()
-                keep_old = mode is WriteMode.UPSERT
                 await files_merge.merge(writer.write, old_rows, written, positions, keep_old)
                 return written.count
             finally:
                 await asyncio.to_thread(written.close)
         finally:
             await writer.close()
+
+    async def _joined(
+        self,
+        writer: files_parquet.ParquetWriter,
+        ref: str,
+        source: _Source,
+        columns: Sequence[Column],
+        batches: AsyncIterator[Batch] | _Lines | _Csv,
+        positions: list[int],
+        exists: bool,
+        keep_old: bool,
+    ) -> int:
+        """A Parquet upsert or merge as a hash join on Arrow tables (arrow_join.py)."""
+        from setu_engine.providers.files import arrow_join
+        from setu_engine.providers.files import parquet as files_parquet
+
+        assert not isinstance(batches, _Lines)  # JSON Lines only
+        written = (
+            _csv_tables(writer, batches, source.where)
+            if isinstance(batches, _Csv)
+            else _arrow_batches(writer, batches)
+        )
+
+        def convert(batch: Any, before: int) -> Any:
+            return writer.batch_of(files_parquet.batch_rows(batch, columns, source, before), before)
+
+        old = (
+            files_parquet.rewritten_batches(self.storage, ref, source, columns) if exists else None
+        )
+        async with contextlib.AsyncExitStack() as stack:
+            if old is not None:
+                await stack.enter_async_context(aclosing(old))
+            return await arrow_join.join(
+                written,
+                old,
+                writer.schema,
+                columns[positions[0]].name,
+                convert,
+                writer.write_arrow,
+                keep_old,
+            )
 
     def _lines(
         self, writer: _Writer | files_parquet.ParquetWriter, columns: Sequence[Column]

@@ -320,6 +320,15 @@ def _keyed(
     return Old(keys, kept)
 
 
+def rewritten_batches(
+    storage: _Storage, ref: str, source: _Source, columns: Sequence[Column]
+) -> AsyncGenerator[tuple[pa.RecordBatch, int], None]:
+    """The old file's record batches for a rewrite (arrow_join.py), each with
+    the rows before it: a column the new rows lack is an error, and one the
+    file lacks is left out (the batch is converted as a read converts it)."""
+    return _batches(storage, ref, source, columns, True)
+
+
 async def _batches(
     storage: _Storage, ref: str, source: _Source, columns: Sequence[Column], rewrite: bool
 ) -> AsyncGenerator[tuple[pa.RecordBatch, int], None]:
@@ -351,6 +360,14 @@ def table_rows(
     for batch in table.to_batches():
         rows.extend(_rows_of(batch, columns, source, before + len(rows)))
     return rows
+
+
+def batch_rows(
+    batch: pa.RecordBatch, columns: Sequence[Column], source: _Source, before: int
+) -> list[Row]:
+    """A record batch of the file as rows, as a read of the file gives them
+    (a column the batch lacks reads as NULL)."""
+    return _rows_of(batch, columns, source, before)
 
 
 def _rows_of(

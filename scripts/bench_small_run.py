@@ -3,7 +3,8 @@ and again, cloud -> cloud and agent -> cloud (a real setu-agent process).
 
     python scripts/bench_small_run.py [--runs 200] [--rows 10]
 
-One embedded PostgreSQL holds Setu's database and the two data databases; a
+One embedded PostgreSQL holds Setu's database, another the two data
+databases (no connection may reach the socket folder of Setu's own); a
 real setu-server (its own cloud workers) and a real setu-agent; the SDK
 submits a run of a --rows table and calls wait_for_job until it ends,
 --runs times in a row per flow. Printed: p50/p90 of submit -> wait_for_job
@@ -269,13 +270,21 @@ def report(
 
 
 async def main(args: argparse.Namespace) -> None:
-    with embedded() as server_url, tempfile.TemporaryDirectory(prefix="setu-small-") as tmp:
+    # Setu's own database on a server of its own: no connection may reach
+    # the socket folder of Setu's database, so the data has another server.
+    with (
+        embedded() as server_url,
+        embedded() as data_url,
+        tempfile.TemporaryDirectory(prefix="setu-small-") as tmp,
+    ):
         folder = Path(tmp)
-        admin_conn = await asyncpg.connect(server_url)
-        for name in ("setu", "src", "dst"):
-            await admin_conn.execute(f"CREATE DATABASE {name}")
-        await admin_conn.close()
-        setu_url, src, dst = (with_database(server_url, n) for n in ("setu", "src", "dst"))
+        for url, names in ((server_url, ("setu",)), (data_url, ("src", "dst"))):
+            admin_conn = await asyncpg.connect(url)
+            for name in names:
+                await admin_conn.execute(f"CREATE DATABASE {name}")
+            await admin_conn.close()
+        setu_url = with_database(server_url, "setu")
+        src, dst = (with_database(data_url, n) for n in ("src", "dst"))
         await create_table(src, args.rows)
         conn = await db.connect(setu_url)
         await migrate(conn)

@@ -97,6 +97,7 @@ def test_a_keyed_rewrite_lands_what_the_join_defines(
     # Old batches of three rows and new keys gathered three at a time: a
     # key met again in a later batch, a take over several batches.
     monkeypatch.setattr(files_parquet, "READ_ROWS", 3)
+    monkeypatch.setattr(files_parquet, "JOIN_ROWS", 3)
     monkeypatch.setattr(arrow_join, "REST_ROWS", 3)
     if path == "rows":
         monkeypatch.setattr(files_connector, "_arrow_joinable", lambda *_: False)
@@ -157,3 +158,27 @@ async def test_an_old_file_without_a_new_column_reads_it_as_null(tmp_path: Path)
     finally:
         await files.close()
     assert back == [(1, None), (2, 20)]
+
+
+async def test_an_old_file_another_writer_typed_otherwise_joins_as_read(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # int32 and int64 where the stream says bigint and integer: every old
+    # batch and the old keys are converted as a read converts them.
+    old = pa.table({"id": pa.array([1, 2, 3], pa.int32()), "v": pa.array([10, 20, 30], pa.int64())})
+    pq.write_table(old, tmp_path / "t.parquet")
+    back = await land_on(tmp_path, [[(3, 300), (2, 200), (9, 900)]], WriteMode.UPSERT)
+    assert back == [(1, 10), (2, 200), (3, 300), (9, 900)]
+
+
+async def land_on(folder: Path, written: list[Batch], mode: WriteMode) -> list[Row]:
+    columns = [KEYS["bigint"][0], VALUE]
+    files = await get_provider("file").connect({"url": str(folder), "format": "parquet"})
+    try:
+        await files.write("t", columns, batches(written), mode, ["id"])
+        stream = transfer.select_streams(await files.discover(), ["t"])[0]
+        stream = replace(stream, columns=tuple(columns))
+        return [row async for batch in files.read(stream, 7) for row in batch]
+    finally:
+        await files.close()

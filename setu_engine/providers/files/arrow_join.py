@@ -9,12 +9,14 @@ becomes a Python object on the way:
 
 - The written rows (the hand-off's Arrow tables, or batches converted once
   as the plain write converts them) are appended to an Arrow IPC file in a
-  temporary folder and memory-mapped back, so they stay on disk.
+  temporary folder while they come, and read back whole once every one has.
 - Their key column gives the distinct keys in the order they first came
   (`pyarrow.compute.unique`) and, per key, its last written row: the last
   written value wins, in its first row's place.
-- Each record batch of the old file is probed against those keys
-  (`index_in`, a hash lookup in C): an old row whose key was written is
+- The old file's key column is read first, alone, and every old row's
+  key looked up among those keys at once (`index_in`, one hash table in
+  C; one per old batch would build it again for each). Then each record
+  batch of the old file is rewritten: an old row whose key was written is
   replaced by that key's value, once (a key the file holds twice keeps
   only its first row, replaced); an old row whose key was not written is
   kept as its bytes are (upsert) or dropped (merge). The output batch is
@@ -27,16 +29,18 @@ and NaN, JSON, UUID, arrays) stay with merge.py, as does an old batch
 whose columns do not have the file's types (a file another writer made, a
 column the file lacks): that batch is converted as a read converts it.
 
-Memory: the written keys' column, their distinct values and an int per
-distinct key (some 30 bytes a row for a bigint key); the values stay in
-the memory-mapped file; the old file streams a batch at a time.
+Memory: the written rows as Arrow holds them (about their size in a
+Parquet file uncompressed), their distinct keys and an integer per key;
+the old file streams JOIN_ROWS rows at a time (parquet.py), its key column
+read whole first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +78,10 @@ def joinable(columns: Sequence[Column], positions: Sequence[int], schema: pa.Sch
     return column.type in KEY_TYPES and not pa.types.is_nested(type_)
 
 
+def _positions(count: int) -> pa.Array:
+    return pa.array(range(count), pa.int64())
+
+
 class Written:
     """The written rows of one upsert or merge, as Arrow, by key."""
 
@@ -86,11 +94,15 @@ class Written:
         self._sink = pa.OSFile(str(self._path), "wb")
         self._ipc = pa.ipc.new_file(self._sink, schema)
         self._table: pa.Table | None = None
-        self._keys: pa.Array | None = None
-        # Per distinct key (in first-come order): its last written row, and
-        # whether an old row has taken it.
-        self._last: list[int] = []
-        self._taken = bytearray()
+        # The distinct written keys in first-come order, and each one's last row.
+        self._keys = pa.array([], schema.field(key).type)
+        self._last = pa.array([], pa.int64())
+        # Per old row: the distinct key it matches (null: none), and whether
+        # it is the first old row to match it (the one replaced).
+        self._matches = pa.array([], pa.int32())
+        self._first = pa.array([], pa.bool_())
+        # The distinct keys some old row matched.
+        self._taken = pa.array([], pa.int32())
 
     def put(self, data: pa.Table | pa.RecordBatch) -> None:
         for batch in data.to_batches() if isinstance(data, pa.Table) else [data]:
@@ -102,53 +114,61 @@ class Written:
         """Every written row put: the distinct keys and each one's last row."""
         self._ipc.close()
         self._sink.close()
-        self._table = pa.ipc.open_file(pa.memory_map(str(self._path))).read_all()
-        column = self._table.column(self.key)
+        # One contiguous table: a take from a chunked one joins its chunks
+        # first, every call (an upsert of a million rows took three times
+        # as long), so the rows move from the file into memory once here.
+        self._table = pa.ipc.open_file(pa.memory_map(str(self._path))).read_all().combine_chunks()
+        column = self._table.column(self.key).combine_chunks()
         self._keys = pc.unique(column)
-        last = [0] * len(self._keys)
-        for row, distinct in enumerate(pc.index_in(column, value_set=self._keys).to_pylist()):
-            last[distinct] = row
-        self._last = last
-        self._taken = bytearray(len(last))
+        # index_in answers a value's first place in value_set: its first
+        # place in the column reversed is its last in the column.
+        backwards = pc.index_in(self._keys, value_set=column[::-1]).cast(pa.int64())
+        self._last = pc.subtract(len(column) - 1, backwards)
 
-    def replaced(self, old: pa.RecordBatch, keep_old: bool) -> pa.Table:
-        """An old batch (of the file's schema) with its written rows in place."""
+    def probe(self, old_keys: pa.ChunkedArray) -> None:
+        """Looks up every old row's key at once: one hash table of the
+        written keys (index_in builds one per call, so a call per old batch
+        would build it again for each)."""
+        matches = pc.index_in(old_keys, value_set=self._keys).combine_chunks()
+        taken = pc.drop_null(pc.unique(matches))
+        # Where each matched key first comes among the old rows.
+        firsts = pc.index_in(taken, value_set=matches)
+        self._matches = matches
+        self._first = pc.is_in(_positions(len(matches)), value_set=firsts)
+        self._taken = taken
+
+    def replaced(self, old: pa.RecordBatch, before: int, keep_old: bool) -> pa.Table:
+        """An old batch (of the file's schema), the rows before it in the
+        file, with its written rows in place."""
         assert self._table is not None
-        matches = pc.index_in(old.column(self.key), value_set=self._keys)
+        count = old.num_rows
+        matches = self._matches.slice(before, count)
         old_table = pa.Table.from_batches([old])
-        if matches.null_count == len(matches):
+        if matches.null_count == count:
             return old_table if keep_old else old_table.slice(0, 0)
-        last, taken = self._last, self._taken
-        kept: list[int] = []  # old rows kept
-        values: list[int] = []  # written rows, in the order they are placed
-        plan: list[int] = []  # per output row: kept row i as i, written row j as ~j
-        for at, distinct in enumerate(matches.to_pylist()):
-            if distinct is None:
-                if keep_old:
-                    plan.append(len(kept))
-                    kept.append(at)
-            elif not taken[distinct]:
-                taken[distinct] = 1
-                plan.append(~len(values))
-                values.append(last[distinct])
-        taken_rows = self._table.take(pa.array(values, pa.int64()))
-        if not kept:
-            return taken_rows
-        both = pa.concat_tables([old_table.take(pa.array(kept, pa.int64())), taken_rows])
-        offset = len(kept)
-        order = [i if i >= 0 else offset + ~i for i in plan]
-        return both.take(pa.array(order, pa.int64()))
+        matched = pc.is_valid(matches)
+        # An old row stays as a written one (the first of its key), as
+        # itself (no key of it written, under upsert), or not at all.
+        placed = pc.and_(matched, self._first.slice(before, count))
+        if keep_old:
+            placed = pc.or_(placed, pc.invert(matched))
+        # Old row i is row i of `both`, its written row is row count + i.
+        written = self._table.take(pc.take(self._last, pc.fill_null(matches, 0)))
+        both = pa.concat_tables([old_table, written])
+        positions = _positions(count)
+        order = pc.if_else(matched, pc.add(positions, count), positions)
+        return both.take(pc.filter(order, placed))
 
     def rest(self) -> Iterator[pa.Table]:
         """The written keys no old row took, in the order they first came."""
         assert self._table is not None
-        taken = self._taken
-        left = [row for distinct, row in enumerate(self._last) if not taken[distinct]]
+        untaken = pc.invert(pc.is_in(_positions(len(self._keys)), value_set=self._taken))
+        left = pc.filter(self._last, untaken)
         for at in range(0, len(left), REST_ROWS):
-            yield self._table.take(pa.array(left[at : at + REST_ROWS], pa.int64()))
+            yield self._table.take(left.slice(at, REST_ROWS))
 
     def close(self) -> None:
-        self._table = self._keys = None
+        self._table = None
         if not self._sink.closed:
             self._sink.close()
         self._dir.cleanup()
@@ -166,9 +186,18 @@ def conformed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch | None
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+@dataclass(frozen=True)
+class OldFile:
+    """The file being rewritten: its key column whole (read first, alone),
+    then its record batches, each with the rows before it."""
+
+    keys: Callable[[], Awaitable[pa.ChunkedArray]]
+    batches: AsyncIterator[tuple[pa.RecordBatch, int]]
+
+
 async def join(
     written_tables: AsyncIterator[pa.Table | pa.RecordBatch],
-    old_batches: AsyncIterator[tuple[pa.RecordBatch, int]] | None,
+    old: OldFile | None,
     schema: pa.Schema,
     key: str,
     convert: Callable[[pa.RecordBatch, int], pa.RecordBatch],
@@ -183,12 +212,13 @@ async def join(
         async for table in written_tables:
             await asyncio.to_thread(written.put, table)
         await asyncio.to_thread(written.seal)
-        if old_batches is not None:
-            async for batch, before in old_batches:
+        if old is not None:
+            await asyncio.to_thread(written.probe, await old.keys())
+            async for batch, before in old.batches:
                 own = conformed(batch, schema)
                 if own is None:
                     own = await asyncio.to_thread(convert, batch, before)
-                await write(await asyncio.to_thread(written.replaced, own, keep_old))
+                await write(await asyncio.to_thread(written.replaced, own, before, keep_old))
         rest = written.rest()
         while (table := await asyncio.to_thread(next, rest, None)) is not None:
             await write(table)

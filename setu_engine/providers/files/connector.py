@@ -759,20 +759,20 @@ class FileConnector(Connector):
         def convert(batch: Any, before: int) -> Any:
             return writer.batch_of(files_parquet.batch_rows(batch, columns, source, before), before)
 
-        old = (
-            files_parquet.rewritten_batches(self.storage, ref, source, columns) if exists else None
-        )
+        key = columns[positions[0]]
+        key_type = writer.schema.field(key.name).type
         async with contextlib.AsyncExitStack() as stack:
-            if old is not None:
-                await stack.enter_async_context(aclosing(old))
+            old = None
+            if exists:
+                rows = files_parquet.rewritten_batches(self.storage, ref, source, columns)
+                old = arrow_join.OldFile(
+                    functools.partial(
+                        files_parquet.key_column, self.storage, ref, source, key, key_type
+                    ),
+                    await stack.enter_async_context(aclosing(rows)),
+                )
             return await arrow_join.join(
-                written,
-                old,
-                writer.schema,
-                columns[positions[0]].name,
-                convert,
-                writer.write_arrow,
-                keep_old,
+                written, old, writer.schema, key.name, convert, writer.write_arrow, keep_old
             )
 
     def _lines(

@@ -72,6 +72,9 @@ PRIMARY_KEY_KEY = b"setu.primary_key"
 # A bare numeric's decimal: 29 digits before the point, 9 after.
 BARE_NUMERIC = (38, 9)
 READ_ROWS = 10_000
+# An upsert's old rows per batch of the Arrow join (arrow_join.py): each
+# batch is a gather from the written rows, whose fixed cost wants many rows.
+JOIN_ROWS = 100_000
 
 # ---------------------------------------------------------------- options
 
@@ -320,17 +323,40 @@ def _keyed(
     return Old(keys, kept)
 
 
+async def key_column(
+    storage: _Storage, ref: str, source: _Source, column: Column, type_: pa.DataType
+) -> pa.ChunkedArray:
+    """The old file's values of one column, every row, as `type_` (a column
+    the file lacks is NULL in every row, as a read gives it; another type
+    is converted as a read converts it)."""
+    async with _opened(storage, ref) as handle:
+        file = await asyncio.to_thread(_parquet_file, handle, source)
+        if column.name not in file.schema_arrow.names:
+            return pa.chunked_array([pa.nulls(file.metadata.num_rows, type_)])
+        read = await asyncio.to_thread(file.read, columns=[column.name], use_threads=False)
+    values = read.column(0)
+    if values.type == type_:
+        return values
+    rows = await asyncio.to_thread(table_rows, read, [column], source, 0)
+    return pa.chunked_array([pa.array([row[0] for row in rows], type_)], type_)
+
+
 def rewritten_batches(
     storage: _Storage, ref: str, source: _Source, columns: Sequence[Column]
 ) -> AsyncGenerator[tuple[pa.RecordBatch, int], None]:
     """The old file's record batches for a rewrite (arrow_join.py), each with
     the rows before it: a column the new rows lack is an error, and one the
     file lacks is left out (the batch is converted as a read converts it)."""
-    return _batches(storage, ref, source, columns, True)
+    return _batches(storage, ref, source, columns, True, JOIN_ROWS)
 
 
 async def _batches(
-    storage: _Storage, ref: str, source: _Source, columns: Sequence[Column], rewrite: bool
+    storage: _Storage,
+    ref: str,
+    source: _Source,
+    columns: Sequence[Column],
+    rewrite: bool,
+    batch_rows: int | None = None,
 ) -> AsyncGenerator[tuple[pa.RecordBatch, int], None]:
     """The file's record batches of the given columns, each with the rows before it."""
     async with _opened(storage, ref) as handle:
@@ -345,7 +371,8 @@ async def _batches(
                     f"{source.where} has no column {column.name!r} (it has {', '.join(names)})"
                 )
         present = [c.name for c in columns if c.name in names]
-        batches = file.iter_batches(batch_size=READ_ROWS, columns=present, use_threads=False)
+        size = batch_rows or READ_ROWS
+        batches = file.iter_batches(batch_size=size, columns=present, use_threads=False)
         done = 0
         while batch := await asyncio.to_thread(next, batches, None):
             yield batch, done

@@ -95,6 +95,66 @@ def _scan(
     held: list[tuple[int, bytes]],
 ) -> None:
     """Appends each record's key to keys, and (line number, line) to held."""
+    if len(positions) == 1 and columns[positions[0]].type in _ONE_KEY_TYPES:
+        _scan_one(lines, first, source, columns, positions[0], keys, held)
+    else:
+        _scan_each(lines, first, source, columns, positions, keys, held)
+
+
+# A key of one column of these types is read by _scan_one.
+_ONE_KEY_TYPES = frozenset({"smallint", "integer", "bigint", "text"})
+_LIMITS = {"smallint": 2**15, "integer": 2**31, "bigint": 2**63}
+_BIAS = 1 << 63
+
+
+def _scan_one(
+    lines: Sequence[bytes],
+    first: int,
+    source: _Source,
+    columns: Sequence[Column],
+    position: int,
+    keys: list[bytes],
+    held: list[tuple[int, bytes]],
+) -> None:
+    """_scan for a key of one integer or text column, in one loop: a line
+    orjson parses into an object of the stream's fields whose key is an
+    integer in the column's range (or, for text, a string) gives the key's
+    bytes as key_bytes spells them; any other line goes through _scan_each,
+    which decides (or names the fault) as before. A third of the cost."""
+    wanted = {c.name for c in columns}
+    name = columns[position].name
+    limit = _LIMITS.get(columns[position].type)
+    loads = orjson.loads
+    for number, raw in enumerate(lines, first):
+        key = None
+        try:
+            record = loads(raw)  # refuses a byte-order mark: _scan_each takes it
+        except orjson.JSONDecodeError:
+            record = None
+        if type(record) is dict and record.keys() <= wanted:
+            value = record.get(name)
+            if limit is None:
+                if type(value) is str:
+                    key = b"s" + value.encode("utf-8", "surrogatepass")
+            elif type(value) is int and -limit <= value < limit:
+                key = b"i" + (value + _BIAS).to_bytes(8, "big")
+        if key is None:
+            _scan_each((raw,), number, source, columns, [position], keys, held)
+        else:
+            keys.append(key)
+            held.append((number, raw))
+
+
+def _scan_each(
+    lines: Sequence[bytes],
+    first: int,
+    source: _Source,
+    columns: Sequence[Column],
+    positions: list[int],
+    keys: list[bytes],
+    held: list[tuple[int, bytes]],
+) -> None:
+    """_scan a line at a time, for any key."""
     wanted = {c.name for c in columns}
     keyed = [columns[i] for i in positions]
     names = [c.name for c in keyed]
